@@ -1,0 +1,26 @@
+# The two commands of the README: `make reproduce` (the main job) and `make test`.
+# `make install` creates .venv and installs normlab with its test extras; it is a no-op when nothing changed.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install test reproduce clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "normlab needs Python >= 3.11")'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools
+	# torch first and pinned: the CPU build from this machine's disk, never a CUDA build from PyPI
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+test: install
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

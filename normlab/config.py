@@ -1,0 +1,325 @@
+"""Strict, frozen configuration dataclasses.
+
+Every config is a ``frozen=True, kw_only=True`` dataclass deriving from :class:`Strict`:
+
+* unknown keys are an error that names the key and the nearest valid one (``from_dict``),
+  never a silent default (HF's leftover kwargs are the anti-example);
+* every field is type-checked and range-checked in ``__post_init__``; a bad value raises
+  :class:`ConfigError` naming the field;
+* each field's docstring (the ``help`` metadata) doubles as CLI help.
+
+The model's fields follow fairseq's ``transformer_iwslt_de_en`` (the architecture of Xiong et al. 2020,
+Appendix A.1: 6-6 layers, d=512, FFN 1024, 4 heads) unless said otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import re
+import types
+import typing
+from typing import Any, ClassVar, Literal, Self
+
+import yaml
+
+__all__ = ["ConfigError", "Strict", "config", "field", "Placement", "ModelConfig", "parse_override", "apply_overrides", "load_yaml"]
+
+
+class ConfigError(ValueError):
+    """A configuration that normlab refuses: unknown key, wrong type or invalid value."""
+
+
+def field(default: Any = dataclasses.MISSING, *, help: str, default_factory: Any = dataclasses.MISSING) -> Any:
+    """A dataclass field with a help string (shown by ``--help`` and in error messages)."""
+    return dataclasses.field(default=default, default_factory=default_factory, metadata={"help": help})
+
+
+def _nearest(name: str, choices: typing.Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+class Strict:
+    """Base of every normlab config: type checks, strict ``from_dict``, ``replace`` and ``to_dict``."""
+
+    _checks: ClassVar[tuple] = ()
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            object.__setattr__(self, f.name, _coerce(type(self).__name__, f.name, hints[f.name], value))
+        self.validate()
+
+    def validate(self) -> None:
+        """Cross-field and range checks; subclasses extend it and raise :class:`ConfigError`."""
+
+    def error(self, name: str, message: str) -> ConfigError:
+        return ConfigError(f"{type(self).__name__}.{name}: {message}")
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+
+    @classmethod
+    def field_help(cls) -> dict[str, str]:
+        return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Self:
+        """Build from a plain dict (YAML/JSON); nested Strict configs are built recursively."""
+        data = dict(data or {})
+        if not isinstance(data, dict):
+            raise ConfigError(f"{cls.__name__}: expected a mapping, got {type(data).__name__}")
+        hints = typing.get_type_hints(cls)
+        kwargs = {}
+        for key, value in data.items():
+            sub = _strict_class(hints.get(key))
+            if sub is not None and isinstance(value, dict):
+                value = sub.from_dict(value)
+            kwargs[key] = value
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON/YAML-ready dict (enums as their values) that ``from_dict`` turns back into ``self``."""
+        out = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if isinstance(value, Strict):
+                value = value.to_dict()
+            elif isinstance(value, enum.Enum):
+                value = value.value
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        return out
+
+    def replace(self, **changes: Any) -> Self:
+        """``dataclasses.replace`` with the strict checks of the constructor."""
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
+def config(cls: type) -> type:
+    """Make ``cls`` a frozen, keyword-only dataclass whose constructor names a misspelt key and its nearest
+    valid spelling (a plain dataclass only says "unexpected keyword argument")."""
+    cls = dataclasses.dataclass(frozen=True, kw_only=True)(cls)
+    generated = cls.__init__
+
+    def __init__(self: Any, **kwargs: Any) -> None:
+        names = [f.name for f in dataclasses.fields(cls)]
+        for key in kwargs:
+            if key not in names:
+                raise ConfigError(f"{cls.__name__}: unknown key {key!r}{_nearest(key, names)}")
+        generated(self, **kwargs)
+
+    __init__.__doc__ = generated.__doc__
+    cls.__init__ = __init__  # type: ignore[misc]
+    return cls
+
+
+def _strict_class(hint: Any) -> type[Strict] | None:
+    if isinstance(hint, type) and issubclass(hint, Strict):
+        return hint
+    return None
+
+
+def _coerce(owner: str, name: str, hint: Any, value: Any) -> Any:
+    """Check ``value`` against the annotation ``hint``; widen int->float and str->Enum, nothing else."""
+    where = f"{owner}.{name}"
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(owner, name, arg, value)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[-1] if errors else f"{where}: invalid value {value!r}")
+    if origin is Literal:
+        choices = typing.get_args(hint)
+        if value not in choices:
+            raise ConfigError(f"{where}: {value!r} is not one of {list(choices)}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(owner, name, args[0], v) for v in value)
+        if len(args) != len(value):
+            raise ConfigError(f"{where}: expected {len(args)} values, got {len(value)}")
+        return tuple(_coerce(owner, name, a, v) for a, v in zip(args, value))
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        if isinstance(value, hint):
+            return value
+        try:
+            return hint(value)
+        except ValueError:
+            raise ConfigError(f"{where}: {value!r} is not one of {[m.value for m in hint]}") from None
+    if isinstance(hint, type) and issubclass(hint, Strict):
+        if isinstance(value, hint):
+            return value
+        if isinstance(value, dict):
+            return hint.from_dict(value)
+        raise ConfigError(f"{where}: expected {hint.__name__}, got {type(value).__name__}")
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true/false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    if hint is Any:
+        return value
+    raise TypeError(f"{where}: unsupported annotation {hint!r}")  # a bug in normlab, not in the user's config
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads ``1e-3`` as a string (it wants ``1.0e-3``); learning rates are written that way, so
+    numbers in scientific notation without a dot are floats here."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load`` with ``1e-3`` read as a float."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Parse ``a.b.c=value`` (the CLI's ``--set``); the value is read as YAML (``1e-3``, ``true``, ``[1, 2]``)."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected key=value")
+    key, raw = text.split("=", 1)
+    path = [p for p in key.strip().split(".") if p]
+    if not path:
+        raise ConfigError(f"--set {text!r}: empty key")
+    return path, (load_yaml(raw) if raw.strip() else "")
+
+
+def apply_overrides(data: dict[str, Any], overrides: typing.Iterable[str]) -> dict[str, Any]:
+    """Apply ``--set`` overrides to a nested plain dict (validation happens when the config is built)."""
+    out = _deepcopy_dict(data)
+    for text in overrides:
+        path, value = parse_override(text)
+        node = out
+        for part in path[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {text!r}: {part!r} is not a section")
+            node = child
+        node[path[-1]] = value
+    return out
+
+
+def _deepcopy_dict(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: _deepcopy_dict(v) if isinstance(v, dict) else v for k, v in d.items()}
+
+
+# --------------------------------------------------------------------------------------------------------
+# Model
+
+
+class Placement(enum.StrEnum):
+    """Where the LayerNorms sit (Xiong et al. 2020, Table 1 and Figure 1).
+
+    * ``post``: LN after each residual add (Vaswani et al. 2017, BERT): x_{l+1} = LN(h + F(h)).
+    * ``pre``: LN inside each residual branch, plus a final LN (Table 1, right): x_{l+1} = h + F(LN(h)).
+    * ``peri``: LN on both sides of each branch, plus a final LN (Kim et al. 2025, "Peri-LN"):
+      x_{l+1} = h + LN_out(F(LN_in(h))).
+    """
+
+    POST = "post"
+    PRE = "pre"
+    PERI = "peri"
+
+
+@config
+class ModelConfig(Strict):
+    """The Transformer: shapes, placement of the LayerNorms, embeddings and initialisation."""
+
+    d_model: int = field(512, help="hidden size d (the paper's IWSLT setting: 512)")
+    n_heads: int = field(4, help="attention heads (IWSLT: 4)")
+    d_ffn: int = field(1024, help="FFN inner width (IWSLT: 1024)")
+    encoder_layers: int = field(6, help="encoder depth L")
+    decoder_layers: int = field(6, help="decoder depth (ignored by encoder-only models)")
+    vocab_size: int = field(10000, help="joint vocabulary size (the paper: 10k joint BPE)")
+    pad_id: int = field(0, help="padding token id (embedding row kept at zero, ignored by attention)")
+    dropout: float = field(0.1, help="dropout on embeddings and on every residual branch (paper: 0.1)")
+    attention_dropout: float = field(0.0, help="dropout on attention probabilities")
+    activation_dropout: float = field(0.0, help="dropout after the FFN activation")
+    activation: Literal["relu", "gelu"] = field("relu", help="FFN activation (paper: ReLU; BERT: GELU)")
+    placement: Placement = field(Placement.POST, help="LayerNorm placement: post, pre or peri")
+    positional: Literal["sinusoidal", "learned"] = field(
+        "sinusoidal", help="position embedding: fairseq's sinusoidal table, or learned (BERT)"
+    )
+    scale_embedding: bool = field(True, help="multiply token embeddings by sqrt(d) (fairseq/Vaswani)")
+    embedding_norm: bool = field(False, help="LayerNorm on the summed input embeddings (BERT has one)")
+    type_vocab_size: int = field(0, help="segment (token type) embeddings; 2 for BERT sentence pairs, 0 for none")
+    share_embeddings: Literal["all", "decoder", "none"] = field(
+        "decoder",
+        help="tie embeddings: all = encoder input, decoder input and output projection; "
+        "decoder = decoder input and output (fairseq's IWSLT recipe); none",
+    )
+    max_positions: int = field(1024, help="longest sequence the position embedding covers")
+    layer_norm_eps: float = field(1e-5, help="LayerNorm epsilon")
+    num_classes: int = field(2, help="classes of the sentence-pair classification head")
+    init: Literal["xavier", "theory"] = field(
+        "xavier",
+        help="xavier: Xavier-normal N(0, 2/(n_in+n_out)) for every projection, zero biases, gamma=1, beta=0 "
+        "(Section 3.3); theory: the same with W^Q = W^K = 0 so attention is uniform, single head",
+    )
+
+    def validate(self) -> None:
+        for name in ("d_model", "n_heads", "d_ffn", "vocab_size", "max_positions", "num_classes"):
+            if getattr(self, name) <= 0:
+                raise self.error(name, f"must be positive, got {getattr(self, name)}")
+        for name in ("encoder_layers", "decoder_layers", "type_vocab_size"):
+            if getattr(self, name) < 0:
+                raise self.error(name, f"must be >= 0, got {getattr(self, name)}")
+        if self.d_model % self.n_heads:
+            raise self.error("n_heads", f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            p = getattr(self, name)
+            if not 0.0 <= p < 1.0:
+                raise self.error(name, f"must be in [0, 1), got {p}")
+        if not 0 <= self.pad_id < self.vocab_size:
+            raise self.error("pad_id", f"must be in [0, vocab_size={self.vocab_size}), got {self.pad_id}")
+        if self.layer_norm_eps <= 0:
+            raise self.error("layer_norm_eps", f"must be positive, got {self.layer_norm_eps}")
+        if self.init == "theory" and self.n_heads != 1:
+            raise self.error("init", f"'theory' is the paper's single-head setting (Section 3.3); set n_heads=1, got {self.n_heads}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads

@@ -1,0 +1,623 @@
+"""The Transformer of Xiong et al. (2020), with the LayerNorm placement as one switch.
+
+Placement is decided once, in :class:`Sublayer.__init__`, by turning the :class:`~normlab.config.Placement`
+into three optional norm slots (:data:`NORM_SLOTS`); every sub-layer's ``forward`` is then the same line for
+every placement::
+
+    out = norm_add(x + dropout(norm_out(F(norm_in(x)))))
+
+Post-LN fills ``norm_add`` (Table 1, left); Pre-LN fills ``norm_in`` and puts a final LayerNorm after the
+stack (Table 1, right, "Final LayerNorm"); Peri-LN fills ``norm_in`` and ``norm_out`` and has the final
+LayerNorm too. An unfilled slot is ``nn.Identity`` and owns no parameters.
+
+Encoder and decoder are one :class:`TransformerStack` with ``causal`` and ``cross_attention`` switches.
+Parameter names are stable and readable (``decoder.layers.5.ffn.w2.weight``) so analyses select by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from normlab.config import ModelConfig, Placement
+
+__all__ = [
+    "NORM_SLOTS",
+    "NormSlots",
+    "Sublayer",
+    "SelfAttention",
+    "CrossAttention",
+    "FeedForward",
+    "Block",
+    "TransformerStack",
+    "Seq2Seq",
+    "MaskedLM",
+    "PairClassifier",
+    "EncoderOut",
+    "LayerCache",
+    "DecoderCache",
+    "table1",
+    "build_model",
+    "init_weights",
+    "describe",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class NormSlots:
+    """Which LayerNorms a sub-layer and a stack have."""
+
+    branch_in: bool  # LN on the branch input: F(LN(x)) (Pre-LN, Peri-LN)
+    branch_out: bool  # LN on the branch output: LN(F(.)) (Peri-LN's "output LN")
+    after_add: bool  # LN after the residual add: LN(x + F(x)) (Post-LN)
+    final: bool  # LN after the last layer of a stack (Pre-LN's "Final LayerNorm", Table 1)
+
+
+NORM_SLOTS: dict[Placement, NormSlots] = {
+    # Vaswani et al. 2017 / BERT. No LayerNorm after the stack: torch.nn.Transformer adds one even for
+    # Post-LN (pytorch issues 24930, 50086), which is not the architecture the paper analyses.
+    Placement.POST: NormSlots(branch_in=False, branch_out=False, after_add=True, final=False),
+    # Xiong et al. 2020, Table 1 (right): LN inside the residual branch plus a final LN before prediction.
+    Placement.PRE: NormSlots(branch_in=True, branch_out=False, after_add=False, final=True),
+    # Kim et al. 2025 ("Peri-LN"): LN around the branch, the residual stream itself is never normalised.
+    Placement.PERI: NormSlots(branch_in=True, branch_out=True, after_add=False, final=True),
+}
+
+
+def _norm(present: bool, cfg: ModelConfig) -> nn.Module:
+    return nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if present else nn.Identity()
+
+
+# --------------------------------------------------------------------------------------------------------
+# Incremental-decoding cache
+
+
+@dataclasses.dataclass
+class LayerCache:
+    """One decoder layer's cache: self-attention keys/values of the steps so far (B, H, T, head_dim),
+    and the cross-attention keys/values of the encoder output, computed once (B, H, S, head_dim)."""
+
+    k: Tensor | None = None
+    v: Tensor | None = None
+    cross_k: Tensor | None = None
+    cross_v: Tensor | None = None
+
+
+@dataclasses.dataclass
+class DecoderCache:
+    """The decoder's state between incremental steps; ``length`` is the number of target positions seen."""
+
+    layers: list[LayerCache]
+    length: int = 0
+
+    def reorder(self, index: Tensor) -> DecoderCache:
+        """Select rows (beams) of every cached tensor, e.g. after a beam-search step."""
+        for layer in self.layers:
+            for name in ("k", "v", "cross_k", "cross_v"):
+                t = getattr(layer, name)
+                if t is not None:
+                    setattr(layer, name, t.index_select(0, index))
+        return self
+
+
+@dataclasses.dataclass
+class EncoderOut:
+    """Encoder states (B, S, d) and the source padding mask (B, S), True at padding."""
+
+    out: Tensor
+    padding_mask: Tensor | None
+
+    def index_select(self, index: Tensor) -> EncoderOut:
+        mask = None if self.padding_mask is None else self.padding_mask.index_select(0, index)
+        return EncoderOut(self.out.index_select(0, index), mask)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Sub-layers
+
+
+class Sublayer(nn.Module):
+    """A residual sub-layer ``x -> norm_add(x + dropout(norm_out(branch(norm_in(x)))))``.
+
+    The only place where LayerNorm placement acts: the slots are chosen here, once, from
+    :data:`NORM_SLOTS`; subclasses implement ``branch`` (attention or FFN) and nothing else.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        slots = NORM_SLOTS[cfg.placement]
+        self.norm_in = _norm(slots.branch_in, cfg)
+        self.norm_out = _norm(slots.branch_out, cfg)
+        self.norm_add = _norm(slots.after_add, cfg)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def branch(self, h: Tensor, **kwargs: Any) -> Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: Tensor, record: dict[str, Tensor] | None = None, **kwargs: Any) -> Tensor:
+        h = self.norm_in(x)
+        y = self.norm_out(self.branch(h, **kwargs))
+        s = x + self.drop(y)  # the residual carries the raw x, never the normalised h
+        out = self.norm_add(s)
+        if record is not None:
+            record.update(input=x, branch_in=h, branch_out=y, sum=s, output=out)
+        return out
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float) -> Tensor:
+    """SDPA on (B, H, T, hd) tensors; returns (B, T, H*hd)."""
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
+    return o.transpose(1, 2).flatten(2)
+
+
+class SelfAttention(Sublayer):
+    """Multi-head self-attention with one fused QKV projection (Section 3.1)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg)
+        self.n_heads = cfg.n_heads
+        self.attention_dropout = cfg.attention_dropout
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.qkv.xavier_blocks = 3  # W^Q, W^K, W^V are three d x d matrices, each Xavier-initialised
+        self.out = nn.Linear(cfg.d_model, cfg.d_model)
+
+    def branch(
+        self,
+        h: Tensor,
+        *,
+        padding_mask: Tensor | None = None,
+        causal: bool = False,
+        cache: LayerCache | None = None,
+    ) -> Tensor:
+        B, T, _ = h.shape
+        q, k, v = self.qkv(h).unflatten(-1, (3, self.n_heads, -1)).permute(2, 0, 3, 1, 4).unbind(0)
+        past = 0
+        if cache is not None:
+            if cache.k is not None:
+                past = cache.k.shape[2]
+                k = torch.cat([cache.k, k], dim=2)
+                v = torch.cat([cache.v, v], dim=2)
+            cache.k, cache.v = k, v
+        mask, is_causal = None, False
+        if causal and T > 1:
+            if past == 0 and padding_mask is None:
+                is_causal = True
+            else:
+                # query t sits at position past + t and sees keys 0..past + t
+                qpos = torch.arange(past, past + T, device=h.device)[:, None]
+                mask = torch.arange(past + T, device=h.device)[None, :] <= qpos
+        if padding_mask is not None:
+            keep = ~padding_mask[:, None, None, :]  # (B, 1, 1, S), True where a key may be attended
+            mask = keep if mask is None else mask & keep
+        p = self.attention_dropout if self.training else 0.0
+        return self.out(_attend(q, k, v, mask, is_causal, p))
+
+
+class CrossAttention(Sublayer):
+    """Encoder-decoder attention: queries from the decoder, keys/values from the encoder output."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg)
+        self.n_heads = cfg.n_heads
+        self.attention_dropout = cfg.attention_dropout
+        self.q = nn.Linear(cfg.d_model, cfg.d_model)
+        self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model)
+        self.kv.xavier_blocks = 2
+        self.out = nn.Linear(cfg.d_model, cfg.d_model)
+
+    def branch(
+        self,
+        h: Tensor,
+        *,
+        memory: Tensor,
+        memory_padding_mask: Tensor | None = None,
+        cache: LayerCache | None = None,
+    ) -> Tensor:
+        q = self.q(h).unflatten(-1, (self.n_heads, -1)).transpose(1, 2)
+        if cache is not None and cache.cross_k is not None:
+            k, v = cache.cross_k, cache.cross_v
+        else:
+            # the encoder output is fixed while decoding: its keys/values are computed once per sentence
+            k, v = self.kv(memory).unflatten(-1, (2, self.n_heads, -1)).permute(2, 0, 3, 1, 4).unbind(0)
+            if cache is not None:
+                cache.cross_k, cache.cross_v = k, v
+        mask = None if memory_padding_mask is None else ~memory_padding_mask[:, None, None, :]
+        p = self.attention_dropout if self.training else 0.0
+        return self.out(_attend(q, k, v, mask, False, p))
+
+
+class FeedForward(Sublayer):
+    """Position-wise FFN(h) = act(h W^1 + b^1) W^2 + b^2 (Section 3.1)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg)
+        self.w1 = nn.Linear(cfg.d_model, cfg.d_ffn)
+        self.w2 = nn.Linear(cfg.d_ffn, cfg.d_model)
+        self.act = nn.ReLU() if cfg.activation == "relu" else nn.GELU()
+        self.act_drop = nn.Dropout(cfg.activation_dropout)
+
+    def branch(self, h: Tensor) -> Tensor:
+        return self.w2(self.act_drop(self.act(self.w1(h))))
+
+
+class Block(nn.Module):
+    """One Transformer layer: self-attention, optional cross-attention, FFN; each a :class:`Sublayer`."""
+
+    def __init__(self, cfg: ModelConfig, *, cross_attention: bool) -> None:
+        super().__init__()
+        self.self_attn = SelfAttention(cfg)
+        self.cross_attn = CrossAttention(cfg) if cross_attention else None
+        self.ffn = FeedForward(cfg)
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        padding_mask: Tensor | None,
+        causal: bool,
+        memory: Tensor | None = None,
+        memory_padding_mask: Tensor | None = None,
+        cache: LayerCache | None = None,
+        record: dict[str, dict[str, Tensor]] | None = None,
+    ) -> Tensor:
+        rec = (lambda key: record.setdefault(key, {})) if record is not None else (lambda key: None)
+        x = self.self_attn(x, rec("self_attn"), padding_mask=padding_mask, causal=causal, cache=cache)
+        if self.cross_attn is not None:
+            x = self.cross_attn(
+                x, rec("cross_attn"), memory=memory, memory_padding_mask=memory_padding_mask, cache=cache
+            )
+        return self.ffn(x, rec("ffn"))
+
+
+def table1(layer_record: dict[str, dict[str, Tensor]], placement: Placement | str) -> dict[str, Tensor]:
+    """Name one layer's recorded tensors as in Table 1 of Xiong et al. (2020).
+
+    Post-LN (left column): x, x1 = Attn(x), x2 = x + x1, x3 = LN(x2), x4 = FFN(x3), x5 = x3 + x4,
+    x_next = LN(x5). Pre-LN (right column): x, x1 = LN(x), x2 = Attn(x1), x3 = x + x2, x4 = LN(x3),
+    x5 = FFN(x4), x_next = x5 + x3. Peri-LN follows the Pre-LN names with x2 and x5 taken after the
+    output LayerNorm. In a decoder layer x1..x3 belong to the self-attention sub-layer and x4, x5 to the FFN;
+    the cross-attention in between keeps its generic record (``layer_record["cross_attn"]``).
+    """
+    sa, ffn = layer_record["self_attn"], layer_record["ffn"]
+    if Placement(placement) is Placement.POST:
+        return dict(
+            x=sa["input"], x1=sa["branch_out"], x2=sa["sum"], x3=sa["output"],
+            x4=ffn["branch_out"], x5=ffn["sum"], x_next=ffn["output"],
+        )  # fmt: skip
+    return dict(
+        x=sa["input"], x1=sa["branch_in"], x2=sa["branch_out"], x3=sa["sum"],
+        x4=ffn["branch_in"], x5=ffn["branch_out"], x_next=ffn["output"],
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------------------
+# Embeddings and the stack
+
+
+def sinusoidal_table(n_positions: int, d: int) -> Tensor:
+    """fairseq's ``SinusoidalPositionalEmbedding`` table (the one of transformer_iwslt_de_en): the first
+    half of each row is sin(p * w_k), the second half cos(p * w_k), w_k = 10000^(-k / (d/2 - 1))."""
+    half = d // 2
+    rate = math.log(10000.0) / max(half - 1, 1)
+    freqs = torch.exp(torch.arange(half, dtype=torch.float32) * -rate)
+    angles = torch.arange(n_positions, dtype=torch.float32)[:, None] * freqs[None, :]
+    table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
+    if d % 2:
+        table = torch.cat([table, torch.zeros(n_positions, 1)], dim=1)
+    return table
+
+
+class SinusoidalPositions(nn.Module):
+    def __init__(self, n_positions: int, d: int) -> None:
+        super().__init__()
+        self.register_buffer("table", sinusoidal_table(n_positions, d), persistent=False)
+
+    def forward(self, positions: Tensor) -> Tensor:
+        return self.table[positions]
+
+
+class TransformerStack(nn.Module):
+    """Embeddings, ``n_layers`` blocks, and the final LayerNorm where the placement has one.
+
+    The encoder is ``TransformerStack(causal=False, cross_attention=False)``, the decoder
+    ``TransformerStack(causal=True, cross_attention=True)``; nothing else differs.
+    """
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        n_layers: int,
+        *,
+        causal: bool,
+        cross_attention: bool,
+        embed_tokens: nn.Embedding,
+    ) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.causal = causal
+        self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embedding else 1.0
+        self.embed_tokens = embed_tokens
+        if cfg.positional == "sinusoidal":
+            self.embed_positions: nn.Module = SinusoidalPositions(cfg.max_positions, cfg.d_model)
+        else:
+            self.embed_positions = nn.Embedding(cfg.max_positions, cfg.d_model)
+        self.embed_segments = nn.Embedding(cfg.type_vocab_size, cfg.d_model) if cfg.type_vocab_size else None
+        self.embed_norm = _norm(cfg.embedding_norm, cfg)
+        self.embed_drop = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList(Block(cfg, cross_attention=cross_attention) for _ in range(n_layers))
+        self.final_norm = _norm(NORM_SLOTS[cfg.placement].final, cfg)
+
+    def embed(self, tokens: Tensor, segments: Tensor | None = None, start: int = 0) -> Tensor:
+        T = tokens.shape[1]
+        if start + T > self.cfg.max_positions:
+            raise ValueError(f"sequence of {start + T} positions exceeds max_positions={self.cfg.max_positions}")
+        positions = torch.arange(start, start + T, device=tokens.device)
+        x = self.embed_scale * self.embed_tokens(tokens) + self.embed_positions(positions)
+        if self.embed_segments is not None:
+            x = x + self.embed_segments(segments if segments is not None else torch.zeros_like(tokens))
+        return self.embed_drop(self.embed_norm(x))
+
+    def run_layers(
+        self,
+        x: Tensor,
+        *,
+        padding_mask: Tensor | None = None,
+        memory: Tensor | None = None,
+        memory_padding_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+        record: dict[str, Any] | None = None,
+    ) -> Tensor:
+        """The blocks and the final LayerNorm on already embedded input ``x`` (B, T, d)."""
+        if record is not None:
+            record["embed"] = x
+            record["layers"] = []
+        for i, layer in enumerate(self.layers):
+            rec = None
+            if record is not None:
+                rec = {}
+                record["layers"].append(rec)
+            x = layer(
+                x,
+                padding_mask=padding_mask,
+                causal=self.causal,
+                memory=memory,
+                memory_padding_mask=memory_padding_mask,
+                cache=None if cache is None else cache.layers[i],
+                record=rec,
+            )
+        out = self.final_norm(x)
+        if record is not None:
+            for rec in record["layers"]:
+                rec["table1"] = table1(rec, self.cfg.placement)
+            record["final"] = out
+        return out
+
+    def forward(
+        self,
+        tokens: Tensor,
+        *,
+        segments: Tensor | None = None,
+        memory: EncoderOut | None = None,
+        cache: DecoderCache | None = None,
+        record: dict[str, Any] | None = None,
+    ) -> Tensor:
+        start = 0 if cache is None else cache.length
+        # With a cache the new tokens are real by construction; padding is only masked on full passes.
+        padding_mask = None
+        if cache is None:
+            padding_mask = tokens.eq(self.cfg.pad_id)
+            if not padding_mask.any():
+                padding_mask = None  # lets SDPA take its unmasked fast path
+        x = self.embed(tokens, segments, start)
+        out = self.run_layers(
+            x,
+            padding_mask=padding_mask,
+            memory=None if memory is None else memory.out,
+            memory_padding_mask=None if memory is None else memory.padding_mask,
+            cache=cache,
+            record=record,
+        )
+        if cache is not None:
+            cache.length += tokens.shape[1]
+        return out
+
+
+# --------------------------------------------------------------------------------------------------------
+# Models
+
+
+class Seq2Seq(nn.Module):
+    """Encoder-decoder for translation (the paper's IWSLT14 De-En model)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        src_embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        tgt_embed = src_embed if cfg.share_embeddings == "all" else nn.Embedding(
+            cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id
+        )
+        self.encoder = TransformerStack(
+            cfg, cfg.encoder_layers, causal=False, cross_attention=False, embed_tokens=src_embed
+        )
+        self.decoder = TransformerStack(
+            cfg, cfg.decoder_layers, causal=True, cross_attention=True, embed_tokens=tgt_embed
+        )
+        self.output_projection = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        init_weights(self, cfg)
+        if cfg.share_embeddings != "none":
+            # W^emb is both the decoder input table and the softmax layer (Section 3.3's loss)
+            self.output_projection.weight = tgt_embed.weight
+
+    def encode(self, src: Tensor, record: dict[str, Any] | None = None) -> EncoderOut:
+        out = self.encoder(src, record=record)
+        mask = src.eq(self.cfg.pad_id)
+        return EncoderOut(out, mask if mask.any() else None)
+
+    def decode_features(
+        self,
+        tgt_in: Tensor,
+        enc: EncoderOut,
+        cache: DecoderCache | None = None,
+        record: dict[str, Any] | None = None,
+    ) -> Tensor:
+        """Decoder output (B, T, d) before the output projection."""
+        return self.decoder(tgt_in, memory=enc, cache=cache, record=record)
+
+    def decode(self, tgt_in: Tensor, enc: EncoderOut, cache: DecoderCache | None = None) -> Tensor:
+        """Logits (B, T, V); with a ``cache``, ``tgt_in`` holds only the new positions."""
+        return self.output_projection(self.decode_features(tgt_in, enc, cache))
+
+    def init_cache(self) -> DecoderCache:
+        return DecoderCache([LayerCache() for _ in self.decoder.layers])
+
+    def forward(
+        self, src: Tensor, tgt_in: Tensor, *, return_intermediates: bool = False, features_only: bool = False
+    ) -> Tensor | tuple[Tensor, dict[str, Any]]:
+        """Teacher-forced pass: logits (B, T, V), or decoder features (B, T, d) with ``features_only``
+        (the trainer then projects and scores them in chunks). With ``return_intermediates`` also a dict
+        ``{"encoder": ..., "decoder": ...}`` of per-layer records (see :func:`table1`)."""
+        records = {"encoder": {}, "decoder": {}} if return_intermediates else None
+        enc = self.encode(src, record=None if records is None else records["encoder"])
+        x = self.decode_features(tgt_in, enc, record=None if records is None else records["decoder"])
+        out = x if features_only else self.output_projection(x)
+        return (out, records) if records is not None else out
+
+
+class MaskedLM(nn.Module):
+    """Encoder-only model with BERT's masked-LM head (dense, activation, LayerNorm, tied decoder + bias)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        self.encoder = TransformerStack(
+            cfg, cfg.encoder_layers, causal=False, cross_attention=False, embed_tokens=embed
+        )
+        self.lm_dense = nn.Linear(cfg.d_model, cfg.d_model)
+        self.lm_act = nn.ReLU() if cfg.activation == "relu" else nn.GELU()
+        self.lm_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.lm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        init_weights(self, cfg)
+
+    def features(
+        self, tokens: Tensor, segments: Tensor | None = None, record: dict[str, Any] | None = None
+    ) -> Tensor:
+        return self.encoder(tokens, segments=segments, record=record)
+
+    def lm_logits(self, h: Tensor) -> Tensor:
+        # the decoder is tied to the input embedding (BERT), with its own bias
+        return F.linear(self.lm_norm(self.lm_act(self.lm_dense(h))), self.encoder.embed_tokens.weight, self.lm_bias)
+
+    def forward(
+        self,
+        tokens: Tensor,
+        segments: Tensor | None = None,
+        *,
+        select: Tensor | None = None,
+        return_intermediates: bool = False,
+    ) -> Tensor | tuple[Tensor, dict[str, Any]]:
+        """Logits (B, T, V), or only at the positions where the bool mask ``select`` is True (N, V):
+        the masked-LM loss needs no logits elsewhere."""
+        record = {} if return_intermediates else None
+        h = self.features(tokens, segments, record)
+        logits = self.lm_logits(h if select is None else h[select])
+        return (logits, {"encoder": record}) if record is not None else logits
+
+
+class PairClassifier(nn.Module):
+    """Encoder-only model with a classification head on the first token ([CLS]), as BERT fine-tuning:
+    pooler (dense + tanh), dropout, linear. Its ``encoder`` loads from a :class:`MaskedLM`'s."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        self.encoder = TransformerStack(
+            cfg, cfg.encoder_layers, causal=False, cross_attention=False, embed_tokens=embed
+        )
+        self.pooler = nn.Linear(cfg.d_model, cfg.d_model)
+        self.head_drop = nn.Dropout(cfg.dropout)
+        self.classifier = nn.Linear(cfg.d_model, cfg.num_classes)
+        init_weights(self, cfg)
+
+    def forward(
+        self, tokens: Tensor, segments: Tensor | None = None, *, return_intermediates: bool = False
+    ) -> Tensor | tuple[Tensor, dict[str, Any]]:
+        record = {} if return_intermediates else None
+        h = self.encoder(tokens, segments=segments, record=record)
+        logits = self.classifier(self.head_drop(torch.tanh(self.pooler(h[:, 0]))))
+        return (logits, {"encoder": record}) if record is not None else logits
+
+
+# --------------------------------------------------------------------------------------------------------
+# Initialisation
+
+
+@torch.no_grad()
+def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
+    """The paper's initialisation (Section 3.3, "Parameter Initialization").
+
+    * every projection matrix n_in x n_out: Xavier-normal N(0, 2/(n_in + n_out)); a fused projection
+      (QKV) is initialised block by block, as the d x d matrices it stands for; biases 0;
+    * LayerNorm: gamma = 1, beta = 0;
+    * token, learned-position and segment embeddings: N(0, 1/d) (fairseq's transformer, the code the paper
+      used); with the sqrt(d) scale each input coordinate has unit variance, as Section 3.3 assumes of the
+      Gaussian inputs. The padding row is 0;
+    * ``init="theory"``: additionally W^Q = W^K = 0, so attention is uniform at initialisation and
+      Attn(x_i) = (1/n) sum_j x_j W^V W^O (Section 3.3).
+    """
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            blocks = getattr(module, "xavier_blocks", 1)
+            for w in module.weight.chunk(blocks, dim=0):
+                n_out, n_in = w.shape
+                w.normal_(0.0, math.sqrt(2.0 / (n_in + n_out)))
+            if module.bias is not None:
+                module.bias.zero_()
+        elif isinstance(module, nn.LayerNorm):
+            module.weight.fill_(1.0)
+            module.bias.zero_()
+        elif isinstance(module, nn.Embedding):
+            module.weight.normal_(0.0, cfg.d_model**-0.5)
+            if module.padding_idx is not None:
+                module.weight[module.padding_idx].zero_()
+    if cfg.init == "theory":
+        d = cfg.d_model
+        for module in model.modules():
+            if isinstance(module, SelfAttention):
+                module.qkv.weight[: 2 * d].zero_()
+            elif isinstance(module, CrossAttention):
+                module.q.weight.zero_()
+                module.kv.weight[:d].zero_()
+
+
+MODELS: dict[str, type[nn.Module]] = {"translation": Seq2Seq, "mlm": MaskedLM, "classification": PairClassifier}
+
+
+def build_model(cfg: ModelConfig, task: str = "translation") -> nn.Module:
+    """The model for ``task``: ``translation`` (encoder-decoder), ``mlm`` or ``classification``."""
+    if task not in MODELS:
+        raise ValueError(f"unknown task {task!r}; expected one of {sorted(MODELS)}")
+    return MODELS[task](cfg)
+
+
+def describe(model: nn.Module) -> str:
+    """A short human-readable summary: configuration, parameter count, and where the LayerNorms sit."""
+    cfg: ModelConfig = model.cfg  # type: ignore[assignment]
+    slots = NORM_SLOTS[cfg.placement]
+    n_params = sum(p.numel() for p in model.parameters())
+    n_norms = sum(isinstance(m, nn.LayerNorm) for m in model.modules())
+    where = [name for name, on in (("branch input", slots.branch_in), ("branch output", slots.branch_out),
+                                   ("after the residual add", slots.after_add)) if on]
+    lines = [
+        f"{type(model).__name__}: placement={cfg.placement.value}, {n_params:,} parameters, {n_norms} LayerNorms",
+        f"  LayerNorm on each sub-layer's {', '.join(where)}; final LayerNorm after each stack: "
+        f"{'yes' if slots.final else 'no'}",
+        "  " + ", ".join(f"{k}={v}" for k, v in cfg.to_dict().items()),
+    ]
+    return "\n".join(lines)

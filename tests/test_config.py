@@ -1,0 +1,81 @@
+"""Strict configs: misspelt keys name the nearest valid key; invalid values name the field."""
+
+import pytest
+
+from normlab.config import ConfigError, ModelConfig, Placement, apply_overrides, load_yaml, parse_override
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: ModelConfig.from_dict({"d_modle": 64}),
+        lambda: ModelConfig(d_modle=64),
+        lambda: ModelConfig().replace(d_modle=64),
+    ],
+)
+def test_misspelt_key_names_key_and_nearest(make):
+    with pytest.raises(ConfigError, match=r"unknown key 'd_modle'; did you mean 'd_model'\?"):
+        make()
+
+
+def test_unknown_key_without_close_match_still_named():
+    with pytest.raises(ConfigError, match="unknown key 'zzz'"):
+        ModelConfig.from_dict({"zzz": 1})
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        ({"d_model": 0}, "d_model"),
+        ({"n_heads": 3}, "n_heads"),
+        ({"dropout": 1.0}, "dropout"),
+        ({"attention_dropout": -0.1}, "attention_dropout"),
+        ({"placement": "middle"}, "placement"),
+        ({"positional": "rotary"}, "positional"),
+        ({"d_model": "512"}, "d_model"),
+        ({"scale_embedding": 1}, "scale_embedding"),
+        ({"encoder_layers": -1}, "encoder_layers"),
+        ({"pad_id": 10, "vocab_size": 10}, "pad_id"),
+        ({"init": "theory"}, "init"),  # theory is single-head
+        ({"share_embeddings": "some"}, "share_embeddings"),
+    ],
+)
+def test_invalid_values_name_the_field(overrides, field):
+    with pytest.raises(ConfigError, match=rf"ModelConfig\.{field}:"):
+        ModelConfig(**overrides)
+
+
+def test_frozen():
+    cfg = ModelConfig()
+    with pytest.raises(AttributeError):
+        cfg.d_model = 3  # type: ignore[misc]
+
+
+def test_round_trip_and_enum():
+    cfg = ModelConfig(placement="peri", d_model=64, n_heads=2, dropout=0)
+    assert cfg.placement is Placement.PERI
+    assert isinstance(cfg.dropout, float)
+    assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+    assert cfg.to_dict()["placement"] == "peri"
+
+
+def test_theory_init_single_head_accepted():
+    assert ModelConfig(init="theory", n_heads=1).init == "theory"
+
+
+def test_yaml_reads_scientific_notation_as_float():
+    assert load_yaml("lr: 1e-3\nb: 5E-4\nn: 3\nname: pre") == {"lr": 1e-3, "b": 5e-4, "n": 3, "name": "pre"}
+
+
+def test_overrides():
+    assert parse_override("optim.lr=1e-3") == (["optim", "lr"], 1e-3)
+    data = apply_overrides({"model": {"d_model": 8}}, ["model.placement=pre", "seed=3", "model.d_model=16"])
+    assert data == {"model": {"d_model": 16, "placement": "pre"}, "seed": 3}
+    with pytest.raises(ConfigError, match="expected key=value"):
+        parse_override("model.placement")
+
+
+def test_field_help_documents_every_field():
+    helps = ModelConfig.field_help()
+    assert set(helps) == set(ModelConfig.field_names())
+    assert all(helps.values())
