@@ -24,7 +24,11 @@ from typing import Any, ClassVar, Literal, Self
 
 import yaml
 
-__all__ = ["ConfigError", "Strict", "config", "field", "Placement", "ModelConfig", "parse_override", "apply_overrides", "load_yaml"]
+__all__ = [
+    "ConfigError", "Strict", "config", "field", "Placement", "ModelConfig", "OptimConfig", "ScheduleConfig",
+    "DataConfig", "TrainConfig",
+    "parse_override", "apply_overrides", "load_yaml",
+]  # fmt: skip
 
 
 class ConfigError(ValueError):
@@ -323,3 +327,131 @@ class ModelConfig(Strict):
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+
+# --------------------------------------------------------------------------------------------------------
+# Optimisation
+
+
+@config
+class OptimConfig(Strict):
+    """The optimizer. The paper: Adam with beta = (0.9, 0.98) (following Vaswani et al.), no gradient clipping."""
+
+    name: Literal["adam", "adamw", "sgd", "radam"] = field(
+        "adam", help="adam, adamw, sgd (the paper's 'vanilla SGD') or radam (torch.optim.RAdam, Figure 4)"
+    )
+    lr: float = field(5e-4, help="lr_max, the peak learning rate the schedule scales (Section 3.2)")
+    betas: tuple[float, float] = field((0.9, 0.98), help="Adam/AdamW/RAdam betas (the paper: 0.9, 0.98)")
+    eps: float = field(1e-8, help="Adam/AdamW/RAdam epsilon")
+    weight_decay: float = field(0.0, help="weight decay (decoupled for adamw)")
+    momentum: float = field(0.0, help="SGD momentum (0 = the paper's vanilla SGD)")
+    clip_norm: float = field(0.0, help="clip the global gradient norm to this value; 0 = off (the paper)")
+
+    def validate(self) -> None:
+        if not self.lr > 0:
+            raise self.error("lr", f"must be positive, got {self.lr}")
+        if not all(0.0 <= b < 1.0 for b in self.betas):
+            raise self.error("betas", f"each must be in [0, 1), got {list(self.betas)}")
+        for name in ("eps", "weight_decay", "momentum", "clip_norm"):
+            if getattr(self, name) < 0:
+                raise self.error(name, f"must be >= 0, got {getattr(self, name)}")
+        if self.name != "sgd" and self.momentum:
+            raise self.error("momentum", f"only SGD has momentum; optimizer is {self.name!r}")
+
+
+@config
+class ScheduleConfig(Strict):
+    """The learning-rate schedule, a pure function of the update number t = 1, 2, ... (see train/schedules.py).
+
+    Warm-up (paper eq. 1) for ``warmup_updates`` updates, then ``decay``; ``step_epochs`` / ``step_updates``
+    multiply by ``step_factor`` at each boundary (the paper's Pre-LN IWSLT run: constant 5e-4, x 0.1 at epoch 8);
+    ``after_step: inverse_sqrt`` continues with an inverse square root from the first boundary (its WMT runs).
+    """
+
+    warmup_updates: int = field(0, help="T_warmup of eq. (1): lr(t) = t / T_warmup * lr_max; 0 or 1 means none")
+    decay: Literal["inverse_sqrt", "linear", "constant"] = field(
+        "inverse_sqrt",
+        help="after warm-up: inverse_sqrt (lr_max * sqrt(T_warmup) / sqrt(t), fairseq), linear (to end_lr at the "
+        "last update, BERT) or constant (the paper's Figure 6)",
+    )
+    end_lr: float = field(0.0, help="the learning rate the linear decay reaches at the last update")
+    step_epochs: tuple[int, ...] = field((), help="epochs (1-based) from whose start the lr is multiplied by step_factor")
+    step_updates: tuple[int, ...] = field((), help="updates after which the lr is multiplied by step_factor")
+    step_factor: float = field(0.1, help="multiplier of a step decay")
+    after_step: Literal["same", "inverse_sqrt"] = field(
+        "same", help="after the first step boundary: keep the decay (same) or continue as an inverse square root"
+    )
+
+    def validate(self) -> None:
+        if self.warmup_updates < 0:
+            raise self.error("warmup_updates", f"must be >= 0, got {self.warmup_updates}")
+        if self.end_lr < 0:
+            raise self.error("end_lr", f"must be >= 0, got {self.end_lr}")
+        if not 0 < self.step_factor <= 1:
+            raise self.error("step_factor", f"must be in (0, 1], got {self.step_factor}")
+        for name, least in (("step_epochs", 2), ("step_updates", 1)):
+            values = getattr(self, name)
+            if any(v < least for v in values) or list(values) != sorted(set(values)):
+                raise self.error(name, f"must be increasing integers >= {least}, got {list(values)}")
+        if self.after_step != "same" and not (self.step_epochs or self.step_updates):
+            raise self.error("after_step", "needs a step boundary (step_epochs or step_updates)")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Data (placeholder of the data issue's config: the fields the trainer reads)
+
+
+@config
+class DataConfig(Strict):
+    """Which corpus and how it is tokenized and batched."""
+
+    task: Literal["translation", "mlm", "classification"] = field("translation", help="what the model learns")
+    corpus: str = field("de-en", help="a vendored corpus name or a path to the user's own files")
+    max_tokens: int = field(4096, help="target tokens per batch (the paper: 4096)")
+
+    def validate(self) -> None:
+        if self.max_tokens <= 0:
+            raise self.error("max_tokens", f"must be positive, got {self.max_tokens}")
+
+
+# --------------------------------------------------------------------------------------------------------
+# A training run
+
+
+@config
+class TrainConfig(Strict):
+    """One training run: model, data, optimizer, schedule and the loop's settings. ``normlab train --config``
+    reads this from YAML (sections ``model:``, ``data:``, ``optim:``, ``schedule:`` and top-level keys)."""
+
+    model: ModelConfig = field(default_factory=ModelConfig, help="the model")
+    data: DataConfig = field(default_factory=DataConfig, help="the data")
+    optim: OptimConfig = field(default_factory=OptimConfig, help="the optimizer")
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig, help="the learning-rate schedule")
+    max_epochs: int = field(20, help="stop after this many epochs")
+    max_updates: int = field(0, help="stop after this many updates; 0 = only max_epochs")
+    accumulate: int = field(1, help="batches per update (gradient accumulation; fairseq's update_freq)")
+    label_smoothing: float = field(0.1, help="epsilon of the label-smoothed cross entropy (translation; paper: 0.1)")
+    seed: int = field(1, help="seeds initialisation, data order, dropout and masking")
+    precision: Literal["auto", "bf16", "fp32"] = field(
+        "auto", help="auto: bf16 autocast where the device supports it (CUDA, CPUs with AVX-512 BF16/AMX), else fp32"
+    )
+    device: Literal["auto", "cpu", "cuda"] = field("auto", help="auto: CUDA when present, else CPU")
+    eval_every: int = field(0, help="also evaluate every N updates; 0 = at the end of every epoch only")
+    save_every: int = field(0, help="also checkpoint every N updates; 0 = at the end of every epoch only")
+    keep_last: int = field(2, help="checkpoints kept besides the best")
+    log_every: int = field(10, help="updates between plain progress lines when stderr is not a terminal")
+
+    def validate(self) -> None:
+        for name in ("max_epochs", "accumulate", "keep_last", "log_every"):
+            if getattr(self, name) < 1:
+                raise self.error(name, f"must be >= 1, got {getattr(self, name)}")
+        for name in ("max_updates", "eval_every", "save_every"):
+            if getattr(self, name) < 0:
+                raise self.error(name, f"must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise self.error("label_smoothing", f"must be in [0, 1), got {self.label_smoothing}")
+        if self.max_updates and self.schedule.warmup_updates > self.max_updates:
+            raise self.error(
+                "schedule",
+                f"warmup_updates={self.schedule.warmup_updates} is longer than the run (max_updates={self.max_updates})",
+            )
