@@ -156,11 +156,11 @@ def test_two_process_gloo_equals_one_process(tmp_path):
 
 
 def test_run_dir_checks(tmp_path):
-    cfg = TrainConfig.from_dict(config(max_updates=2))
+    cfg = TrainConfig.from_dict(config(max_updates=2, schedule={"warmup_updates": 0}))
     Trainer(cfg, tmp_path, ReverseTask(), None, progress=False).fit()
     with pytest.raises(ConfigError, match="already holds a run"):
         prepare_run_dir(tmp_path, cfg, resume=False)
-    other = TrainConfig.from_dict(config(max_updates=2, model={"d_ffn": 48}))
+    other = TrainConfig.from_dict(config(max_updates=2, schedule={"warmup_updates": 0}, model={"d_ffn": 48}))
     with pytest.raises(ConfigError, match=r"model configuration differs from the run's in \['d_ffn'\]"):
         prepare_run_dir(tmp_path, other, resume=True)
     with pytest.raises(ConfigError, match="not a run directory"):
