@@ -327,11 +327,6 @@ class Trainer:
     def fit(self, resume: bool = False) -> dict[str, Any]:
         """Train until ``max_epochs`` / ``max_updates`` or divergence; returns the summary (also in summary.json)."""
         cfg = self.cfg
-        if self.dist.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.yaml").write_text(_dump_config(cfg), encoding="utf-8")
-        if resume:
-            self._resume()
         per_epoch = math.ceil(len(self.train_data.epoch_batches(1, cfg.seed, cfg.data.max_tokens)) / cfg.accumulate)
         total = cfg.max_epochs * per_epoch
         if cfg.max_updates:
@@ -342,6 +337,12 @@ class Trainer:
                 f"({total} updates = {cfg.max_epochs} epochs of {per_epoch})"
             )
         schedule: Schedule = build_schedule(cfg.schedule, cfg.optim.lr, total, per_epoch)
+        # everything is checked: from here on the run directory is written
+        if self.dist.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.yaml").write_text(_dump_config(cfg), encoding="utf-8")
+        if resume:
+            self._resume()
         if self.dist.is_main:
             from torch.utils.tensorboard import SummaryWriter
 
