@@ -59,7 +59,8 @@ def hf_peer(texts: list[str]) -> float | None:
         return None
     t0 = time.perf_counter()
     tok = SentencePieceBPETokenizer()
-    tok.train_from_iterator(texts, vocab_size=10_000, show_progress=False, special_tokens=["<pad>", "<unk>", "<s>", "</s>"])
+    specials = ["<pad>", "<unk>", "<s>", "</s>"]
+    tok.train_from_iterator(texts, vocab_size=10_000, show_progress=False, special_tokens=specials)
     return time.perf_counter() - t0
 
 
@@ -92,7 +93,8 @@ def main() -> None:
     train_text = tokenizer_text(read_split(locate(cfg), "train", cfg))
     peer = hf_peer(train_text)
     if peer is not None:
-        print(f"   peer: HF tokenizers SentencePieceBPETokenizer, vocab 10k, same {len(train_text):,} lines: {peer:.2f} s")
+        print(f"   peer: HF tokenizers SentencePieceBPETokenizer, vocab 10k, same {len(train_text):,} lines: "
+              f"{peer:.2f} s")  # fmt: skip
 
     data = prepare(cfg, max_positions=1024)
     train = data.splits["train"]
@@ -105,7 +107,8 @@ def main() -> None:
         mlm = prepare(DataConfig(task="mlm", cache_dir=cfg.cache_dir), max_positions=512).splits["train"]
         for r in range(args.repeat):
             dt, real, padded, n = iterate(mlm, epoch=r, seed=1, max_tokens=cfg.max_tokens)
-            print(f"   en-mono MLM epoch {r}: {n} batches, {real:,} tokens in {dt:.2f} s = {real / dt / 1e6:.2f}M tok/s")
+            print(f"   en-mono MLM epoch {r}: {n} batches, {real:,} tokens in {dt:.2f} s = "
+                  f"{real / dt / 1e6:.2f}M tok/s")  # fmt: skip
 
     print("\n3. share of non-pad tokens in the De-En train batches (goal >= 90%)")
     dt, real, padded, n = iterate(train, epoch=0, seed=1, max_tokens=cfg.max_tokens)
@@ -118,9 +121,10 @@ def main() -> None:
     rand = np.array_split(np.random.default_rng(0).permutation(len(train)), n)
     r_real = sum(int(train.src_sizes[ix].sum() + train.tgt_sizes[ix].sum()) for ix in rand)
     r_pad = sum(len(ix) * int(train.src_sizes[ix].max() + train.tgt_sizes[ix].max()) for ix in rand)
-    print(f"   length-bucketed: {real / padded:.1%} (source {src_real / src_pad:.1%}, target {tgt_real / tgt_pad:.1%}), "
-          f"{n} batches, {len(train) / n:.1f} sentences and {real / n:,.0f} non-pad tokens per batch")
-    print(f"   peer: {n} batches drawn at random: {r_real / r_pad:.1%}")
+    print(f"   length-bucketed: {real / padded:.1%} (source {src_real / src_pad:.1%}, "
+          f"target {tgt_real / tgt_pad:.1%}), {n} batches, {len(train) / n:.1f} sentences and "
+          f"{real / n:,.0f} non-pad tokens per batch")  # fmt: skip
+    print(f"   peer: as many batches, examples drawn at random (no length bucketing): {r_real / r_pad:.1%}")
 
     print("\n4. exact detokenization on the De-En test split")
     test = data.splits["test"]

@@ -62,7 +62,9 @@ def test_data_command_bad_corpus_is_one_line_exit_2(tmp_path, monkeypatch, capsy
     (d / "train.en").write_text("A\n", encoding="utf-8")
     (d / "valid.de").write_text("a\n", encoding="utf-8")
     (d / "valid.en").write_text("A\n", encoding="utf-8")
-    run = lambda *args: normlab_in_process(*args, cache=tmp_path / "cache", monkeypatch=monkeypatch, capsys=capsys)  # noqa: E731
+    def run(*args):
+        return normlab_in_process(*args, cache=tmp_path / "cache", monkeypatch=monkeypatch, capsys=capsys)
+
     code, out, err = run("data", "--set", f"corpus={d}")
     assert code == 2 and out == ""
     assert err == (

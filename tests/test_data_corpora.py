@@ -219,7 +219,8 @@ def test_missing_split_and_unknown_corpus(small_corpora, tmp_path):
 
 
 def test_config_rejects_mismatched_vendored_corpus():
-    with pytest.raises(ConfigError, match=r"DataConfig.corpus: 'en-mono' is a mlm corpus; task 'translation' uses \['de-en'\]"):
+    match = r"DataConfig.corpus: 'en-mono' is a mlm corpus; task 'translation' uses \['de-en'\]"
+    with pytest.raises(ConfigError, match=match):
         DataConfig(corpus="en-mono")
     with pytest.raises(ConfigError, match="DataConfig.target_lang: equals source_lang"):
         DataConfig(target_lang="de")

@@ -18,7 +18,9 @@ def epoch_rng(seed: int, epoch: int) -> np.random.Generator:
     return np.random.default_rng([seed & 0xFFFFFFFF, epoch, 0x6E6C])  # "nl": a stream of its own
 
 
-def length_order(sizes: np.ndarray, keys: tuple[np.ndarray, ...] = (), rng: np.random.Generator | None = None) -> np.ndarray:
+def length_order(
+    sizes: np.ndarray, keys: tuple[np.ndarray, ...] = (), rng: np.random.Generator | None = None
+) -> np.ndarray:
     """Indices sorted by ``sizes`` (then by each of ``keys``, then at random when ``rng`` is given, else by
     index)."""
     n = len(sizes)

@@ -316,7 +316,9 @@ def read_pairs(path: Path, labels: tuple[str, ...] | None) -> Pairs:
             continue
         label = ids.get(r[li], 0 if labels is None else None)
         if label is None:
-            raise DataError(f"{path}:{lineno}: label {r[li]!r} is not in the label set {list(labels)} (DataConfig.labels)")
+            raise DataError(
+                f"{path}:{lineno}: label {r[li]!r} is not in the label set {list(labels)} (DataConfig.labels)"
+            )
         out_labels.append(label)
         a.append(r[ai])
         b.append(r[bi])

@@ -192,7 +192,7 @@ class TranslationDataset(Dataset):
         )
 
     def select(self, idx: np.ndarray) -> TranslationDataset:
-        return TranslationDataset(self.src.take(idx), self.tgt.take(idx), self.src_text.take(idx), self.tgt_text.take(idx))
+        return TranslationDataset(*(r.take(idx) for r in (self.src, self.tgt, self.src_text, self.tgt_text)))
 
 
 class MLMDataset(Dataset):
@@ -283,8 +283,8 @@ class Prepared:
 
 
 def _label(corpus: Corpus) -> str:
-    """A file-name-safe name for a corpus (its vendored name or the last part of its directory)."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", corpus.name if corpus.root.name != corpus.name else corpus.root.name)[:40]
+    """A file-name-safe name for a corpus: the last part of its directory (the hash in the name does the rest)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", corpus.root.name)[:40] or "corpus"
 
 
 def _reading(corpus: Corpus, cfg: DataConfig) -> dict[str, Any]:
@@ -408,8 +408,9 @@ def prepare(data_cfg: DataConfig, max_positions: int) -> Prepared:
         tok = train_or_load(root, tok_id, lambda: tok_lines, cfg.vocab_size, cfg.tokenizer_sentences)
     for split in missing:
         data = texts.pop(split)
-        meta = {"examples": len(data.a if isinstance(data, Pairs) else data.src if isinstance(data, Parallel) else data.text),
-                "dropped_empty": data.dropped_empty, "files": [str(p) for p in corpus.splits[split]]}  # fmt: skip
+        examples = len(data.a if isinstance(data, Pairs) else data.src if isinstance(data, Parallel) else data.text)
+        files = [str(p) for p in corpus.splits[split]]
+        meta = {"examples": examples, "dropped_empty": data.dropped_empty, "files": files}
         save_arrays(paths[split], _binarize(data, tok), meta)
         log.info("binarized %s %s: %d examples -> %s", corpus.name, split, meta["examples"], paths[split])
 
@@ -421,9 +422,10 @@ def prepare(data_cfg: DataConfig, max_positions: int) -> Prepared:
         if dropped_long:
             log.warning("%s %s: dropped %d of %d examples longer than max_positions=%d", corpus.name, split,
                         dropped_long, dropped_long + len(ds), max_positions)  # fmt: skip
-        if meta["dropped_empty"]:
-            log.warning("%s %s: %d examples with an empty side were dropped when reading", corpus.name, split,
-                        meta["dropped_empty"])  # fmt: skip
+        if meta["dropped_empty"]:  # logged by the reader when it read the file; repeated on every cached load
+            level = logging.INFO if corpus.task == "mlm" else logging.WARNING  # empty lines separate paragraphs
+            log.log(level, "%s %s: %d empty examples were dropped when reading", corpus.name, split,
+                    meta["dropped_empty"])  # fmt: skip
         subset = {"train": cfg.train_subset, "valid": cfg.valid_subset}.get(split, 0)
         if subset and subset < len(ds):
             ds = ds.select(np.arange(subset))

@@ -35,9 +35,11 @@ def config_from_args(args: argparse.Namespace) -> DataConfig:
 def describe(data: Prepared, seed: int = 1, examples: int = 2, seconds: float | None = None) -> str:
     cfg, tok = data.cfg, data.tokenizer
     lines = ["DataConfig: " + ", ".join(f"{k}={v}" for k, v in cfg.to_dict().items())]
-    lines.append(f"corpus {data.corpus.name} ({data.corpus.root}), task {data.corpus.task}, format {data.corpus.format}")
+    corpus = data.corpus
+    lines.append(f"corpus {corpus.name} ({corpus.root}), task {corpus.task}, format {corpus.format}")
     lines.append(f"tokenizer {tok.name}: sentencepiece BPE, vocab {tok.vocab_size:,}")
-    lines.append(f"{'split':<6} {'examples':>10} {'tokens':>12} {'tokens/ex':>9} {'dropped empty':>13} {'dropped long':>12}")
+    header = ("split", "examples", "tokens", "tokens/ex", "dropped empty", "dropped long")
+    lines.append("{:<6} {:>10} {:>12} {:>9} {:>13} {:>12}".format(*header))
     for split, ds in data.splits.items():
         s = data.stats[split]
         lines.append(f"{split:<6} {len(ds):>10,} {s['tokens']:>12,} {s['tokens'] / max(1, len(ds)):>9.1f} "

@@ -68,8 +68,8 @@ def join_with_separator(tokens: np.ndarray, offsets: np.ndarray, sep: int = SEP)
     (RoBERTa's FULL-SENTENCES packing marks document boundaries the same way)."""
     n, total = len(offsets) - 1, len(tokens)
     if n == 0:
-        return tokens.astype(np.int64)
-    out = np.full(total + n - 1, sep, dtype=np.int64)
+        return tokens.copy()
+    out = np.full(total + n - 1, sep, dtype=tokens.dtype)  # uint16 stays uint16: en-mono's stream is 10M tokens
     shift = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
     out[np.arange(total, dtype=np.int64) + shift] = tokens
     return out
