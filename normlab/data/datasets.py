@@ -270,7 +270,7 @@ class Prepared:
     cfg: DataConfig
     tokenizer: Tokenizer
     splits: dict[str, Dataset]  # "train", "valid" and, where the corpus has one, "test"
-    stats: dict[str, dict[str, Any]]  # per split: examples, tokens, dropped_empty, dropped_long, ...
+    stats: dict[str, dict[str, Any]]  # per split: examples, tokens (sum of sizes), dropped_empty, dropped_long, ...
     corpus: Corpus
 
     @property
@@ -352,8 +352,6 @@ def _dataset(
             return ds.select(keep), len(ds) - len(keep)
         return ds, 0
     if task == "mlm":
-        if cfg.block_size > max_positions:
-            raise DataError(f"DataConfig.block_size={cfg.block_size} exceeds the model's max_positions={max_positions}")
         text = _ragged(arrays, "text")
         stream = tasks.join_with_separator(text.values, text.offsets)
         bounds = tasks.block_bounds(len(stream), cfg.block_size)
@@ -372,6 +370,8 @@ def prepare(data_cfg: DataConfig, max_positions: int) -> Prepared:
     """
     cfg = data_cfg
     t0 = time.perf_counter()
+    if cfg.task == "mlm" and cfg.block_size > max_positions:
+        raise DataError(f"DataConfig.block_size={cfg.block_size} exceeds the model's max_positions={max_positions}")
     corpus = locate(cfg)
     root = cache_root(cfg)
 
@@ -397,14 +397,12 @@ def prepare(data_cfg: DataConfig, max_positions: int) -> Prepared:
 
     # read and check everything still needed before writing anything
     texts = {split: read_split(corpus, split, cfg) for split in missing}
-    tok_lines = None
     if tok is None:
         assert tok_corpus is not None
         if tok_corpus is corpus and "train" in texts:
             tok_lines = _tokenizer_lines(texts["train"], cfg)
         else:
             tok_lines = _tokenizer_lines(read_split(tok_corpus, "train", cfg, text_only=True), cfg)
-    if tok is None:
         tok = train_or_load(root, tok_id, lambda: tok_lines, cfg.vocab_size, cfg.tokenizer_sentences)
     for split in missing:
         data = texts.pop(split)
@@ -432,6 +430,8 @@ def prepare(data_cfg: DataConfig, max_positions: int) -> Prepared:
         splits[split] = ds
         stats[split] = {"examples": len(ds), "tokens": int(ds.sizes.sum()), "dropped_empty": meta["dropped_empty"],
                         "dropped_long": dropped_long, "cache": str(path)}  # fmt: skip
+        if isinstance(ds, TranslationDataset):  # "tokens" is the batching size max(src, tgt); here each side
+            stats[split].update(source_tokens=int(ds.src_sizes.sum()), target_tokens=int(ds.tgt_sizes.sum()))
     log.info("prepared %s in %.2f s", corpus.name, time.perf_counter() - t0)
     return Prepared(cfg=cfg, tokenizer=tok, splits=splits, stats=stats, corpus=corpus)
 

@@ -38,12 +38,15 @@ def describe(data: Prepared, seed: int = 1, examples: int = 2, seconds: float | 
     corpus = data.corpus
     lines.append(f"corpus {corpus.name} ({corpus.root}), task {corpus.task}, format {corpus.format}")
     lines.append(f"tokenizer {tok.name}: sentencepiece BPE, vocab {tok.vocab_size:,}")
-    header = ("split", "examples", "tokens", "tokens/ex", "dropped empty", "dropped long")
-    lines.append("{:<6} {:>10} {:>12} {:>9} {:>13} {:>12}".format(*header))
+    # tokens as the model sees them: + eos per side for translation, [CLS]/[SEP] included otherwise
+    sides = ("source_tokens", "target_tokens") if isinstance(data.splits["train"], TranslationDataset) else ("tokens",)
+    header = ("split", "examples", *(f"{side.replace('_', ' ')}" for side in sides), "dropped empty", "dropped long")
+    row = "{:<6} {:>10} " + "{:>18} " * len(sides) + "{:>13} {:>12}"
+    lines.append(row.format(*header))
     for split, ds in data.splits.items():
         s = data.stats[split]
-        lines.append(f"{split:<6} {len(ds):>10,} {s['tokens']:>12,} {s['tokens'] / max(1, len(ds)):>9.1f} "
-                     f"{s['dropped_empty']:>13,} {s['dropped_long']:>12,}")  # fmt: skip
+        per = [f"{s[side]:,} ({s[side] / max(1, len(ds)):.1f})" for side in sides]
+        lines.append(row.format(split, f"{len(ds):,}", *per, f"{s['dropped_empty']:,}", f"{s['dropped_long']:,}"))
     train = data.splits["train"]
     batches = train.epoch_batches(0, seed, cfg.max_tokens)
     real = padded = 0
