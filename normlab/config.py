@@ -375,6 +375,9 @@ class DataConfig(Strict):
     max_tokens: int = field(
         4096, help="tokens per global batch, padding included, counted as fairseq does (the paper: 4,096)"
     )
+    max_sentences: int = field(
+        0, help="also cap the examples per batch (0 = no cap; BERT fine-tuning uses 32 sentences per batch)"
+    )
     train_subset: int = field(0, help="use only the first N training examples (0 = all)")
     valid_subset: int = field(0, help="use only the first N validation examples (0 = all)")
     block_size: int = field(
@@ -404,7 +407,7 @@ class DataConfig(Strict):
             raise self.error("vocab_size", f"must exceed 263 (7 special ids + 256 byte pieces), got {self.vocab_size}")
         if self.max_tokens <= 0:
             raise self.error("max_tokens", f"must be positive, got {self.max_tokens}")
-        for name in ("tokenizer_sentences", "train_subset", "valid_subset"):
+        for name in ("tokenizer_sentences", "max_sentences", "train_subset", "valid_subset"):
             if getattr(self, name) < 0:
                 raise self.error(name, f"must be >= 0 (0 = all), got {getattr(self, name)}")
         if self.block_size < 3:

@@ -34,6 +34,13 @@ def test_batches_cover_the_epoch_within_budget(train, max_tokens):
         assert (len(x) + len(y)) * max(train.sizes[x].max(), train.sizes[y].max()) > max_tokens
 
 
+def test_max_sentences_caps_batches(train):
+    batches = train.epoch_batches(epoch=0, seed=1, max_tokens=4096, max_sentences=32)
+    assert max(len(b) for b in batches) == 32
+    assert np.array_equal(np.sort(np.concatenate(batches)), np.arange(len(train)))
+    assert all(len(b) * train.sizes[b].max() <= 4096 for b in batches)
+
+
 def test_deterministic_for_seed_and_epoch(train):
     a = train.epoch_batches(epoch=3, seed=7, max_tokens=1024)
     b = train.epoch_batches(epoch=3, seed=7, max_tokens=1024)

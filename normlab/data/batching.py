@@ -30,9 +30,10 @@ def length_order(
     return perm[order]
 
 
-def batch_by_size(order: np.ndarray, sizes: np.ndarray, max_tokens: int) -> list[np.ndarray]:
+def batch_by_size(order: np.ndarray, sizes: np.ndarray, max_tokens: int, max_sentences: int = 0) -> list[np.ndarray]:
     """Cut ``order`` (non-decreasing ``sizes[order]``) into the fewest consecutive batches with
-    ``len(batch) * max(size) <= max_tokens``, greedily from the short end."""
+    ``len(batch) * max(size) <= max_tokens`` (and ``len(batch) <= max_sentences`` when that is > 0), greedily
+    from the short end."""
     s = sizes[order]
     n = len(s)
     if n and s[-1] > max_tokens:
@@ -44,7 +45,7 @@ def batch_by_size(order: np.ndarray, sizes: np.ndarray, max_tokens: int) -> list
     i = 0
     while i < n:
         # (j - i + 1) * s[j] is non-decreasing in j (s is): binary search the last j that fits
-        lo, hi = i, min(n, i + max_tokens // int(s[i])) - 1
+        lo, hi = i, min(n, i + max_tokens // int(s[i]), i + (max_sentences or n)) - 1
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if (mid - i + 1) * int(s[mid]) <= max_tokens:
@@ -64,13 +65,14 @@ def epoch_batches(
     max_tokens: int,
     shuffle: bool = True,
     keys: tuple[np.ndarray, ...] = (),
+    max_sentences: int = 0,
 ) -> list[np.ndarray]:
     """The global batches of one epoch (arrays of example indices), deterministic for ``(seed, epoch)``.
 
     ``shuffle=False`` (evaluation): sorted by length, ties by index, batches in length order.
     """
     rng = epoch_rng(seed, epoch) if shuffle else None
-    batches = batch_by_size(length_order(sizes, keys, rng), sizes, max_tokens)
+    batches = batch_by_size(length_order(sizes, keys, rng), sizes, max_tokens, max_sentences)
     if rng is not None:
         batches = [batches[k] for k in rng.permutation(len(batches))]
     return batches

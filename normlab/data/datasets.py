@@ -126,12 +126,14 @@ class Dataset:
     def _sort_keys(self) -> tuple[np.ndarray, ...]:
         return ()
 
-    def epoch_batches(self, epoch: int, seed: int, max_tokens: int, shuffle: bool = True) -> list[np.ndarray]:
+    def epoch_batches(
+        self, epoch: int, seed: int, max_tokens: int, shuffle: bool = True, *, max_sentences: int = 0
+    ) -> list[np.ndarray]:
         """The global batches of ``epoch`` as arrays of example indices, a pure function of ``(seed, epoch,
-        max_tokens)``: a resumed run skips the first k of the same list. ``shuffle=False`` for evaluation."""
-        return batching.epoch_batches(
-            self.sizes, epoch=epoch, seed=seed, max_tokens=max_tokens, shuffle=shuffle, keys=self._sort_keys()
-        )
+        max_tokens, max_sentences)``: a resumed run skips the first k of the same list. ``shuffle=False`` for
+        evaluation; ``max_sentences`` (> 0) caps the examples per batch as well (BERT fine-tunes with 32)."""
+        return batching.epoch_batches(self.sizes, epoch=epoch, seed=seed, max_tokens=max_tokens, shuffle=shuffle,
+                                      keys=self._sort_keys(), max_sentences=max_sentences)  # fmt: skip
 
     def collate(
         self, indices: np.ndarray, *, rank: int = 0, world: int = 1, seed: int = 0, epoch: int = 0, step: int = 0

@@ -48,7 +48,7 @@ def describe(data: Prepared, seed: int = 1, examples: int = 2, seconds: float | 
         per = [f"{s[side]:,} ({s[side] / max(1, len(ds)):.1f})" for side in sides]
         lines.append(row.format(split, f"{len(ds):,}", *per, f"{s['dropped_empty']:,}", f"{s['dropped_long']:,}"))
     train = data.splits["train"]
-    batches = train.epoch_batches(0, seed, cfg.max_tokens)
+    batches = train.epoch_batches(0, seed, cfg.max_tokens, max_sentences=cfg.max_sentences)
     real = padded = 0
     for ix in batches:
         if isinstance(train, TranslationDataset):
