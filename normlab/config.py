@@ -26,7 +26,7 @@ import yaml
 
 __all__ = [
     "ConfigError", "Strict", "config", "field", "Placement", "ModelConfig", "OptimConfig", "ScheduleConfig",
-    "DataConfig", "TrainConfig",
+    "DataConfig", "TrainConfig", "VENDORED_CORPORA", "DEFAULT_CORPUS",
     "parse_override", "apply_overrides", "load_yaml",
 ]  # fmt: skip
 
@@ -398,20 +398,97 @@ class ScheduleConfig(Strict):
 
 
 # --------------------------------------------------------------------------------------------------------
-# Data (placeholder of the data issue's config: the fields the trainer reads)
+# Data
+
+# The corpora vendored in the repository's data/ folder and the task each one serves (data/README.md).
+VENDORED_CORPORA: dict[str, str] = {
+    "de-en": "translation",
+    "en-mono": "mlm",
+    "paraphrase": "classification",
+    "wic": "classification",
+}
+DEFAULT_CORPUS: dict[str, str] = {"translation": "de-en", "mlm": "en-mono", "classification": "paraphrase"}
 
 
 @config
 class DataConfig(Strict):
-    """Which corpus and how it is tokenized and batched."""
+    """The data: which corpus, how it is tokenized, how it is batched (normlab/data)."""
 
-    task: Literal["translation", "mlm", "classification"] = field("translation", help="what the model learns")
-    corpus: str = field("de-en", help="a vendored corpus name or a path to the user's own files")
-    max_tokens: int = field(4096, help="target tokens per batch (the paper: 4096)")
+    task: Literal["translation", "mlm", "classification"] = field(
+        "translation", help="translation (encoder-decoder), mlm (BERT masked LM) or classification (sentence pairs)"
+    )
+    corpus: str = field(
+        "",
+        help="a vendored corpus (de-en, en-mono, paraphrase, wic) or a directory of your own files "
+        "(train/valid[/test] splits, see data/README.md); '' = the task's default: de-en, en-mono, paraphrase",
+    )
+    format: Literal["auto", "tsv", "raw"] = field(
+        "auto",
+        help="files of a directory: tsv ({split}.tsv with a header), raw (fairseq-style {split}.{lang} for "
+        "translation, {split}.txt for mlm) or auto (tsv when {split}.tsv exists)",
+    )
+    source_lang: str = field("de", help="translation source language: a TSV header column or a raw file suffix")
+    target_lang: str = field("en", help="translation target language (the paper: De->En)")
+    labels: tuple[str, ...] = field(
+        ("0", "1"), help="classification label set, in class-id order; a label outside it is an error"
+    )
+    tokenizer: str = field(
+        "",
+        help="'' trains a BPE on this corpus' train split; a corpus name or directory trains it on that "
+        "corpus' train split instead (e.g. en-mono, to fine-tune with the pre-training vocabulary); "
+        "a path to a sentencepiece .model file loads that model",
+    )
+    vocab_size: int = field(10000, help="joint source+target BPE vocabulary size (the paper: 10k for IWSLT14)")
+    tokenizer_sentences: int = field(
+        0, help="sentences (lines) the tokenizer is trained on, a seeded sample of the train split; 0 = all"
+    )
+    max_tokens: int = field(
+        4096, help="tokens per global batch, padding included, counted as fairseq does (the paper: 4,096)"
+    )
+    max_sentences: int = field(
+        0, help="also cap the examples per batch (0 = no cap; BERT fine-tuning uses 32 sentences per batch)"
+    )
+    train_subset: int = field(0, help="use only the first N training examples (0 = all)")
+    valid_subset: int = field(0, help="use only the first N validation examples (0 = all)")
+    block_size: int = field(
+        128, help="masked-LM block length, [CLS] and [SEP] included; also the longest sentence-pair example"
+    )
+    mask_prob: float = field(0.15, help="masked-LM: share of non-special tokens selected for prediction (BERT: 0.15)")
+    cache_dir: str = field("", help="tokenizer and binarized-split cache; '' = $NORMLAB_CACHE or ~/.cache/normlab")
 
     def validate(self) -> None:
+        if self.corpus in VENDORED_CORPORA and VENDORED_CORPORA[self.corpus] != self.task:
+            fits = [name for name, task in VENDORED_CORPORA.items() if task == self.task]
+            raise self.error(
+                "corpus", f"{self.corpus!r} is a {VENDORED_CORPORA[self.corpus]} corpus; task {self.task!r} uses {fits}"
+            )
+        if self.corpus in VENDORED_CORPORA and self.format == "raw":
+            raise self.error("format", f"the vendored corpus {self.corpus!r} is TSV; use format=auto or tsv")
+        for name in ("source_lang", "target_lang"):
+            lang = getattr(self, name)
+            if not re.fullmatch(r"[A-Za-z0-9_-]+", lang):
+                raise self.error(name, f"expected a language code such as 'de', got {lang!r}")
+        if self.task == "translation" and self.source_lang == self.target_lang:
+            raise self.error("target_lang", f"equals source_lang={self.source_lang!r}")
+        if len(self.labels) < 2 or len(set(self.labels)) != len(self.labels):
+            raise self.error("labels", f"expected at least two distinct labels, got {list(self.labels)}")
+        # 7 special ids (normlab/data/batch.py) and 256 byte pieces (byte fallback) come before any merge
+        if self.vocab_size <= 263:
+            raise self.error("vocab_size", f"must exceed 263 (7 special ids + 256 byte pieces), got {self.vocab_size}")
         if self.max_tokens <= 0:
             raise self.error("max_tokens", f"must be positive, got {self.max_tokens}")
+        for name in ("tokenizer_sentences", "max_sentences", "train_subset", "valid_subset"):
+            if getattr(self, name) < 0:
+                raise self.error(name, f"must be >= 0 (0 = all), got {getattr(self, name)}")
+        if self.block_size < 3:
+            raise self.error("block_size", f"must be at least 3 ([CLS], one token, [SEP]), got {self.block_size}")
+        if not 0.0 < self.mask_prob < 1.0:
+            raise self.error("mask_prob", f"must be in (0, 1), got {self.mask_prob}")
+
+    @property
+    def corpus_name(self) -> str:
+        """The corpus after defaults: a vendored name or the user's path, as given."""
+        return self.corpus or DEFAULT_CORPUS[self.task]
 
 
 # --------------------------------------------------------------------------------------------------------
