@@ -19,7 +19,9 @@ class ReverseTask:
     def __len__(self) -> int:
         return len(self.src)
 
-    def epoch_batches(self, epoch: int, seed: int, max_tokens: int, shuffle: bool = True) -> list[np.ndarray]:
+    def epoch_batches(
+        self, epoch: int, seed: int, max_tokens: int, shuffle: bool = True, *, max_sentences: int = 0
+    ) -> list[np.ndarray]:
         order = np.argsort(self.sizes, kind="stable")
         batches, cur, longest = [], [], 0
         for i in order:

@@ -56,7 +56,9 @@ class Dataset(Protocol):
 
     def __len__(self) -> int: ...
 
-    def epoch_batches(self, epoch: int, seed: int, max_tokens: int, shuffle: bool = True) -> list[np.ndarray]: ...
+    def epoch_batches(
+        self, epoch: int, seed: int, max_tokens: int, shuffle: bool = True, *, max_sentences: int = 0
+    ) -> list[np.ndarray]: ...
 
     def collate(
         self, indices: np.ndarray, *, rank: int = 0, world: int = 1, seed: int = 0, epoch: int = 0, step: int = 0
@@ -98,8 +100,10 @@ def prepare_run_dir(run_dir: str | Path, cfg: TrainConfig, resume: bool) -> Trai
         if not saved_path.exists():
             raise ConfigError(f"--resume: {run_dir} is not a run directory (no config.yaml)")
         saved = TrainConfig.from_dict(load_yaml(saved_path.read_text(encoding="utf-8")))
-        if saved.model != cfg.model:
-            diff = [k for k, v in cfg.model.to_dict().items() if saved.model.to_dict()[k] != v]
+        # vocab_size and num_classes are fitted to the data, whose equality is checked next
+        mine, theirs = cfg.model.to_dict(), saved.model.to_dict()
+        diff = [k for k, v in mine.items() if theirs[k] != v and k not in ("vocab_size", "num_classes")]
+        if diff:
             raise ConfigError(f"--resume: the model configuration differs from the run's in {diff}")
         if saved.data != cfg.data or saved.seed != cfg.seed:
             raise ConfigError("--resume: the data or the seed differ from the run's; start a new run instead")
@@ -141,6 +145,7 @@ class Trainer:
         model: nn.Module | None = None,
         extra_eval: Callable[[nn.Module, int], dict[str, float]] | None = None,
         progress: bool | None = None,
+        quiet: bool = False,
     ) -> None:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
@@ -148,7 +153,8 @@ class Trainer:
         self.dist = dist or init_distributed(cfg.device)
         self.device = self.dist.device
         self.extra_eval = extra_eval
-        self.progress = progress
+        self.progress = progress  # None: a tqdm bar on a terminal, plain lines otherwise; True/False force it
+        self.quiet = quiet  # neither bar nor lines
         self.amp = autocast_dtype(cfg.precision, self.device)
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank and on every resume
         self.model = (model or build_model(cfg.model, cfg.data.task)).to(self.device)
@@ -287,7 +293,8 @@ class Trainer:
         cfg, d = self.cfg, self.dist
         self.net.eval()
         loss = nll = n = correct = 0.0
-        for step, idx in enumerate(data.epoch_batches(0, cfg.seed, cfg.data.max_tokens, shuffle=False)):
+        plan = data.epoch_batches(0, cfg.seed, cfg.data.max_tokens, shuffle=False, max_sentences=cfg.data.max_sentences)
+        for step, idx in enumerate(plan):
             batch = data.collate(idx, rank=d.rank, world=d.world, seed=cfg.seed, epoch=0, step=step)
             with self._autocast():
                 # the model itself, not the DDP wrapper: evaluation has no backward
@@ -316,7 +323,7 @@ class Trainer:
         self._say(f"valid | epoch {epoch} | update {s.update} | " + " | ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
 
     def _say(self, line: str) -> None:
-        if self.dist.is_main:
+        if self.dist.is_main and not self.quiet:
             if self._bar is not None:
                 self._bar.write(line, file=sys.stderr)
             else:
@@ -324,10 +331,14 @@ class Trainer:
 
     # -------------------------------------------------------------------------------------------------- fit
 
+    def _epoch_plan(self, epoch: int) -> list[np.ndarray]:
+        d = self.cfg.data
+        return self.train_data.epoch_batches(epoch, self.cfg.seed, d.max_tokens, max_sentences=d.max_sentences)
+
     def fit(self, resume: bool = False) -> dict[str, Any]:
         """Train until ``max_epochs`` / ``max_updates`` or divergence; returns the summary (also in summary.json)."""
         cfg = self.cfg
-        per_epoch = math.ceil(len(self.train_data.epoch_batches(1, cfg.seed, cfg.data.max_tokens)) / cfg.accumulate)
+        per_epoch = math.ceil(len(self._epoch_plan(1)) / cfg.accumulate)
         total = cfg.max_epochs * per_epoch
         if cfg.max_updates:
             total = min(total, cfg.max_updates)
@@ -350,7 +361,7 @@ class Trainer:
             self._metrics_file = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")
         self._bar = None
         show_bar = self.progress if self.progress is not None else sys.stderr.isatty()
-        if self.dist.is_main and show_bar:
+        if self.dist.is_main and show_bar and not self.quiet:
             from tqdm import tqdm
 
             self._bar = tqdm(total=total, initial=self.state.update, unit="upd", dynamic_ncols=True)
@@ -360,7 +371,7 @@ class Trainer:
         try:
             self._summary("running", **extra)
             while s.update < total and s.epoch <= cfg.max_epochs:
-                plan = self.train_data.epoch_batches(s.epoch, cfg.seed, cfg.data.max_tokens)
+                plan = self._epoch_plan(s.epoch)
                 groups = [plan[i : i + cfg.accumulate] for i in range(0, len(plan), cfg.accumulate)]
                 while s.step_in_epoch < len(groups) and s.update < total:
                     t0 = time.perf_counter()
@@ -403,7 +414,7 @@ class Trainer:
                 self._metrics_file.close()
 
     def _progress(self, record: dict[str, Any], total: int) -> None:
-        if not self.dist.is_main:
+        if not self.dist.is_main or self.quiet:
             return
         if self._bar is not None:
             self._bar.update(1)
