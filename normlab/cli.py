@@ -58,11 +58,38 @@ def _train(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _finetune_args(p: argparse.ArgumentParser) -> None:
+    from normlab.finetune import add_arguments
+
+    add_arguments(p)
+
+
+def _finetune(args: argparse.Namespace) -> int:
+    from normlab.finetune import run
+
+    return run(args)
+
+
+def _export_hf_args(p: argparse.ArgumentParser) -> None:
+    from normlab.pretrained import add_export_arguments
+
+    add_export_arguments(p)
+
+
+def _export_hf(args: argparse.Namespace) -> int:
+    from normlab.pretrained import run_export
+
+    return run_export(args)
+
+
 # name -> (help, add arguments, run); each run returns the exit code
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "model": ("print a model's configuration, parameter count and where its LayerNorms sit", _model_args, _model),
     "data": ("prepare a corpus (tokenizer, binarized splits; cached) and print its statistics", _data_args, _data),
     "train": ("train a translation, masked-LM or classification model (exit 3 when it diverges)", _train_args, _train),
+    "finetune": ("fine-tune a masked-LM checkpoint on a sentence-pair task: the paper's grid, 6 seeds, 95% CIs",
+                 _finetune_args, _finetune),
+    "export-hf": ("write a Post-LN masked-LM checkpoint as a Hugging Face BertForMaskedLM", _export_hf_args, _export_hf),
 }
 
 

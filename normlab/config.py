@@ -516,13 +516,17 @@ class TrainConfig(Strict):
     eval_every: int = field(0, help="also evaluate every N updates; 0 = at the end of every epoch only")
     save_every: int = field(0, help="also checkpoint every N updates; 0 = at the end of every epoch only")
     keep_last: int = field(2, help="checkpoints kept besides the best")
+    keep_every: int = field(
+        0, help="also keep, for good, the checkpoints at multiples of N updates (with save_every=N: a series of "
+        "checkpoints to fine-tune along the run, the paper's Figure 5(b,c)); 0 = only keep_last and best"
+    )
     log_every: int = field(10, help="updates between plain progress lines when stderr is not a terminal")
 
     def validate(self) -> None:
         for name in ("max_epochs", "accumulate", "keep_last", "log_every"):
             if getattr(self, name) < 1:
                 raise self.error(name, f"must be >= 1, got {getattr(self, name)}")
-        for name in ("max_updates", "eval_every", "save_every"):
+        for name in ("max_updates", "eval_every", "save_every", "keep_every"):
             if getattr(self, name) < 0:
                 raise self.error(name, f"must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.label_smoothing < 1.0:

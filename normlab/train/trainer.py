@@ -217,7 +217,7 @@ class Trainer:
         path = ckpt.save_checkpoint(self.ckpt_dir, self.state.update, self.model, self.optimizer, self._ckpt_state())
         if self.state.best_update == self.state.update:
             ckpt.mark_best(path)
-        ckpt.rotate(self.ckpt_dir, self.cfg.keep_last)
+        ckpt.rotate(self.ckpt_dir, self.cfg.keep_last, self.cfg.keep_every)
         return path
 
     def _resume(self) -> None:

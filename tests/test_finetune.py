@@ -1,0 +1,322 @@
+"""The paper's BERT experiment end to end on small corpora (issue 8): masked-LM pre-training through
+`normlab train` with configs/bert-tiny-*.yaml (shrunk), fine-tuning (`normlab finetune`), export
+(`normlab export-hf`), and the t confidence interval against hand computations.
+
+The measured claims: the pre-training lowers the validation masked-LM loss well below its initial value and
+below what token frequencies alone give; the fine-tuned pre-trained model beats the majority class on the
+paraphrase task.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from normlab.config import TrainConfig, load_yaml
+from normlab.finetune import FinetuneConfig, epoch_curve, finetune, mean_ci, t_cdf, t_quantile
+from normlab.model import PairClassifier
+from normlab.pretrained import locate_pretrained
+from tests.conftest import SMALL_VOCAB, _vendored_lines
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# configs/bert-tiny-*.yaml shrunk to seconds on a CPU: d=64, 64-token blocks, no dropout, fp32
+SHRINK = ["model.d_model=64", "model.n_heads=2", "model.d_ffn=128", "model.max_positions=128", "model.dropout=0.0",
+          "model.attention_dropout=0.0", "data.block_size=64", "data.max_tokens=2048", "save_every=0", "keep_every=0",
+          "precision=fp32"]  # fmt: skip
+
+
+def normlab(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "normlab", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=600)  # fmt: skip
+
+
+def sets(*items: str) -> list[str]:
+    return [a for item in items for a in ("--set", item)]
+
+
+def pretrain(config: str, corpus: Path, cache: Path, out: Path, *extra: str) -> None:
+    proc = normlab("train", "--config", str(ROOT / "configs" / config), "--out", str(out), "--quiet",
+                   *sets(f"data.corpus={corpus}", f"data.cache_dir={cache}", f"data.vocab_size={SMALL_VOCAB}",
+                         *SHRINK, *extra))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def post_run(small_corpora, small_mlm, data_cache, tmp_path_factory):
+    """A Post-LN BERT-shaped masked LM pre-trained for 400 updates (warm-up 40, lr 3e-3) on 2,000 paragraphs."""
+    out = tmp_path_factory.mktemp("pretrain") / "bert-tiny-post"
+    pretrain("bert-tiny-post.yaml", small_corpora["mono"], data_cache, out,
+             "optim.lr=3e-3", "schedule.warmup_updates=40", "max_updates=400")  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def pre_run(small_corpora, small_mlm, data_cache, tmp_path_factory):
+    """configs/bert-tiny-pre.yaml for two updates: a Pre-LN checkpoint (fine-tunes; does not export)."""
+    out = tmp_path_factory.mktemp("pretrain") / "bert-tiny-pre"
+    pretrain("bert-tiny-pre.yaml", small_corpora["mono"], data_cache, out, "max_updates=2", "data.valid_subset=16")
+    return out
+
+
+@pytest.fixture(scope="module")
+def paraphrase_8k(tmp_path_factory):
+    """8,000 training pairs of the vendored paraphrase task, 400 validation and 400 test pairs. (The 1,000 pairs
+    of conftest's small corpus are too few: measured, a tiny model stays within noise of the majority class.)"""
+    root = tmp_path_factory.mktemp("paraphrase-8k")
+    for split, n in (("train", 8000), ("valid", 400), ("test", 400)):
+        lines = _vendored_lines(f"tasks/paraphrase/{split}.tsv.xz", n + 1)
+        (root / f"{split}.tsv").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return root
+
+
+def valid_records(run: Path) -> list[dict]:
+    recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in recs if r["type"] == "valid"]
+
+
+# ------------------------------------------------------------------------------------------------ pre-training
+
+
+def test_pretraining_lowers_validation_loss(post_run):
+    from normlab.data import prepare
+    from normlab.train.trainer import Trainer
+
+    cfg = TrainConfig.from_dict(load_yaml((post_run / "config.yaml").read_text()))
+    assert (cfg.data.task, cfg.model.placement.value, cfg.schedule.decay) == ("mlm", "post", "linear")
+    data = prepare(cfg.data, cfg.model.max_positions)
+    # the run's initial model: the Trainer seeds and builds it exactly as the run did (nothing is written)
+    initial = Trainer(cfg, post_run / "unused", data.splits["train"], data.splits["valid"], quiet=True).evaluate()
+    valid = valid_records(post_run)
+    final = valid[-1]["nll"]
+    # what knowing only the token frequencies gives: the train unigram's cross-entropy on the valid text tokens
+    train_tokens = data.splits["train"].blocks.values.astype(np.int64)
+    valid_tokens = data.splits["valid"].blocks.values.astype(np.int64)
+    train_tokens, valid_tokens = train_tokens[train_tokens >= 7], valid_tokens[valid_tokens >= 7]  # 7 specials
+    counts = np.bincount(train_tokens, minlength=cfg.model.vocab_size) + 1.0
+    unigram = float(-np.log(counts[valid_tokens] / counts.sum()).mean())
+    print(f"\nvalid MLM loss: initial {initial['nll']:.3f}, final {final:.3f} after {valid[-1]['update']} updates; "
+          f"unigram {unigram:.3f}; per epoch {[round(r['nll'], 3) for r in valid]}")  # fmt: skip
+    assert initial["nll"] > math.log(SMALL_VOCAB) - 0.5  # a fresh model: about uniform over the vocabulary
+    assert final < initial["nll"] - 1.5
+    assert final < unigram - 0.15  # it uses the context, not only the frequencies
+    assert json.loads((post_run / "summary.json").read_text())["status"] == "completed"
+
+
+# ------------------------------------------------------------------------------------------------- fine-tuning
+
+
+def test_encoder_comes_from_the_checkpoint(post_run):
+    pre = locate_pretrained(post_run)  # the run's best checkpoint
+    assert pre.update == 400 and pre.run_dir == post_run.resolve()
+    assert locate_pretrained(post_run / "checkpoints" / "update_00000400").update == 400
+    torch.manual_seed(0)
+    model = PairClassifier(pre.cfg.model)
+    untouched = pre.load_encoder(model)
+    assert untouched == ["pooler.weight", "pooler.bias", "classifier.weight", "classifier.bias"]
+    saved = load_file(str(pre.checkpoint / "model.safetensors"))
+    state = model.state_dict()
+    encoder = [k for k in state if k.startswith("encoder.")]
+    assert encoder and all(torch.equal(state[k], saved[k]) for k in encoder)
+    assert not any(k.startswith("lm_") for k in state)  # the masked-LM head stays behind
+
+
+def test_finetune_beats_the_majority_class(post_run, paraphrase_8k, tmp_path):
+    fc = FinetuneConfig(task=str(paraphrase_8k), batch_sizes=(16,), lrs=(1e-3,), epochs=(2,), seeds=1, max_length=48,
+                        precision="fp32")  # fmt: skip
+    lines: list[str] = []
+    results = finetune(post_run, fc, tmp_path / "ft", say=lines.append)
+    chosen, majority = results["chosen"], results["majority_baseline"]
+    valid_labels = np.array([int(line.split("\t")[0]) for line in
+                             (paraphrase_8k / "valid.tsv").read_text().splitlines()[1:]])  # fmt: skip
+    best_constant = max(valid_labels.mean(), 1 - valid_labels.mean())  # the better of the two constant guesses
+    print(f"\nfine-tuned valid accuracy {chosen['valid']['mean']:.4f}, test {chosen['test']['mean']:.4f}; majority "
+          f"class: valid {majority['valid']:.4f}, test {majority['test']:.4f}; curve {results['settings'][0]['curve']}")
+    assert chosen["setting"] == "bs16-lr0.001-ep2"
+    assert chosen["valid"]["mean"] > max(majority["valid"], best_constant) + 0.08  # 400 pairs: sd 0.025 at 0.5
+    assert chosen["test"]["n"] == 1 and chosen["test"]["mean"] > majority["test"] + 0.05
+    run = tmp_path / "ft" / "runs" / "bs16-lr0.001-ep2" / "seed1"
+    curve = epoch_curve(run)  # the per-epoch curve (the paper's fine-tuning curves) from metrics.jsonl
+    assert [r["epoch"] for r in curve] == [1, 2] and all("test_accuracy" in r for r in curve)
+    assert curve[-1]["accuracy"] == chosen["valid"]["mean"]
+
+
+def test_finetune_cli_tiny_grid_then_skips_finished_runs(pre_run, small_corpora, tmp_path, capsys):
+    from normlab.cli import main
+
+    out = tmp_path / "ft"
+    args = ["finetune", "--from", str(pre_run), "--task", str(small_corpora["paraphrase"]), "--scale", "tiny",
+            "--out", str(out), "--set", "precision=fp32"]  # fmt: skip
+    proc = normlab(*args)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "search space SCALED from the paper's" in proc.stderr and "epochs {1}, 2 seeds" in proc.stderr
+    assert "bs32-lr0.0001-ep1" in proc.stdout and "majority-class baseline" in proc.stdout
+    assert "test no test split" in proc.stdout  # the small corpus has no test split
+    results = json.loads((out / "results.json").read_text())
+    (setting,) = results["settings"]
+    assert setting["seeds"] == [1, 2] and setting["valid"]["n"] == 2
+    a, b = setting["valid_accuracy"]
+    # by hand: s = |a - b| / sqrt(2), s / sqrt(2) = |a - b| / 2, t_{0.975, 1} = tan(0.475 pi) = 12.7062
+    assert setting["valid"]["mean"] == pytest.approx((a + b) / 2)
+    assert setting["valid"]["ci_half_width"] == pytest.approx(12.706204736 * abs(a - b) / 2)
+    assert results["chosen"]["setting"] == "bs32-lr0.0001-ep1"
+    for seed, acc in ((1, a), (2, b)):
+        run = out / "runs" / "bs32-lr0.0001-ep1" / f"seed{seed}"
+        assert [(r["epoch"], r["accuracy"]) for r in valid_records(run)] == [(1, acc)]  # the curve, from metrics.jsonl
+        assert not (run / "checkpoints").exists()  # pruned once finished (keep_checkpoints=false)
+        cfg = TrainConfig.from_dict(load_yaml((run / "config.yaml").read_text()))
+        assert cfg.data.tokenizer == str(out / "tokenizer.model") and cfg.data.max_sentences == 32
+        assert cfg.model.placement.value == "pre" and cfg.seed == seed and cfg.optim.lr == 1e-4
+        updates = json.loads((run / "summary.json").read_text())["update"]
+        assert cfg.schedule.warmup_updates == round(0.1 * updates) and cfg.schedule.decay == "linear"
+
+    # the same command again (in this process, to save a start-up): every run is skipped, nothing changes
+    files = {p: p.read_bytes() for p in sorted((out / "runs").rglob("*")) if p.is_file()}
+    assert main(args) == 0
+    assert capsys.readouterr().err.count("finished earlier, skipped") == 2
+    assert {p: p.read_bytes() for p in sorted((out / "runs").rglob("*")) if p.is_file()} == files
+    assert json.loads((out / "results.json").read_text())["settings"] == results["settings"]
+
+    assert main([*args, "--set", "weight_decay=0.1"]) == 2  # another experiment in the same place: refused
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"normlab finetune: error: {out / 'runs' / 'bs32-lr0.0001-ep1' / 'seed1'} was run with another "
+        "configuration (differs in ['optim.weight_decay']); choose another --out"
+    ]
+    assert {p: p.read_bytes() for p in sorted((out / "runs").rglob("*")) if p.is_file()} == files
+
+
+def test_interrupted_run_resumes_from_its_checkpoint(pre_run, small_corpora, tmp_path, monkeypatch):
+    """Killed after its first epoch's checkpoint, a fine-tuning run resumes from that checkpoint (the pre-trained
+    encoder is not loaded over it) and ends exactly where an uninterrupted run ends."""
+    from normlab.train.trainer import Trainer
+
+    fc = FinetuneConfig(task=str(small_corpora["paraphrase"]), batch_sizes=(32,), lrs=(1e-3,), epochs=(2,), seeds=1,
+                        train_subset=256, valid_subset=64, precision="fp32", keep_checkpoints=True)  # fmt: skip
+    quiet = lambda line: None  # noqa: E731
+    finetune(pre_run, fc, tmp_path / "a", say=quiet)
+
+    save = Trainer.save
+
+    def save_then_die(self):
+        save(self)
+        raise KeyboardInterrupt  # as a kill right after the end-of-epoch-1 checkpoint
+
+    monkeypatch.setattr(Trainer, "save", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        finetune(pre_run, fc, tmp_path / "b", say=quiet)
+    monkeypatch.undo()
+    run_a, run_b = (tmp_path / x / "runs" / "bs32-lr0.001-ep2" / "seed1" for x in "ab")
+    assert json.loads((run_b / "summary.json").read_text())["status"] == "running"
+    lines: list[str] = []
+    finetune(pre_run, fc, tmp_path / "b", say=lines.append)
+    assert "finished earlier" not in lines[-1]
+    assert epoch_curve(run_b) == epoch_curve(run_a) and len(epoch_curve(run_a)) == 2
+    last_a, last_b = (load_file(str(max((r / "checkpoints").glob("update_*")) / "model.safetensors"))
+                      for r in (run_a, run_b))  # fmt: skip
+    assert last_a.keys() == last_b.keys() and all(torch.equal(last_a[k], last_b[k]) for k in last_a)
+
+
+def test_finetune_refusals(tmp_path, capsys):
+    from normlab.cli import main
+    from normlab.model import Seq2Seq
+    from normlab.train.checkpoint import save_checkpoint
+    from tests.conftest import tiny_config
+
+    cfg = TrainConfig(model=tiny_config())  # a translation run's checkpoint
+    save_checkpoint(tmp_path / "mt" / "checkpoints", 1, Seq2Seq(cfg.model), None, {"config": cfg.to_dict()})
+    for source, message in (
+        (tmp_path / "mt", f"{tmp_path / 'mt' / 'checkpoints' / 'update_00000001'}: a translation run; this needs a "
+                          "masked-LM run (data.task=mlm)"),
+        (tmp_path / "nowhere", f"{tmp_path / 'nowhere'}: neither a run directory nor a checkpoint directory"),
+    ):  # fmt: skip
+        assert main(["finetune", "--from", str(source), "--task", "paraphrase", "--out", str(tmp_path / "o")]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [f"normlab finetune: error: {message}"]
+    assert main(["finetune", "--from", str(tmp_path / "mt"), "--task", "paraphrase", "--set", "seeds=0"]) == 2
+    assert capsys.readouterr().err.strip() == "normlab finetune: error: FinetuneConfig.seeds: must be >= 1, got 0"
+    assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------------------------- the confidence interval
+
+
+def test_t_quantile():
+    for p in (0.6, 0.9, 0.975, 0.995):
+        assert t_quantile(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)), rel=1e-9)  # Cauchy
+        assert t_quantile(p, 2) == pytest.approx((2 * p - 1) / math.sqrt(2 * p * (1 - p)), rel=1e-9)
+    # printed tables (two-sided 95%: the 0.975 quantile), to their 3-4 decimals
+    table = {3: 3.1824, 4: 2.7764, 5: 2.5706, 10: 2.2281, 30: 2.0423, 1000: 1.9623}
+    for df, t in table.items():
+        assert t_quantile(0.975, df) == pytest.approx(t, abs=1e-4)
+    assert t_quantile(0.995, 5) == pytest.approx(4.0321, abs=1e-4)
+    assert t_quantile(0.025, 5) == -t_quantile(0.975, 5)
+    for df in (1, 3, 7.5, 40):
+        for p in (0.51, 0.8, 0.999):
+            assert t_cdf(t_quantile(p, df), df) == pytest.approx(p, abs=1e-10)
+
+
+def test_confidence_interval_by_hand():
+    values = [0.80, 0.82, 0.78, 0.81, 0.79, 0.83]  # six seeds, as the paper's
+    mean, half = mean_ci(values)
+    # mean 4.83 / 6 = 0.805; deviations +-0.005, +-0.015, +-0.025: squares sum to 2 * (25 + 225 + 625)e-6 = 1.75e-3;
+    # s^2 = 1.75e-3 / 5 = 3.5e-4, s / sqrt(6) = sqrt(3.5e-4 / 6) = 0.0076376; times t_{0.975, 5} = 2.5706 -> 0.019633
+    assert mean == pytest.approx(0.805)
+    assert half == pytest.approx(2.570582 * math.sqrt(3.5e-4 / 6), rel=1e-6)
+    assert half == pytest.approx(0.019633, abs=1e-6)
+    assert mean_ci([0.7]) == (0.7, None)
+    assert mean_ci([0.5, 0.5, 0.5]) == (0.5, 0.0)
+
+
+# ---------------------------------------------------------------------------------------------------- export
+
+
+def test_export_hf_cli(post_run, small_mlm, tmp_path):
+    tf = pytest.importorskip("transformers", reason="transformers is not installed (pip install 'normlab[hf]')")
+    from normlab.data import Tokenizer
+    from normlab.hf import bert_inputs
+
+    out = tmp_path / "hf"
+    proc = normlab("export-hf", "--run", str(post_run), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "as a Hugging Face BertForMaskedLM" in proc.stdout and "check: max |normlab - HF|" in proc.stdout
+    bert = tf.BertForMaskedLM.from_pretrained(out).eval()
+    model = locate_pretrained(post_run).masked_lm()
+    batch = small_mlm.splits["valid"].collate(np.arange(6), seed=1)  # real masked blocks, padded
+    with torch.no_grad():
+        ours = model(batch.tokens, batch.segments)
+        theirs = bert(**bert_inputs(batch.tokens, batch.segments, pad_id=model.cfg.pad_id)).logits
+    keep = batch.tokens != model.cfg.pad_id
+    assert (ours - theirs)[keep].abs().max().item() < 1e-4
+    assert Tokenizer.load(out / "tokenizer.model").proto == small_mlm.tokenizer.proto  # the pre-training vocabulary
+
+
+def test_export_hf_refuses_pre_ln(pre_run, tmp_path, capsys):
+    from normlab.cli import main
+
+    out = tmp_path / "hf"
+    assert main(["export-hf", "--run", str(pre_run), "--checkpoint", "last", "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("normlab export-hf: error: placement=pre cannot be exported to BERT: BERT has no place for")
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------------------------------------ checkpoints
+
+
+def test_keep_every_spares_a_series_of_checkpoints(tmp_path):
+    from normlab.train import checkpoint as ck
+
+    model = torch.nn.Linear(2, 2)
+    for update in range(1, 11):
+        ck.save_checkpoint(tmp_path, update, model, None, {})
+        ck.rotate(tmp_path, keep_last=2, keep_every=4)
+    assert [int(p.name.split("_")[1]) for p in ck.list_checkpoints(tmp_path)] == [4, 8, 9, 10]
