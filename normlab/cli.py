@@ -87,9 +87,10 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "model": ("print a model's configuration, parameter count and where its LayerNorms sit", _model_args, _model),
     "data": ("prepare a corpus (tokenizer, binarized splits; cached) and print its statistics", _data_args, _data),
     "train": ("train a translation, masked-LM or classification model (exit 3 when it diverges)", _train_args, _train),
-    "finetune": ("fine-tune a masked-LM checkpoint on a sentence-pair task: the paper's grid, 6 seeds, 95% CIs",
-                 _finetune_args, _finetune),
-    "export-hf": ("write a Post-LN masked-LM checkpoint as a Hugging Face BertForMaskedLM", _export_hf_args, _export_hf),
+    "finetune": ("fine-tune a masked-LM checkpoint on sentence pairs: the paper's grid, 6 seeds, t confidence "
+                 "intervals", _finetune_args, _finetune),
+    "export-hf": ("write a Post-LN masked-LM checkpoint as a Hugging Face BertForMaskedLM", _export_hf_args,
+                  _export_hf),
 }
 
 

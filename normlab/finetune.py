@@ -50,6 +50,7 @@ import dataclasses
 import itertools
 import json
 import math
+import os
 import re
 import shutil
 import sys
@@ -166,7 +167,9 @@ def mean_ci(values: list[float], confidence: float = 0.95) -> tuple[float, float
 class FinetuneConfig(Strict):
     """A fine-tuning grid (``normlab finetune``). The defaults are the paper's search space (Appendix A.3)."""
 
-    task: str = field("paraphrase", help="the sentence-pair corpus: paraphrase (MRPC-like), wic (RTE-sized) or a directory")
+    task: str = field(
+        "paraphrase", help="the sentence-pair corpus: paraphrase (MRPC-like), wic (RTE-sized) or a directory"
+    )
     batch_sizes: tuple[int, ...] = field((16, 32), help="sentence pairs per batch (the paper: 16, 32)")
     lrs: tuple[float, ...] = field(
         (1e-5, 2e-5, 3e-5, 5e-5, 1e-4), help="peak learning rates (the paper: the range 1e-5 - 1e-4)"
@@ -273,7 +276,9 @@ def data_config(pre: Pretrained, fc: FinetuneConfig, tokenizer: Path, batch_size
                       cache_dir=pre.cfg.data.cache_dir)  # fmt: skip
 
 
-def grid(pre: Pretrained, fc: FinetuneConfig, tokenizer: Path, train: Any, num_classes: int, out: Path) -> list[FinetuneRun]:
+def grid(
+    pre: Pretrained, fc: FinetuneConfig, tokenizer: Path, train: Any, num_classes: int, out: Path
+) -> list[FinetuneRun]:
     """Every run of the search space, settings in grid order (batch size, then lr, then epochs), seeds 1..N."""
     runs = []
     model = pre.cfg.model.replace(num_classes=num_classes)
@@ -451,8 +456,15 @@ def finetune(
 ) -> dict[str, Any]:
     """Run (or resume) the grid of ``fc`` from the masked-LM checkpoint ``source``; returns the results (also in
     ``out/results.json``). ``say`` receives the progress lines."""
+    from normlab.config import VENDORED_CORPORA
     from normlab.data import Tokenizer, prepare
+    from normlab.data.corpora import locate
 
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError("normlab finetune runs its grid in one process, not under torchrun; to spread a grid over "
+                          "devices, start one command per device with its own --set lrs=[...] and --out")  # fmt: skip
+    if fc.task not in VENDORED_CORPORA and Path(fc.task).expanduser().is_dir():
+        fc = fc.replace(task=str(Path(fc.task).expanduser().resolve()))  # the runs' configs must not depend on the cwd
     pre = locate_pretrained(source, which)
     if out is None:
         if pre.run_dir is None:
@@ -478,12 +490,12 @@ def finetune(
             raise ConfigError(f"{tok_path}: {tok.vocab_size} pieces, the checkpoint has {pre.cfg.model.vocab_size}")
     else:
         tok = pre.tokenizer()
-    # the corpus and the run configurations are checked before the output directory is written
+    # the corpus is checked before the output directory is written
     data_cfg = data_config(pre, fc, tok_path, fc.batch_sizes[0])
-    from normlab.data.corpora import locate
-
     locate(data_cfg)
     out.mkdir(parents=True, exist_ok=True)
+    if not meta_path.is_file():  # claims the directory for this checkpoint (the config is recorded once checked)
+        meta_path.write_text(json.dumps(meta, indent=1), encoding="utf-8")
     if not tok_path.is_file():
         tmp = tok_path.with_name(".tokenizer.model.tmp")
         tmp.write_bytes(tok.proto)

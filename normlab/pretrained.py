@@ -14,9 +14,9 @@ never saw.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors.torch import load_file
@@ -26,9 +26,12 @@ from normlab.config import ConfigError, TrainConfig
 from normlab.model import MaskedLM
 from normlab.train.checkpoint import CheckpointError, load_checkpoint, read_state, resolve_checkpoint
 
-__all__ = ["Pretrained", "locate_pretrained", "ENCODER_PREFIX"]
+if TYPE_CHECKING:
+    import argparse
 
-log = logging.getLogger("normlab.pretrained")
+    from normlab.data import Tokenizer
+
+__all__ = ["Pretrained", "locate_pretrained", "export_hf", "ENCODER_PREFIX", "EXPORT_TOLERANCE"]
 
 EXPORT_TOLERANCE = 1e-3  # max |logit difference| export_hf accepts (the tests hold it to 1e-4)
 ENCODER_PREFIX = "encoder."  # MaskedLM, PairClassifier: the shared TransformerStack (embeddings + layers)
@@ -52,7 +55,7 @@ class Pretrained:
         return (f"{self.checkpoint} (update {self.update}; placement={m.placement.value}, {m.encoder_layers} layers, "
                 f"d={m.d_model}, vocab {m.vocab_size})")  # fmt: skip
 
-    def tokenizer(self):  # -> normlab.data.Tokenizer
+    def tokenizer(self) -> Tokenizer:
         """The pre-training tokenizer; a :class:`ConfigError` when its size differs from the checkpoint's."""
         from normlab.data import prepare
 
@@ -169,13 +172,13 @@ def export_hf(source: str | Path, out: str | Path, which: str = "best") -> dict:
             "max_abs_logit_diff": diff}  # fmt: skip
 
 
-def add_export_arguments(p) -> None:  # argparse.ArgumentParser
+def add_export_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", required=True, help="a masked-LM run directory of `normlab train`, or a checkpoint in it")
     p.add_argument("--checkpoint", default="best", help="best (lowest validation loss), last, or an update number")
     p.add_argument("--out", required=True, help="the directory to write (BertForMaskedLM.from_pretrained loads it)")
 
 
-def run_export(args) -> int:  # argparse.Namespace
+def run_export(args: argparse.Namespace) -> int:
     done = export_hf(args.run, args.out, args.checkpoint)
     print(f"exported {done['checkpoint']} (update {done['update']}, {done['parameters']:,} parameters, vocab "
           f"{done['vocab_size']}) to {done['out']} as a Hugging Face BertForMaskedLM, with its sentencepiece "

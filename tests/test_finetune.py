@@ -197,12 +197,14 @@ def test_finetune_cli_tiny_grid_then_skips_finished_runs(pre_run, small_corpora,
 
 def test_interrupted_run_resumes_from_its_checkpoint(pre_run, small_corpora, tmp_path, monkeypatch):
     """Killed after its first epoch's checkpoint, a fine-tuning run resumes from that checkpoint (the pre-trained
-    encoder is not loaded over it) and ends exactly where an uninterrupted run ends."""
+    encoder is not loaded over it) and ends exactly where an uninterrupted run ends. (On the word-in-context task,
+    from a checkpoint directory.)"""
     from normlab.train.trainer import Trainer
 
-    fc = FinetuneConfig(task=str(small_corpora["paraphrase"]), batch_sizes=(32,), lrs=(1e-3,), epochs=(2,), seeds=1,
+    fc = FinetuneConfig(task=str(small_corpora["wic"]), batch_sizes=(32,), lrs=(1e-3,), epochs=(2,), seeds=1,
                         train_subset=256, valid_subset=64, precision="fp32", keep_checkpoints=True)  # fmt: skip
     quiet = lambda line: None  # noqa: E731
+    pre_run = pre_run / "checkpoints" / "update_00000002"
     finetune(pre_run, fc, tmp_path / "a", say=quiet)
 
     save = Trainer.save
@@ -244,6 +246,33 @@ def test_finetune_refusals(tmp_path, capsys):
     assert main(["finetune", "--from", str(tmp_path / "mt"), "--task", "paraphrase", "--set", "seeds=0"]) == 2
     assert capsys.readouterr().err.strip() == "normlab finetune: error: FinetuneConfig.seeds: must be >= 1, got 0"
     assert not (tmp_path / "o").exists()
+
+
+def test_setting_chosen_by_validation_accuracy_test_reported_for_it_alone(tmp_path):
+    from normlab.finetune import FinetuneRun, Setting, _results
+
+    fc = FinetuneConfig(seeds=2)
+    # (valid, test) accuracy per seed; the second setting is best on validation, the third on test, and the
+    # fourth would be best but one of its runs diverged
+    table = {Setting(16, 1e-5, 3): [(0.70, 0.90), (0.72, 0.90)], Setting(16, 2e-5, 3): [(0.80, 0.60), (0.78, 0.62)],
+             Setting(32, 1e-5, 3): [(0.74, 0.95), (0.76, 0.97)], Setting(32, 2e-5, 3): [(0.99, 0.99), None]}
+    runs = []
+    for setting, seeds in table.items():
+        for seed, accs in enumerate(seeds, 1):
+            run = FinetuneRun(setting, seed, TrainConfig(), tmp_path / setting.name / f"seed{seed}")
+            run.run_dir.mkdir(parents=True)
+            status = "diverged" if accs is None else "completed"
+            (run.run_dir / "summary.json").write_text(json.dumps({"status": status}))
+            recs = [] if accs is None else [{"type": "valid", "epoch": 1, "update": 5, "accuracy": accs[0],
+                                             "test_accuracy": accs[1]}]  # fmt: skip
+            (run.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+            runs.append(run)
+    settings, chosen = _results(runs, fc)
+    assert [s["valid"]["mean"] for s in settings] == pytest.approx([0.71, 0.79, 0.75, 0.99])
+    assert settings[3]["diverged_seeds"] == [2] and settings[3]["valid"]["n"] == 1
+    assert chosen["setting"] == "bs16-lr2e-05-ep3"
+    assert chosen["test_accuracy"] == [0.60, 0.62] and chosen["test"]["mean"] == pytest.approx(0.61)
+    assert all("test" not in s and "_test" not in s for s in settings)  # no test accuracy for the others
 
 
 # ------------------------------------------------------------------------------------- the confidence interval
