@@ -516,6 +516,7 @@ class TrainConfig(Strict):
     eval_every: int = field(0, help="also evaluate every N updates; 0 = at the end of every epoch only")
     save_every: int = field(0, help="also checkpoint every N updates; 0 = at the end of every epoch only")
     keep_last: int = field(2, help="checkpoints kept besides the best")
+    keep_every: int = field(0, help="also keep every checkpoint whose update is a multiple of this (0 = none)")
     log_every: int = field(10, help="updates between plain progress lines when stderr is not a terminal")
     init_from: str = field(
         "",
@@ -532,7 +533,7 @@ class TrainConfig(Strict):
         for name in ("max_epochs", "accumulate", "keep_last", "log_every", "beam"):
             if getattr(self, name) < 1:
                 raise self.error(name, f"must be >= 1, got {getattr(self, name)}")
-        for name in ("max_updates", "eval_every", "save_every", "valid_bleu"):
+        for name in ("max_updates", "eval_every", "save_every", "valid_bleu", "keep_every"):
             if getattr(self, name) < 0:
                 raise self.error(name, f"must be >= 0, got {getattr(self, name)}")
         if self.valid_bleu and self.data.task != "translation":

@@ -186,7 +186,7 @@ def _mlm(scale: Scale, ctx: Context, *, placement: str, lr: float, warmup: int) 
     optim = OptimConfig(name="adamw", lr=lr, betas=(0.9, 0.999), weight_decay=0.01)
     return TrainConfig(model=model, data=data, optim=optim, schedule=ScheduleConfig(warmup_updates=warmup,
                        decay="linear"), max_epochs=10_000, max_updates=m.updates, label_smoothing=0.0,
-                       eval_every=every, save_every=every, keep_last=m.evals + 1, device=ctx.device,
+                       eval_every=every, save_every=every, keep_last=1, keep_every=every, device=ctx.device,
                        precision=ctx.precision)  # fmt: skip
 
 

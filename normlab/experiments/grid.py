@@ -9,9 +9,11 @@ started with; ``OUT/logs/NAME.log`` its output. Running the grid again
 * records a run that fails (an exit code other than 0 or 3) as ``failed`` with the end of its log, and goes on.
 
 ``jobs`` runs go in parallel, each with ``threads`` CPU threads (small models train several times faster as
-two one-thread processes than as one two-thread process on 2 cores); ``launcher="torchrun"`` hands each run
-to ``torchrun --standalone --nproc_per_node N``. Fine-tuning runs wait for their pre-training run. Children
-die with the grid process (PR_SET_PDEATHSIG), so a killed grid leaves no orphan writing into its runs.
+two one-thread processes than as one two-thread process on 2 cores). Locally, each job is a long-lived worker
+process that trains one run after another (importing torch and building an optimizer cost ~8 s per process:
+more than a small run itself); ``launcher="torchrun"`` hands each run to ``torchrun --standalone
+--nproc_per_node N`` instead. Fine-tuning runs wait for their pre-training run. Workers and children die with
+the grid process (PR_SET_PDEATHSIG), so a killed grid leaves no orphan writing into its runs.
 """
 
 from __future__ import annotations
@@ -65,17 +67,48 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
-def _command(spec: RunSpec, config_path: Path, run_dir: Path, resume: bool, launcher: str, nproc: int,
-             parent_dir: Path | None) -> list[str]:  # fmt: skip
-    if launcher == "torchrun":
-        head = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
-                "-m", "normlab"]  # fmt: skip
-    else:
-        head = [sys.executable, "-m", "normlab"]
-    cmd = [*head, "train", "--config", str(config_path), "--out", str(run_dir), "--quiet"]
-    if resume:
-        cmd.append("--resume")
-    return cmd
+def _torchrun_command(config_path: Path, run_dir: Path, resume: bool, nproc: int) -> list[str]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
+           "-m", "normlab", "train", "--config", str(config_path), "--out", str(run_dir), "--quiet"]  # fmt: skip
+    return cmd + (["--resume"] if resume else [])
+
+
+def _worker_init(threads: int) -> None:
+    _die_with_parent()
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _train_in_worker(config: dict[str, Any], run_dir: str, resume: bool, log_path: str) -> int:
+    """One run inside a worker process; its output goes to the run's log. Returns the exit code the
+    ``normlab train`` command would have returned (0, 2, 3; 1 for an unexpected error)."""
+    import contextlib
+    import logging
+    import traceback
+
+    from normlab.config import ConfigError, TrainConfig
+    from normlab.train.run import train
+    from normlab.train.trainer import EXIT_DIVERGED
+
+    with open(log_path, "a", encoding="utf-8") as log, contextlib.redirect_stderr(log), contextlib.redirect_stdout(log):
+        handler = logging.StreamHandler(log)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        root = logging.getLogger()
+        root.addHandler(handler)
+        root.setLevel(logging.WARNING)
+        try:
+            summary = train(TrainConfig.from_dict(config), run_dir, resume=resume, quiet=True)
+            return EXIT_DIVERGED if summary["status"] == "diverged" else 0
+        except ConfigError as e:
+            print(f"normlab train: error: {e}", file=log)
+            return 2
+        except Exception:  # noqa: BLE001 - recorded as a failed run; the grid goes on
+            traceback.print_exc(file=log)
+            return 1
+        finally:
+            root.removeHandler(handler)
 
 
 def _finetune_source(spec: RunSpec, out: Path) -> Path:
@@ -108,8 +141,16 @@ def run_grid(
     total, done = len(specs), len(outcomes)
     if done:
         say(f"grid: {done} of {total} runs already finished in {out}; {len(pending)} to run")
-    running: dict[str, tuple[subprocess.Popen, float, RunSpec]] = {}
+    running: dict[str, tuple[Any, float, RunSpec]] = {}  # a Popen (torchrun) or a Future (local worker)
     t_grid = time.perf_counter()
+    pool = None
+    if launcher == "local" and pending:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # forkserver: workers start from a clean interpreter, not a copy of this process
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("forkserver"),
+                                   initializer=_worker_init, initargs=(threads,))  # fmt: skip
 
     def parent_state(spec: RunSpec) -> str:
         if spec.parent is None:
@@ -133,14 +174,17 @@ def run_grid(
             cfg = cfg.replace(init_from=str(_finetune_source(spec, out)))
         config_path = out / "configs" / f"{spec.name}.yaml"
         config_path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
-        log = open(out / "logs" / f"{spec.name}.log", "a", encoding="utf-8")
-        log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {'resume' if resume else 'start'} ===\n")
-        log.flush()
-        cmd = _command(spec, config_path, run_dir, resume, launcher, nproc, None)
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
-        log.close()
-        running[spec.name] = (proc, time.perf_counter(), spec)
+        log_path = out / "logs" / f"{spec.name}.log"
+        with open(log_path, "a", encoding="utf-8") as log:
+            log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {'resume' if resume else 'start'} ===\n")
+        if pool is not None:
+            job: Any = pool.submit(_train_in_worker, cfg.to_dict(), str(run_dir), resume, str(log_path))
+        else:
+            env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+            with open(log_path, "a", encoding="utf-8") as log:
+                job = subprocess.Popen(_torchrun_command(config_path, run_dir, resume, nproc), stdout=log,
+                                       stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)  # fmt: skip
+        running[spec.name] = (job, time.perf_counter(), spec)
         say(f"[{done + len(running):>3}/{total}] {'resume' if resume else 'start '} {spec.name}")
 
     def finish(name: str, code: int) -> None:
@@ -178,8 +222,8 @@ def run_grid(
                     say(f"[{done:>3}/{total}] skipped   {spec.name} (its pre-training run did not finish)")
                     continue
                 start(spec)
-            for name, (proc, _, _) in list(running.items()):
-                code = proc.poll()
+            for name, (job, _, _) in list(running.items()):
+                code = _poll(job)
                 if code is not None:
                     finish(name, code)
                     progressed = True
@@ -190,9 +234,26 @@ def run_grid(
                     break
                 time.sleep(0.2)
     finally:
-        for proc, _, _ in running.values():
-            proc.kill()
+        for job, _, _ in running.values():
+            if isinstance(job, subprocess.Popen):
+                job.kill()
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):  # a running run is not cancellable
+                proc.kill()
     return outcomes
+
+
+def _poll(job: Any) -> int | None:
+    """The exit code of a finished run, None while it runs (a worker that died counts as a failure)."""
+    if isinstance(job, subprocess.Popen):
+        return job.poll()
+    if not job.done():
+        return None
+    try:
+        return job.result()
+    except Exception:  # noqa: BLE001 - e.g. BrokenProcessPool: the worker was killed
+        return 1
 
 
 def outcome_dict(outcome: RunOutcome) -> dict[str, Any]:

@@ -217,9 +217,9 @@ def mark_best(checkpoint: str | Path) -> Path:
     return best
 
 
-def rotate(directory: str | Path, keep_last: int) -> None:
-    """Delete all but the newest ``keep_last`` checkpoints (``best/`` is separate and never deleted);
-    also remove temporary directories left by a killed save."""
+def rotate(directory: str | Path, keep_last: int, keep_every: int = 0) -> None:
+    """Delete all but the newest ``keep_last`` checkpoints and those at multiples of ``keep_every`` updates
+    (``best/`` is separate and never deleted); also remove temporary directories left by a killed save."""
     directory = Path(directory)
     for stale in directory.glob(".tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
@@ -227,4 +227,7 @@ def rotate(directory: str | Path, keep_last: int) -> None:
         shutil.rmtree(stale, ignore_errors=True)
     found = list_checkpoints(directory)
     for path in found[: max(len(found) - keep_last, 0)]:
+        update = int(_NAME.match(path.name).group(1))  # type: ignore[union-attr]
+        if keep_every and update % keep_every == 0:
+            continue
         shutil.rmtree(path, ignore_errors=True)

@@ -169,6 +169,8 @@ class Trainer:
         self._writer = None
         self._metrics_file = None
         self._bar = None
+        self._evaluated_at: int | None = None
+        self._saved_at: int | None = None
 
     # ---------------------------------------------------------------------------------------------- helpers
 
@@ -213,12 +215,13 @@ class Trainer:
         return dict(dataclasses.asdict(self.state), config=self.cfg.to_dict(), normlab_version=__version__)
 
     def save(self) -> Path | None:
-        if not self.dist.is_main:
+        if not self.dist.is_main or self._saved_at == self.state.update:
             return None
+        self._saved_at = self.state.update
         path = ckpt.save_checkpoint(self.ckpt_dir, self.state.update, self.model, self.optimizer, self._ckpt_state())
         if self.state.best_update == self.state.update:
             ckpt.mark_best(path)
-        ckpt.rotate(self.ckpt_dir, self.cfg.keep_last)
+        ckpt.rotate(self.ckpt_dir, self.cfg.keep_last, self.cfg.keep_every)
         return path
 
     def _resume(self) -> None:
@@ -334,6 +337,9 @@ class Trainer:
         return out
 
     def _validate(self, epoch: int) -> None:
+        if self._evaluated_at == self.state.update:  # e.g. eval_every and the end of the run coincide
+            return
+        self._evaluated_at = self.state.update
         metrics = self.evaluate()
         if not metrics:
             return
