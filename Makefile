@@ -24,5 +24,10 @@ $(STAMP): pyproject.toml Makefile
 test: install
 	$(PY) -m pytest -q
 
+# The main job: the paper's experiments at the quick scale (< 30 min on 2 cores) and the report
+# reproduce/quick/report/index.html. Re-running it skips finished runs and resumes a killed one.
+reproduce: install
+	$(PY) -m normlab reproduce --scale quick --out reproduce/quick
+
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

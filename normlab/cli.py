@@ -58,6 +58,18 @@ def _train(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _reproduce_args(p: argparse.ArgumentParser) -> None:
+    from normlab.experiments.reproduce import add_arguments
+
+    add_arguments(p)
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    from normlab.experiments.reproduce import run
+
+    return run(args)
+
+
 def _finetune_args(p: argparse.ArgumentParser) -> None:
     from normlab.finetune import add_arguments
 
@@ -87,6 +99,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "model": ("print a model's configuration, parameter count and where its LayerNorms sit", _model_args, _model),
     "data": ("prepare a corpus (tokenizer, binarized splits; cached) and print its statistics", _data_args, _data),
     "train": ("train a translation, masked-LM or classification model (exit 3 when it diverges)", _train_args, _train),
+    "reproduce": ("run the paper's experiments at a scale and write the report with a verdict per claim",
+                  _reproduce_args, _reproduce),
     "finetune": ("fine-tune a masked-LM checkpoint on sentence pairs: the paper's grid, 6 seeds, t confidence "
                  "intervals", _finetune_args, _finetune),
     "export-hf": ("write a Post-LN masked-LM checkpoint as a Hugging Face BertForMaskedLM", _export_hf_args,

@@ -516,19 +516,28 @@ class TrainConfig(Strict):
     eval_every: int = field(0, help="also evaluate every N updates; 0 = at the end of every epoch only")
     save_every: int = field(0, help="also checkpoint every N updates; 0 = at the end of every epoch only")
     keep_last: int = field(2, help="checkpoints kept besides the best")
-    keep_every: int = field(
-        0, help="also keep, for good, the checkpoints at multiples of N updates (with save_every=N: a series of "
-        "checkpoints to fine-tune along the run, the paper's Figure 5(b,c)); 0 = only keep_last and best"
-    )
+    keep_every: int = field(0, help="also keep every checkpoint whose update is a multiple of this (0 = none)")
     log_every: int = field(10, help="updates between plain progress lines when stderr is not a terminal")
+    init_from: str = field(
+        "",
+        help="a checkpoint directory whose tensors initialise the matching parameters when the run starts (e.g. a "
+        "classifier's encoder.* from a masked-LM checkpoint); not applied on --resume",
+    )
+    valid_bleu: int = field(
+        0, help="translation: validation sentences decoded for BLEU at every evaluation (0 = none; the paper: all)"
+    )
+    beam: int = field(5, help="beam size of the validation BLEU (the paper: 5)")
+    lenpen: float = field(1.2, help="length penalty of the validation BLEU (the paper: 1.2)")
 
     def validate(self) -> None:
-        for name in ("max_epochs", "accumulate", "keep_last", "log_every"):
+        for name in ("max_epochs", "accumulate", "keep_last", "log_every", "beam"):
             if getattr(self, name) < 1:
                 raise self.error(name, f"must be >= 1, got {getattr(self, name)}")
-        for name in ("max_updates", "eval_every", "save_every", "keep_every"):
+        for name in ("max_updates", "eval_every", "save_every", "valid_bleu", "keep_every"):
             if getattr(self, name) < 0:
                 raise self.error(name, f"must be >= 0, got {getattr(self, name)}")
+        if self.valid_bleu and self.data.task != "translation":
+            raise self.error("valid_bleu", f"BLEU is for translation, not {self.data.task}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise self.error("label_smoothing", f"must be in [0, 1), got {self.label_smoothing}")
         if self.max_updates and self.schedule.warmup_updates > self.max_updates:

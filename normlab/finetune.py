@@ -6,7 +6,8 @@ fine-tuning on each task for 6 times using different random seeds and compute th
 validation accuracy." Here:
 
 * the model is a :class:`~normlab.model.PairClassifier` (BERT's head on [CLS]: pooler, dropout, linear) whose
-  ``encoder.*`` comes from the masked-LM checkpoint and whose head is new (initialised from the run's seed);
+  ``encoder.*`` comes from the masked-LM checkpoint (``TrainConfig.init_from``, checked once to cover the whole
+  encoder) and whose head is new (initialised from the run's seed);
 * the data are the pair task's splits encoded with the *pre-training* tokenizer, examples up to 128 tokens;
 * each (batch size, learning rate, epochs, seed) is a normal :class:`~normlab.train.trainer.Trainer` run in its
   own directory: AdamW (BERT: weight decay 0.01, beta2 0.999, eps 1e-6), a linear warm-up over the first 10%
@@ -292,7 +293,7 @@ def grid(
                 optim=OptimConfig(name="adamw", lr=lr, betas=fc.betas, eps=fc.eps, weight_decay=fc.weight_decay,
                                   clip_norm=fc.clip_norm),
                 schedule=ScheduleConfig(warmup_updates=round(fc.warmup * epochs * per_epoch), decay="linear"),
-                keep_last=1, label_smoothing=0.0,
+                keep_last=1, label_smoothing=0.0, init_from=str(pre.checkpoint),
             )  # fmt: skip
             runs.append(FinetuneRun(setting, seed, cfg, out / "runs" / setting.name / f"seed{seed}"))
     return runs
@@ -334,15 +335,16 @@ def epoch_curve(run_dir: str | Path) -> list[dict[str, Any]]:
 
 
 def _train_one(run: FinetuneRun, pre: Pretrained, data: Any, status: str, *, keep: bool, verbose: bool) -> None:
-    from normlab.train import checkpoint as ckpt
+    from normlab.train.checkpoint import read_state
     from normlab.train.trainer import Trainer, prepare_run_dir
 
+    if read_state(pre.checkpoint)["update"] != pre.update:  # e.g. `best` moved on while the pre-training continues
+        raise ConfigError(f"{pre.checkpoint} changed during the grid (now update {read_state(pre.checkpoint)['update']}"
+                          f", was {pre.update}); fine-tune a fixed checkpoint: --from RUN/checkpoints/update_N")
     prepare_run_dir(run.run_dir, run.cfg, resume=status == "resume")
-    torch.manual_seed(run.seed)  # the new head's initialisation
-    model = PairClassifier(run.cfg.model)
-    if ckpt.latest_checkpoint(run.run_dir / "checkpoints") is None:
-        pre.load_encoder(model)  # a resumed run loads its own checkpoint instead (Trainer.fit)
-    trainer = Trainer(run.cfg, run.run_dir, data.splits["train"], data.splits["valid"], model=model,
+    # The Trainer builds the PairClassifier from the run's seed (the new head's initialisation) and copies the
+    # pre-trained encoder in (TrainConfig.init_from) when the run starts, never over a resumed checkpoint.
+    trainer = Trainer(run.cfg, run.run_dir, data.splits["train"], data.splits["valid"],
                       progress=None if verbose else False, quiet=not verbose)  # fmt: skip
     test = data.splits.get("test")
     if test is not None:
@@ -502,6 +504,7 @@ def finetune(
         tmp.replace(tok_path)
     data = prepare(data_cfg, pre.cfg.model.max_positions)
     runs = grid(pre, fc, tok_path, data.splits["train"], data.num_classes, out)
+    pre.check_encoder(PairClassifier(runs[0].cfg.model))  # init_from will fill the whole encoder
     statuses = [_run_status(r) for r in runs]  # every run checked before any trains
     meta_path.write_text(json.dumps(meta, indent=1), encoding="utf-8")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from safetensors.torch import load_file
+from safetensors import safe_open
 from torch import nn
 
 from normlab.config import ConfigError, TrainConfig
@@ -76,23 +76,23 @@ class Pretrained:
             raise ConfigError(str(e)) from None
         return model.eval()
 
-    def load_encoder(self, model: nn.Module) -> list[str]:
-        """Copy the checkpoint's ``encoder.*`` tensors into ``model`` (a :class:`~normlab.model.PairClassifier`),
-        all of them and nothing else; returns the names of ``model``'s tensors left as they were (its new
-        head: ``pooler.*``, ``classifier.*``)."""
-        tensors = {k: v for k, v in load_file(str(self.checkpoint / "model.safetensors")).items()
-                   if k.startswith(ENCODER_PREFIX)}  # fmt: skip
+    def check_encoder(self, model: nn.Module) -> list[str]:
+        """Check that the checkpoint holds every ``encoder.*`` tensor of ``model`` (a
+        :class:`~normlab.model.PairClassifier`) in its shape, so that ``TrainConfig.init_from`` (which takes
+        whatever matches) initialises the whole encoder; returns the names it leaves to ``model``'s own
+        initialisation (the new head: ``pooler.*``, ``classifier.*``). Reads the file's header only."""
+        with safe_open(str(self.checkpoint / "model.safetensors"), framework="pt") as f:
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys() if k.startswith(ENCODER_PREFIX)}
         own = model.state_dict()
         wanted = [k for k in own if k.startswith(ENCODER_PREFIX)]
-        missing = sorted(set(wanted) - set(tensors))
-        unexpected = sorted(set(tensors) - set(wanted))
-        shapes = [k for k in wanted if k in tensors and tensors[k].shape != own[k].shape]
-        if missing or unexpected or shapes:
+        missing = sorted(set(wanted) - set(shapes))
+        unexpected = sorted(set(shapes) - set(wanted))
+        other = [k for k in wanted if k in shapes and shapes[k] != tuple(own[k].shape)]
+        if missing or unexpected or other:
             raise ConfigError(
                 f"{self.checkpoint}: its encoder does not fit the model (missing {missing[:3]}, unexpected "
-                f"{unexpected[:3]}, other shapes {shapes[:3]})"
+                f"{unexpected[:3]}, other shapes {other[:3]})"
             )
-        model.load_state_dict(tensors, strict=False)
         return [k for k in own if not k.startswith(ENCODER_PREFIX)]
 
 

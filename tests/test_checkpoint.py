@@ -99,3 +99,11 @@ def test_wrong_model_is_an_error(tmp_path):
     for other in (Seq2Seq(tiny_config(encoder_layers=3)), Seq2Seq(tiny_config(d_ffn=48))):
         with pytest.raises(ck.CheckpointError, match="does not fit the model"):
             ck.load_checkpoint(path, other)
+
+
+def test_keep_every_spares_multiples(tmp_path):
+    model, opt = _trained()
+    for u in (2, 3, 4, 5, 6, 7):
+        ck.save_checkpoint(tmp_path, u, model, opt, {})
+        ck.rotate(tmp_path, keep_last=1, keep_every=3)
+    assert [p.name for p in ck.list_checkpoints(tmp_path)] == ["update_00000003", "update_00000006", "update_00000007"]

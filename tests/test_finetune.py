@@ -116,19 +116,29 @@ def test_pretraining_lowers_validation_loss(post_run):
 # ------------------------------------------------------------------------------------------------- fine-tuning
 
 
-def test_encoder_comes_from_the_checkpoint(post_run):
+def test_encoder_comes_from_the_checkpoint(post_run, tmp_path):
+    from normlab.config import ConfigError, DataConfig
+    from normlab.train.trainer import Trainer
+
     pre = locate_pretrained(post_run)  # the run's best checkpoint
     assert pre.update == 400 and pre.run_dir == post_run.resolve()
     assert locate_pretrained(post_run / "checkpoints" / "update_00000400").update == 400
-    torch.manual_seed(0)
-    model = PairClassifier(pre.cfg.model)
-    untouched = pre.load_encoder(model)
-    assert untouched == ["pooler.weight", "pooler.bias", "classifier.weight", "classifier.bias"]
+    # a fine-tuning run's configuration (as normlab.finetune.grid writes it) and what its Trainer starts from
+    cfg = TrainConfig(model=pre.cfg.model, data=DataConfig(task="classification"), init_from=str(pre.checkpoint))
+    new = ["pooler.weight", "pooler.bias", "classifier.weight", "classifier.bias"]
+    assert pre.check_encoder(PairClassifier(cfg.model)) == new
+    trainer = Trainer(cfg, tmp_path / "run", None, quiet=True)
+    torch.manual_seed(cfg.seed)
+    fresh = PairClassifier(cfg.model).state_dict()  # the seed's initialisation, as the Trainer's
+    trainer._init_from(Path(cfg.init_from))  # what fit() does when the run starts (not on a resume)
+    state = trainer.model.state_dict()
     saved = load_file(str(pre.checkpoint / "model.safetensors"))
-    state = model.state_dict()
     encoder = [k for k in state if k.startswith("encoder.")]
     assert encoder and all(torch.equal(state[k], saved[k]) for k in encoder)
+    assert all(torch.equal(state[k], fresh[k]) for k in new)  # the head is new
     assert not any(k.startswith("lm_") for k in state)  # the masked-LM head stays behind
+    with pytest.raises(ConfigError, match="its encoder does not fit the model"):
+        pre.check_encoder(PairClassifier(cfg.model.replace(d_ffn=96)))
 
 
 def test_finetune_beats_the_majority_class(post_run, paraphrase_8k, tmp_path):
@@ -177,6 +187,7 @@ def test_finetune_cli_tiny_grid_then_skips_finished_runs(pre_run, small_corpora,
         cfg = TrainConfig.from_dict(load_yaml((run / "config.yaml").read_text()))
         assert cfg.data.tokenizer == str(out / "tokenizer.model") and cfg.data.max_sentences == 32
         assert cfg.model.placement.value == "pre" and cfg.seed == seed and cfg.optim.lr == 1e-4
+        assert cfg.init_from == str((pre_run / "checkpoints" / "best").resolve())  # the encoder's source
         updates = json.loads((run / "summary.json").read_text())["update"]
         assert cfg.schedule.warmup_updates == round(0.1 * updates) and cfg.schedule.decay == "linear"
 
@@ -336,16 +347,3 @@ def test_export_hf_refuses_pre_ln(pre_run, tmp_path, capsys):
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("normlab export-hf: error: placement=pre cannot be exported to BERT: BERT has no place for")
     assert not out.exists()
-
-
-# ------------------------------------------------------------------------------------------------ checkpoints
-
-
-def test_keep_every_spares_a_series_of_checkpoints(tmp_path):
-    from normlab.train import checkpoint as ck
-
-    model = torch.nn.Linear(2, 2)
-    for update in range(1, 11):
-        ck.save_checkpoint(tmp_path, update, model, None, {})
-        ck.rotate(tmp_path, keep_last=2, keep_every=4)
-    assert [int(p.name.split("_")[1]) for p in ck.list_checkpoints(tmp_path)] == [4, 8, 9, 10]

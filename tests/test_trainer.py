@@ -173,3 +173,20 @@ def test_warmup_longer_than_run_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="longer than the run"):
         Trainer(cfg, tmp_path / "r", ReverseTask(), None, progress=False).fit()
     assert not (tmp_path / "r").exists() or not list((tmp_path / "r").iterdir())
+
+
+def test_init_from_loads_matching_tensors_only_at_the_start(tmp_path):
+    src = TrainConfig.from_dict(config(max_updates=2, schedule={"warmup_updates": 0}))
+    Trainer(src, tmp_path / "a", ReverseTask(), None, progress=False).fit()
+    ckpt_dir = list_checkpoints(tmp_path / "a" / "checkpoints")[-1]
+    # a deeper decoder: the encoder and the first two decoder layers fit, the third is new
+    cfg = TrainConfig.from_dict(config(max_updates=2, schedule={"warmup_updates": 0}, init_from=str(ckpt_dir),
+                                       model={"decoder_layers": 3}))  # fmt: skip
+    t = Trainer(cfg, tmp_path / "b", ReverseTask(), None, progress=False)
+    t._init_from(ckpt_dir)
+    source = load_file(str(ckpt_dir / "model.safetensors"))
+    own = t.model.state_dict()
+    assert torch.equal(own["encoder.layers.1.ffn.w2.weight"], source["encoder.layers.1.ffn.w2.weight"])
+    assert not torch.equal(own["decoder.layers.2.ffn.w2.weight"], source["decoder.layers.1.ffn.w2.weight"])
+    with pytest.raises(ConfigError, match="not a checkpoint"):
+        t._init_from(tmp_path)

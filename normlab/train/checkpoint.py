@@ -218,9 +218,8 @@ def mark_best(checkpoint: str | Path) -> Path:
 
 
 def rotate(directory: str | Path, keep_last: int, keep_every: int = 0) -> None:
-    """Delete all but the newest ``keep_last`` checkpoints (``best/`` is separate and never deleted), except
-    those at multiples of ``keep_every`` updates (when > 0); also remove temporary directories left by a
-    killed save."""
+    """Delete all but the newest ``keep_last`` checkpoints and those at multiples of ``keep_every`` updates
+    (``best/`` is separate and never deleted); also remove temporary directories left by a killed save."""
     directory = Path(directory)
     for stale in directory.glob(".tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
@@ -228,6 +227,7 @@ def rotate(directory: str | Path, keep_last: int, keep_every: int = 0) -> None:
         shutil.rmtree(stale, ignore_errors=True)
     found = list_checkpoints(directory)
     for path in found[: max(len(found) - keep_last, 0)]:
-        if keep_every and int(_NAME.match(path.name).group(1)) % keep_every == 0:  # type: ignore[union-attr]
+        update = int(_NAME.match(path.name).group(1))  # type: ignore[union-attr]
+        if keep_every and update % keep_every == 0:
             continue
         shutil.rmtree(path, ignore_errors=True)

@@ -168,6 +168,9 @@ class Trainer:
         self.ckpt_dir = self.run_dir / "checkpoints"
         self._writer = None
         self._metrics_file = None
+        self._bar = None
+        self._evaluated_at: int | None = None
+        self._saved_at: int | None = None
 
     # ---------------------------------------------------------------------------------------------- helpers
 
@@ -212,8 +215,9 @@ class Trainer:
         return dict(dataclasses.asdict(self.state), config=self.cfg.to_dict(), normlab_version=__version__)
 
     def save(self) -> Path | None:
-        if not self.dist.is_main:
+        if not self.dist.is_main or self._saved_at == self.state.update:
             return None
+        self._saved_at = self.state.update
         path = ckpt.save_checkpoint(self.ckpt_dir, self.state.update, self.model, self.optimizer, self._ckpt_state())
         if self.state.best_update == self.state.update:
             ckpt.mark_best(path)
@@ -236,6 +240,26 @@ class Trainer:
                 tmp = path.with_name(".metrics.jsonl.tmp")
                 tmp.write_text("".join(ln + "\n" for ln in kept), encoding="utf-8")
                 os.replace(tmp, path)
+
+    def _init_from(self, path: Path) -> None:
+        """Start from another run's weights: every tensor of ``path/model.safetensors`` whose name and shape
+        match one of the model's (the rest keep their initialisation: e.g. a new classification head)."""
+        from safetensors.torch import load_file
+
+        if not (path / "model.safetensors").exists():
+            raise ConfigError(f"TrainConfig.init_from: {path} is not a checkpoint (no model.safetensors)")
+        source = load_file(str(path / "model.safetensors"), device=str(self.device))
+        own = self.model.state_dict()
+        taken = {k: v for k, v in source.items() if k in own and own[k].shape == v.shape}
+        if not taken:
+            raise ConfigError(f"TrainConfig.init_from: no tensor of {path} fits the model")
+        with torch.no_grad():
+            for k, v in taken.items():
+                own[k].copy_(v)
+        loaded = {own[k].data_ptr() for k in taken}  # tied weights share storage: loaded through their twin
+        fresh = sorted(k for k in own if own[k].data_ptr() not in loaded)
+        self._say(f"initialised {len(taken)} tensors from {path}; {len(fresh)} new: {', '.join(fresh[:6])}"
+                  + (" ..." if len(fresh) > 6 else ""))
 
     # ------------------------------------------------------------------------------------------------- steps
 
@@ -313,6 +337,9 @@ class Trainer:
         return out
 
     def _validate(self, epoch: int) -> None:
+        if self._evaluated_at == self.state.update:  # e.g. eval_every and the end of the run coincide
+            return
+        self._evaluated_at = self.state.update
         metrics = self.evaluate()
         if not metrics:
             return
@@ -354,6 +381,8 @@ class Trainer:
             (self.run_dir / "config.yaml").write_text(_dump_config(cfg), encoding="utf-8")
         if resume:
             self._resume()
+        if cfg.init_from and self.state.update == 0:
+            self._init_from(Path(cfg.init_from))
         if self.dist.is_main:
             from torch.utils.tensorboard import SummaryWriter
 
