@@ -375,20 +375,38 @@ def greedy_search(
 
 @dataclasses.dataclass
 class Seq2SeqState:
-    """What a :class:`~normlab.model.Seq2Seq` carries between decoding steps, one row per (sentence, beam)."""
+    """What a :class:`~normlab.model.Seq2Seq` carries between decoding steps.
 
-    enc: Any  # EncoderOut: encoder states (rows, S, d) and source padding mask (rows, S)
-    cache: Any  # DecoderCache: self-attention keys/values so far, cross-attention keys/values
+    The decoder has one row per (sentence, beam); the encoder output, its padding mask and the
+    cross-attention keys/values have one row per *sentence*, shared by that sentence's consecutive decoder
+    rows (see :class:`~normlab.model.CrossAttention`), so they are copied only when sentences leave the batch.
+    """
+
+    enc: Any  # EncoderOut: encoder states (M, S, d) and source padding mask (M, S), one row per sentence
+    cache: Any  # DecoderCache: self-attention keys/values (rows, H, t, hd); cross-attention (M, H, S, hd)
+    rows: int  # decoder rows, a multiple of M
 
     def reorder(self, index: Tensor) -> Seq2SeqState:
-        self.enc = self.enc.index_select(index)
-        self.cache.reorder(index)
+        """New decoder row r takes old row ``index[r]``. If the new rows come in runs of equal length from one
+        memory row each (beam search always), the memory stays shared, one row per run; otherwise every
+        decoder row gets its own memory row (any ``index`` is valid)."""
+        M = self.enc.out.shape[0]
+        g = self.rows // M
+        mem = index.div(g, rounding_mode="floor") if g > 1 else index
+        runs, counts = torch.unique_consecutive(mem, return_counts=True)
+        mem_index: Tensor | slice = runs if bool(counts.eq(counts[0]).all()) else mem
+        if mem_index.shape[0] == M and bool(mem_index.eq(torch.arange(M, device=index.device)).all()):
+            mem_index = slice(None)  # the same sentences: nothing to copy
+        else:
+            self.enc = self.enc.index_select(mem_index)
+        self.cache.reorder(index, memory_index=mem_index)
+        self.rows = index.shape[0]
         return self
 
 
 def seq2seq_init(model: Any, src: Tensor) -> Seq2SeqState:
     """Encode ``src`` (B, S) once; the state has one row per sentence (the search expands it per beam)."""
-    return Seq2SeqState(enc=model.encode(src), cache=model.init_cache())
+    return Seq2SeqState(enc=model.encode(src), cache=model.init_cache(), rows=src.shape[0])
 
 
 def seq2seq_step_fn(model: Any) -> StepFn:

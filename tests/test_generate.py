@@ -281,6 +281,41 @@ def uncached_step_fn(model, src):
     return step
 
 
+@pytest.mark.parametrize("placement", ["post", "peri"])
+def test_decoder_rows_can_share_memory_rows(placement):
+    """CrossAttention with g decoder rows per memory row equals the memory expanded per row, in a full pass
+    and incrementally through reorders that keep, shrink or break the sharing."""
+    model = _model(placement=placement)
+    src = _sources(B=3, S=7)
+    g = torch.Generator().manual_seed(5)
+    tgt = torch.cat([torch.full((6, 1), BOS), torch.randint(7, 50, (6, 4), generator=g)], 1)
+    with torch.no_grad():
+        enc = model.encode(src)
+        per_row = enc.index_select(torch.arange(3).repeat_interleave(2))
+        ref = model.decode(tgt, per_row)
+        torch.testing.assert_close(model.decode(tgt, enc), ref, atol=1e-5, rtol=1e-5)
+        # incremental: 3 sentences, then 2 beams each (shared memory), then sentence 1 leaves, then uneven rows
+        state = seq2seq_init(model, src)
+        out = [model.decode(tgt[::2, :1], state.enc, state.cache)]
+        state.reorder(torch.arange(3).repeat_interleave(2))
+        assert state.cache.layers[0].cross_k.shape[0] == 3 and state.enc.out.shape[0] == 3  # not copied per beam
+        out.append(model.decode(tgt[:, 1:2], state.enc, state.cache))
+        ref_full = model.decode(tgt[:, :2], per_row)
+        torch.testing.assert_close(torch.cat([out[0].repeat_interleave(2, 0), out[1]], 1), ref_full, atol=1e-5, rtol=1e-5)
+        keep = torch.tensor([1, 1, 4, 5])  # beams swap within sentences 0 and 2; sentence 1 is gone
+        state.reorder(keep)
+        assert state.cache.layers[0].cross_k.shape[0] == 2
+        step3 = model.decode(tgt[keep, 2:3], state.enc, state.cache)
+        full3 = model.decode(tgt[keep, :3], per_row.index_select(keep))[:, 2:]
+        torch.testing.assert_close(step3, full3, atol=1e-5, rtol=1e-5)
+        uneven = torch.tensor([0, 0, 0, 3])  # runs of 3 and 1: every row gets its own memory row again
+        state.reorder(uneven)
+        assert state.cache.layers[0].cross_k.shape[0] == 4
+        step4 = model.decode(tgt[keep][uneven, 3:4], state.enc, state.cache)
+        full4 = model.decode(tgt[keep][uneven, :4], per_row.index_select(keep[uneven]))[:, 3:]
+        torch.testing.assert_close(step4, full4, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("placement", ["post", "pre"])
 def test_cached_decoding_equals_uncached(placement):
     model = _model(placement=placement)
