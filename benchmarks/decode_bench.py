@@ -94,7 +94,7 @@ class ForcedLength:
         return self
 
 
-def normlab_decode(model: Seq2Seq, src: torch.Tensor, target: torch.Tensor, beam: int, lenpen: float) -> list[list[int]]:
+def normlab_decode(model: Seq2Seq, src: torch.Tensor, target: torch.Tensor, beam: int, lenpen: float) -> list:
     base = seq2seq_step_fn(model)
 
     def step(tokens, c: ForcedLength):
@@ -146,7 +146,8 @@ def port_to_marian(model: Seq2Seq):
         out[f"model.{side}.embed_positions.weight"] = table
         for i in range(getattr(cfg, f"{side}_layers")):
             a, b = f"{side}.layers.{i}", f"model.{side}.layers.{i}"
-            for proj, w, bias in zip("qkv", sd[f"{a}.self_attn.qkv.weight"].split(d), sd[f"{a}.self_attn.qkv.bias"].split(d)):
+            qkv_w, qkv_b = sd[f"{a}.self_attn.qkv.weight"].split(d), sd[f"{a}.self_attn.qkv.bias"].split(d)
+            for proj, w, bias in zip("qkv", qkv_w, qkv_b):
                 out[f"{b}.self_attn.{proj}_proj.weight"], out[f"{b}.self_attn.{proj}_proj.bias"] = w, bias
             pairs = {
                 "self_attn.out": "self_attn.out_proj", "self_attn.norm_add": "self_attn_layer_norm",
@@ -210,7 +211,8 @@ def check_logits(model: Seq2Seq, hf, data) -> float:
     """Max |logit difference| / max |logit| of teacher-forced passes (padded sources, fp32)."""
     src, target = batches(data[:8], 8)[0]
     g = torch.Generator().manual_seed(1)
-    tgt_in = torch.cat([torch.full((8, 1), BOS), torch.randint(FIRST_WORD, model.cfg.vocab_size, (8, 11), generator=g)], 1)
+    words = torch.randint(FIRST_WORD, model.cfg.vocab_size, (8, 11), generator=g)
+    tgt_in = torch.cat([torch.full((8, 1), BOS), words], 1)
     with torch.inference_mode():
         ours = model(src, tgt_in)
         theirs = hf(input_ids=src, attention_mask=src.ne(PAD), decoder_input_ids=tgt_in).logits
@@ -284,7 +286,8 @@ def main(argv=None) -> int:
                 dt, hyps = run(system, fn, m, bts, args.beam, args.lenpen, bf16)
                 times[system].append(dt)
                 outs[system] = hyps
-                print(f"  [{dtype}] {system:7s} run {r + 1}: {dt:7.2f} s  {args.sentences / dt:7.2f} sentences/s", flush=True)
+                rate = args.sentences / dt
+                print(f"  [{dtype}] {system:7s} run {r + 1}: {dt:7.2f} s  {rate:7.2f} sentences/s", flush=True)
         same = sum(a == b for a, b in zip(outs["normlab"], outs["hf"]))
         best = {k: min(v) for k, v in times.items()}
         med = {k: statistics.median(v) for k, v in times.items()}

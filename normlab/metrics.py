@@ -104,7 +104,8 @@ def bleu(
         if not moses_available():
             raise ImportError("tokenizer='moses' needs sacremoses: pip install sacremoses")
         tok_metric = BLEU(tokenize="none", smooth_method="none", force=True)
-        t = tok_metric.corpus_score([_moses_lc(h, lang) for h in hyps], [[_moses_lc(r, lang) for r in st] for st in streams])
+        tok_hyps = [_moses_lc(h, lang) for h in hyps]
+        t = tok_metric.corpus_score(tok_hyps, [[_moses_lc(r, lang) for r in st] for st in streams])
         prefix = f"moses-{lang}+lc|"
     else:
         tok_metric = BLEU(tokenize="13a", lowercase=True, smooth_method="none")

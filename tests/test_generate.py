@@ -301,7 +301,8 @@ def test_decoder_rows_can_share_memory_rows(placement):
         assert state.cache.layers[0].cross_k.shape[0] == 3 and state.enc.out.shape[0] == 3  # not copied per beam
         out.append(model.decode(tgt[:, 1:2], state.enc, state.cache))
         ref_full = model.decode(tgt[:, :2], per_row)
-        torch.testing.assert_close(torch.cat([out[0].repeat_interleave(2, 0), out[1]], 1), ref_full, atol=1e-5, rtol=1e-5)
+        steps = torch.cat([out[0].repeat_interleave(2, 0), out[1]], 1)
+        torch.testing.assert_close(steps, ref_full, atol=1e-5, rtol=1e-5)
         keep = torch.tensor([1, 1, 4, 5])  # beams swap within sentences 0 and 2; sentence 1 is gone
         state.reorder(keep)
         assert state.cache.layers[0].cross_k.shape[0] == 2
@@ -396,6 +397,17 @@ def test_tiny_model_learns_to_copy():
     bf16 beam search then reproduce held-out sources exactly (the whole path: encoder, cache, search, EOS).
     About 5 s on 2 idle cores (the loss is ~0.005 at the end; all 64 held-out copies are exact from ~150 steps)."""
     torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    # one thread: this model's ops are tiny, and on a shared machine two OpenMP threads that wait for each
+    # other were measured 6x slower than one
+    torch.set_num_threads(1)
+    try:
+        _learn_to_copy()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _learn_to_copy():
     n_words, steps, lr = 12, 250, 5e-3
     model = Seq2Seq(tiny_config(placement="pre", d_model=64, d_ffn=128, vocab_size=7 + n_words, max_positions=32))
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
