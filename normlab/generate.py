@@ -60,7 +60,8 @@ __all__ = [
 ]
 
 StepFn = Callable[[Tensor, Any], tuple[Tensor, Any]]
-"""``step_fn(tokens (rows,) long, cache) -> (log_probs (rows, V), cache)``."""
+"""``step_fn(tokens (rows,) long, cache) -> (log_probs (rows, V), cache)``; the search may change a float32
+``log_probs`` in place (it masks PAD, NaN and the length constraints there)."""
 
 
 def reorder_cache(cache: Any, index: Tensor) -> Any:
@@ -260,7 +261,7 @@ def beam_search(
             raise ValueError(f"step_fn returned {lp.shape[0]} rows, expected {N * Kc}")
         if 2 * K > Kc * V:
             raise ValueError(f"beam_size={K} needs a vocabulary of at least {2 * K} tokens, got {V}")
-        lp = _mask_log_probs(lp.float(), step, beams.max_len.repeat_interleave(Kc), min_len, eos, pad)
+        lp = _mask_log_probs(lp.float().contiguous(), step, beams.max_len.repeat_interleave(Kc), min_len, eos, pad)
         # the 2K best continuations of each sentence over all its beams (fairseq's BeamSearch.step)
         cand_scores, cand_idx = (beams.scores[:, :, None] + lp.view(N, Kc, V)).view(N, Kc * V).topk(2 * K)
         cand_beam, cand_tok = cand_idx.div(V, rounding_mode="floor"), cand_idx.remainder(V)
@@ -344,7 +345,7 @@ def greedy_search(
     cache = init_cache
     for step in range(L):
         lp, cache = step_fn(last, cache)
-        lp = _mask_log_probs(lp.float(), step, max_len, min_len, eos, pad)
+        lp = _mask_log_probs(lp.float().contiguous(), step, max_len, min_len, eos, pad)
         best_lp, tok = lp.max(dim=1)
         fin.tokens[sent, 0, step] = tok
         fin.pos_scores[sent, 0, step] = best_lp
