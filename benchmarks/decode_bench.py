@@ -26,6 +26,13 @@ until the batch is done and runs its general-purpose ``generate`` machinery each
     python benchmarks/decode_bench.py                  # 500 sentences, bf16 and fp32
 
 Needs the ``bench`` extra (``pip install -e .[bench]``) for transformers.
+
+Measured (2-core AVX2 CPU shared with other jobs, load ~7, 1 thread, fp32, torch 2.13, transformers 5.23):
+500 sentences, 8 batches of 64: normlab 228 s / 181 s, HF 1549 s / 1189 s (two alternating runs each):
+2.76 vs 0.42 sentences/s, 6.6x (median ratio 6.7x), 500/500 identical translations. ``--quick``: 5.5x,
+40/40 identical. A profile of HF's decoding shows 63% of its time in cache copies (``index_select`` of the
+self- and cross-attention caches after every step, ``cat``); normlab's share is ~8%. bf16 autocast is not
+measured here: this CPU has no bf16 matmul instructions, where bf16 linear layers run 3-8x slower than fp32.
 """
 
 from __future__ import annotations
