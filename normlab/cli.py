@@ -70,6 +70,30 @@ def _reproduce(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _translate_args(p: argparse.ArgumentParser) -> None:
+    from normlab.translate import add_translate_arguments
+
+    add_translate_arguments(p)
+
+
+def _translate(args: argparse.Namespace) -> int:
+    from normlab.translate import run_translate
+
+    return run_translate(args)
+
+
+def _evaluate_args(p: argparse.ArgumentParser) -> None:
+    from normlab.translate import add_evaluate_arguments
+
+    add_evaluate_arguments(p)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from normlab.translate import run_evaluate
+
+    return run_evaluate(args)
+
+
 def _finetune_args(p: argparse.ArgumentParser) -> None:
     from normlab.finetune import add_arguments
 
@@ -99,6 +123,10 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "model": ("print a model's configuration, parameter count and where its LayerNorms sit", _model_args, _model),
     "data": ("prepare a corpus (tokenizer, binarized splits; cached) and print its statistics", _data_args, _data),
     "train": ("train a translation, masked-LM or classification model (exit 3 when it diverges)", _train_args, _train),
+    "translate": ("translate sentences (stdin or --input) with a trained run, streamed to stdout",
+                  _translate_args, _translate),
+    "evaluate": ("BLEU (sacreBLEU and tokenized) and NLL of a run on its valid or test split", _evaluate_args,
+                 _evaluate),
     "reproduce": ("run the paper's experiments at a scale and write the report with a verdict per claim",
                   _reproduce_args, _reproduce),
     "finetune": ("fine-tune a masked-LM checkpoint on sentence pairs: the paper's grid, 6 seeds, t confidence "

@@ -40,8 +40,8 @@ The paper's Figure 5(b,c) plots fine-tuned accuracy against the pre-training che
 checkpoints along the pre-training run (``--from RUN/checkpoints/update_N``; keep them with
 ``keep_every``/``save_every``) and read ``chosen`` from each results.json.
 
-The t quantile and the confidence interval are implemented here (:func:`t_quantile`, :func:`mean_ci`): scipy is
-not a dependency.
+The confidence interval is :func:`normlab.metrics.mean_ci` (Student's t computed from the incomplete beta
+function; scipy is not a dependency).
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ import argparse
 import dataclasses
 import itertools
 import json
-import math
 import os
 import re
 import shutil
@@ -74,90 +73,14 @@ from normlab.config import (
     field,
     load_yaml,
 )
+from normlab.metrics import mean_ci
 from normlab.model import PairClassifier
 from normlab.pretrained import Pretrained, locate_pretrained
 
 __all__ = [
-    "FinetuneConfig", "SCALES", "PAPER", "Setting", "FinetuneRun", "t_quantile", "mean_ci", "grid", "finetune",
-    "epoch_curve", "scale_note", "add_arguments", "run",
+    "FinetuneConfig", "SCALES", "PAPER", "Setting", "FinetuneRun", "grid", "finetune", "epoch_curve", "scale_note",
+    "table", "add_arguments", "run",
 ]  # fmt: skip
-
-
-# --------------------------------------------------------------------------------------------------------
-# Student's t and the confidence interval
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the regularised incomplete beta function (modified Lentz; Numerical Recipes 6.4)."""
-    tiny = 1e-300
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 1000):
-        m2 = 2 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + aa / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """I_x(a, b), the regularised incomplete beta function."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_cdf(t: float, df: float) -> float:
-    """P(T <= t) for Student's t with ``df`` degrees of freedom: 1 - I_{df/(df+t^2)}(df/2, 1/2) / 2 for t >= 0."""
-    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t >= 0 else tail
-
-
-def t_quantile(p: float, df: float) -> float:
-    """The t with P(T <= t) = p (df > 0), by bisection on :func:`t_cdf` to ~1e-12; t_quantile(0.975, 5) = 2.5706."""
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"p must be in (0, 1), got {p}")
-    if df <= 0:
-        raise ValueError(f"df must be positive, got {df}")
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < p:
-        lo, hi = hi, 2.0 * hi
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-12 * max(1.0, hi):
-            break
-    return 0.5 * (lo + hi)
-
-
-def mean_ci(values: list[float], confidence: float = 0.95) -> tuple[float, float | None]:
-    """The mean and the half-width of its two-sided ``confidence`` interval, t_{(1+c)/2, n-1} * s / sqrt(n) with
-    s the sample standard deviation (n - 1 in the denominator); the half-width is None for one value."""
-    x = np.asarray(values, dtype=np.float64)
-    if x.size == 0:
-        raise ValueError("no values")
-    mean = float(x.mean())
-    if x.size == 1:
-        return mean, None
-    s = float(x.std(ddof=1))
-    return mean, t_quantile(0.5 + confidence / 2.0, x.size - 1) * s / math.sqrt(x.size)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -374,11 +297,13 @@ def _majority(data: Any) -> dict[str, float | int]:
 
 
 def _summarise(values: list[float], confidence: float) -> dict[str, Any]:
+    """n, mean, and the t confidence interval (half-width and bounds; None for fewer than two values)."""
     if not values:
         return {"n": 0, "mean": None, "ci_half_width": None, "ci": None}
-    mean, half = mean_ci(values, confidence)
-    return {"n": len(values), "mean": mean, "ci_half_width": half,
-            "ci": None if half is None else [mean - half, mean + half]}  # fmt: skip
+    ci = mean_ci(values, confidence)
+    if ci.n < 2:
+        return {"n": ci.n, "mean": ci.mean, "ci_half_width": None, "ci": None}
+    return {"n": ci.n, "mean": ci.mean, "ci_half_width": ci.half_width, "ci": [ci.low, ci.high]}
 
 
 def _results(runs: list[FinetuneRun], fc: FinetuneConfig) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:

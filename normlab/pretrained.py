@@ -5,10 +5,10 @@ of ``normlab train`` with ``data.task=mlm`` (its ``best`` checkpoint unless anot
 checkpoint directories (``RUN/checkpoints/update_00012000``, ``RUN/checkpoints/best``). A checkpoint's
 ``state.json`` carries the run's full configuration, so a checkpoint directory is enough on its own.
 
-The tokenizer is the pre-training one, found from the run's ``data`` configuration (``normlab.data.prepare``:
-a cache hit on the machine that ran the pre-training; trained again, deterministically, elsewhere) and checked
-against the checkpoint's vocabulary size. Fine-tuning with another vocabulary would feed the encoder ids it
-never saw.
+The tokenizer is the pre-training one: the run directory's ``tokenizer.model``, or for a run without one, the
+tokenizer its ``data`` configuration makes (``normlab.data.prepare``: a cache hit on the machine that ran the
+pre-training), checked against the checkpoint's vocabulary size. Fine-tuning with another vocabulary would feed
+the encoder ids it never saw.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from torch import nn
 
 from normlab.config import ConfigError, TrainConfig
 from normlab.model import MaskedLM
-from normlab.train.checkpoint import CheckpointError, load_checkpoint, read_state, resolve_checkpoint
+from normlab.train.checkpoint import load_checkpoint, read_state, resolve_checkpoint
 
 if TYPE_CHECKING:
     import argparse
@@ -56,10 +56,15 @@ class Pretrained:
                 f"d={m.d_model}, vocab {m.vocab_size})")  # fmt: skip
 
     def tokenizer(self) -> Tokenizer:
-        """The pre-training tokenizer; a :class:`ConfigError` when its size differs from the checkpoint's."""
-        from normlab.data import prepare
+        """The pre-training tokenizer: the run's own ``tokenizer.model`` (``normlab train`` writes it), or else
+        the one its data configuration makes; a :class:`ConfigError` when its size differs from the checkpoint's."""
+        from normlab.data import Tokenizer, prepare
 
-        tok = prepare(self.cfg.data, self.cfg.model.max_positions).tokenizer
+        saved = None if self.run_dir is None else self.run_dir / "tokenizer.model"
+        if saved is not None and saved.is_file():
+            tok = Tokenizer.load(saved)
+        else:
+            tok = prepare(self.cfg.data, self.cfg.model.max_positions).tokenizer
         if tok.vocab_size != self.cfg.model.vocab_size:
             raise ConfigError(
                 f"{self.checkpoint}: the pre-training data's tokenizer has {tok.vocab_size} pieces but the checkpoint "
@@ -70,10 +75,7 @@ class Pretrained:
     def masked_lm(self, device: torch.device | str = "cpu") -> MaskedLM:
         """The pre-trained :class:`MaskedLM`, in eval mode."""
         model = MaskedLM(self.cfg.model)
-        try:
-            load_checkpoint(self.checkpoint, model, device=device)
-        except CheckpointError as e:
-            raise ConfigError(str(e)) from None
+        load_checkpoint(self.checkpoint, model, device=device)  # a CheckpointError is a one-line ConfigError
         return model.eval()
 
     def check_encoder(self, model: nn.Module) -> list[str]:
@@ -105,10 +107,7 @@ def locate_pretrained(source: str | Path, which: str = "best") -> Pretrained:
             raise ConfigError(f"{source} is a checkpoint directory already; --checkpoint {which} needs a run directory")
         checkpoint = path
     elif path.is_dir():
-        try:
-            checkpoint = resolve_checkpoint(path, which)
-        except CheckpointError as e:
-            raise ConfigError(str(e)) from None
+        checkpoint = resolve_checkpoint(path, which)
     else:
         raise ConfigError(f"{source}: neither a run directory nor a checkpoint directory")
     state = read_state(checkpoint)

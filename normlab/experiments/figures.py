@@ -91,9 +91,11 @@ def _translation(scale: Scale, ctx: Context, *, placement: str, optim: OptimConf
     )  # fmt: skip
     data = DataConfig(task="translation", corpus=ctx.corpus, vocab_size=t.vocab_size, train_subset=t.train_subset,
                       valid_subset=t.valid_subset, max_tokens=t.max_tokens, cache_dir=ctx.cache_dir)  # fmt: skip
+    # BLEU after every epoch, as the paper plots it (Figures 2, 4); bleu_sentences = 0 means the whole valid set
+    bleu = t.bleu_sentences or 10**9
     return TrainConfig(model=model, data=data, optim=optim, schedule=schedule, max_epochs=t.epochs,
                        label_smoothing=0.1, seed=seed, device=ctx.device, precision=ctx.precision,
-                       keep_last=1)  # fmt: skip
+                       keep_last=1, valid_bleu=bleu, beam=t.beam, lenpen=t.lenpen)  # fmt: skip
 
 
 def _lr(x: float) -> str:
