@@ -124,6 +124,7 @@ def test_encoder_comes_from_the_checkpoint(post_run, tmp_path):
     pre = locate_pretrained(post_run)  # the run's best checkpoint
     assert pre.update == 400 and pre.run_dir == post_run.resolve()
     assert locate_pretrained(post_run / "checkpoints" / "update_00000400").update == 400
+    assert pre.tokenizer().proto == (post_run / "tokenizer.model").read_bytes()  # the run's own vocabulary
     # a fine-tuning run's configuration (as normlab.finetune.grid writes it) and what its Trainer starts from
     cfg = TrainConfig(model=pre.cfg.model, data=DataConfig(task="classification"), init_from=str(pre.checkpoint))
     new = ["pooler.weight", "pooler.bias", "classifier.weight", "classifier.bias"]
