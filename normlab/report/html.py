@@ -1,0 +1,114 @@
+"""``report/index.html``: one self-contained page (images embedded) that says which claims hold at this scale."""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+from pathlib import Path
+from typing import Any
+
+__all__ = ["write_html"]
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;
+color:#222;line-height:1.45}
+h1{font-size:1.6em;margin-bottom:.2em} h2{margin-top:1.8em;border-bottom:1px solid #ddd;padding-bottom:.2em}
+table{border-collapse:collapse;width:100%;font-size:.9em;margin:.6em 0} th,td{border:1px solid #ddd;padding:.35em .5em;
+vertical-align:top;text-align:left} th{background:#f4f4f4}
+.holds{background:#e3f5e1;font-weight:600} .fails{background:#fbe3e1;font-weight:600} .notrun{background:#eee;color:#555}
+.meta{color:#555;font-size:.92em} img{max-width:100%;border:1px solid #eee;margin:.5em 0}
+code{background:#f4f4f4;padding:0 .25em} .small{font-size:.85em;color:#555}
+"""
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _img(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<img alt="{_e(path.stem)}" src="data:image/png;base64,{data}">'
+
+
+def _verdict_class(v: str) -> str:
+    return {"holds": "holds", "does not hold": "fails"}.get(v, "notrun")
+
+
+def _num(x: Any, fmt: str = ".3f") -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, float):
+        return "inf" if math.isinf(x) else format(x, fmt)
+    return _e(x)
+
+
+def write_html(results: dict[str, Any], images: dict[str, Path], path: Path) -> Path:
+    """Write the report page; ``images`` maps a figure id (fig2, fig3a, ...) to a PNG, embedded in the page."""
+    meta = results.get("meta", {})
+    claims = results.get("claims", [])
+    counts = {v: sum(c["verdict"] == v for c in claims) for v in ("holds", "does not hold", "not run at this scale")}
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>normlab reproduce: "
+        f"{_e(meta.get('scale', ''))}</title><style>{_CSS}</style></head><body>",
+        "<h1>On Layer Normalization in the Transformer Architecture — reproduction</h1>",
+        f"<p class='meta'>Xiong et al., ICML 2020. Scale <b>{_e(meta.get('scale'))}</b>: {_e(meta.get('description'))}."
+        f"<br>normlab {_e(meta.get('normlab_version'))}, torch {_e(meta.get('torch'))}, {_e(meta.get('device'))}, "
+        f"{_e(meta.get('threads'))}; wall time {_num(meta.get('wall_time_s', 0) / 60, '.1f')} min; "
+        f"{_e(meta.get('finished'))}.</p>",
+        f"<p><b>{counts['holds']}</b> claims hold, <b>{counts['does not hold']}</b> do not hold, "
+        f"<b>{counts['not run at this scale']}</b> were not run at this scale.</p>",
+        "<h2>Claims</h2><table><tr><th>id</th><th>claim (paper)</th><th>verdict</th><th>evidence</th>"
+        "<th>rule</th></tr>",
+    ]
+    for c in claims:
+        parts.append(
+            f"<tr><td>{_e(c['id'])}</td><td>{_e(c['claim'])}<div class='small'>{_e(c['source'])}</div></td>"
+            f"<td class='{_verdict_class(c['verdict'])}'>{_e(c['verdict'])}</td><td>{_e(c['evidence'])}</td>"
+            f"<td class='small'>{_e(c['rule'])}</td></tr>"
+        )
+    parts.append("</table>")
+    if meta.get("scale") in ("smoke", "quick"):
+        parts.append("<p class='small'>At this scale the models are narrow and the runs short: a claim that does "
+                     "not hold here may hold at the <code>cpu</code> or <code>paper</code> scale, where the effects "
+                     "have room to appear. The verdicts are what was measured, nothing else.</p>")  # fmt: skip
+    parts.append("<h2>How the paper's settings map to this scale</h2><table><tr><th>setting</th><th>paper</th>"
+                 "<th>here</th></tr>")
+    for m in results.get("mappings", []):
+        parts.append(f"<tr><td>{_e(m['what'])}</td><td>{_e(m['paper'])}</td><td>{_e(m['here'])}</td></tr>")
+    parts.append("</table>")
+    sections = [
+        ("fig3", "Figure 3 and Lemmas 2-3: gradients and hidden states at initialisation"),
+        ("fig2", "Figure 2: the warm-up ablation (Post-LN)"),
+        ("fig4", "Figure 4: Pre-LN without warm-up against Post-LN with it; RAdam"),
+        ("fig5", "Figure 5: BERT pre-training and fine-tuning"),
+        ("fig6", "Figure 6: Post-LN at a fixed small learning rate"),
+    ]
+    for fig, title in sections:
+        shown = [k for k in images if k == fig or k.startswith(fig)]
+        parts.append(f"<h2>{_e(title)}</h2>")
+        if not shown:
+            parts.append("<p class='notrun'>not run at this scale</p>")
+        for k in sorted(shown):
+            parts.append(_img(images[k]))
+        if fig == "fig3" and results.get("analysis_summary"):
+            parts.append(f"<pre class='small'>{_e(results['analysis_summary'])}</pre>")
+    parts.append("<h2>Runs</h2><table><tr><th>run</th><th>figures</th><th>status</th><th>updates</th>"
+                 "<th>final valid loss (nats)</th><th>BLEU</th><th>accuracy</th><th>tokens/s</th><th>wall (s)</th></tr>")
+    for r in results.get("runs", {}).values():
+        last = r["evals"][-1] if r["evals"] else {}
+        status = r["status"] + (f" at update {r.get('diverged_at_update')}" if r["status"] == "diverged" else "")
+        err = f"<div class='small'>{_e(r['error'][:300])}</div>" if r.get("error") else ""
+        parts.append(
+            f"<tr><td>{_e(r['name'])}<div class='small'>{_e(r['label'])}</div></td><td>{_e(', '.join(r['figures']))}</td>"
+            f"<td>{_e(status)}{err}</td><td>{_num(r.get('updates'))}</td><td>{_num(last.get('nll'))}</td>"
+            f"<td>{_num(last.get('bleu'), '.2f')}</td><td>{_num(last.get('accuracy'), '.3f')}</td>"
+            f"<td>{_num(r.get('tokens_per_s'), '.0f')}</td><td>{_num(r.get('seconds'), '.0f')}</td></tr>"
+        )
+    parts.append("</table>")
+    parts.append("<p class='small'>Everything on this page is computed from <code>results.json</code> beside it "
+                 "(the runs' metrics.jsonl and the analysis); the verdict rules are in "
+                 "<code>normlab/report/claims.py</code>.</p></body></html>")  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(parts), encoding="utf-8")
+    return path
