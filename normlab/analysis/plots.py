@@ -20,6 +20,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 __all__ = ["write_figures"]
 
@@ -99,11 +100,16 @@ def lemma2(result: dict[str, Any], path: Path) -> str:
     ax.plot(t["layers"], t["mean"], "o-", label="theory setting")
     for stack, m in (("encoder", "s--"), ("decoder", "^:")):
         e = real["pre"][stack]["stream"]
-        ax.plot(e["layers"], e["mean"], m, label=f"real {stack}")
+        line = ax.plot(e["layers"], e["mean"], m, label=f"real {stack}")[0]
+        if "upper_from_measured_input" in e:  # the bounds started from the measured input norm
+            ax.plot(e["layers"], e["lower_from_measured_input"], lw=0.8, ls=":", color=line.get_color())
+            ax.plot(e["layers"], e["upper_from_measured_input"], lw=0.8, ls=":", color=line.get_color())
     ax.set_xlabel("layers applied l (0 = input)")
     ax.set_ylabel(r"$E\|x^{pre}_l\|^2 / d$")
-    ax.set_title("Pre-LN")
+    ax.set_title("Pre-LN (dotted: real models' bounds from their input norm)", fontsize=10)
     ax.legend(fontsize=8)
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.suptitle("Lemma 2: hidden-state norms at initialisation", fontsize=10)
     return _save(fig, path)
 
