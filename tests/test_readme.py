@@ -23,6 +23,17 @@ COVERED: dict[str, str] = {
     ".venv/bin/normlab analyze --scale quick --out runs/analysis": "tests/test_analysis.py::test_analyze_command_end_to_end",
     ".venv/bin/normlab analyze --scale paper --out runs/analysis-paper": "tests/test_analysis.py::test_analyze_command_end_to_end",
     ".venv/bin/normlab diagnose --set placement=post --set encoder_layers=12 --set decoder_layers=12": "tests/test_diagnose.py::test_diagnose_command",
+    "make reproduce": "tests/test_reproduce.py::test_smoke_reproduce_writes_the_report",
+    "normlab train --config run.yaml --set model.placement=pre --set optim.lr=5e-4 --out runs/pre":
+        "tests/test_train_cli.py::test_resume_and_config_file",
+    "normlab train --out runs/pre --resume --set max_epochs=30": "tests/test_train_cli.py::test_resume_and_config_file",
+    "torchrun --nproc_per_node 4 -m normlab train --config run.yaml --out runs/ddp":
+        "tests/test_trainer.py::test_two_process_gloo_equals_one_process",
+    # Data: the full corpora take up to a minute to prepare and write to ~/.cache; the tests run the same
+    # commands on small corpora with a temporary cache.
+    ".venv/bin/normlab data --task translation": "tests/test_data_cli.py::test_data_command",
+    ".venv/bin/normlab data --task classification --set corpus=wic --set tokenizer=en-mono":
+        "tests/test_data_cli.py::test_data_command_shared_tokenizer",
 }
 
 
@@ -46,6 +57,8 @@ def test_readme_has_commands():
 
 @pytest.mark.parametrize("code", _blocks("python"))
 def test_python_blocks_run(code, capsys):
+    if "transformers" in code:  # the Hugging Face example needs the optional `hf` extra
+        pytest.importorskip("transformers", reason="transformers is not installed (pip install 'normlab[hf]')")
     exec(compile(code, "README.md", "exec"), {})
     assert capsys.readouterr().out
 

@@ -1,0 +1,1 @@
+"""Training: schedules, optimizers, losses, checkpoints, data parallelism and the Trainer."""
