@@ -70,7 +70,8 @@ def test_training_loss_is_fairseq_label_smoothing_per_token():
     keep = target.ne(PAD)
     nll = -lp.gather(-1, target[..., None])[..., 0][keep].sum()
     smooth = -lp.sum(-1)[keep].sum()
-    expected = ((1 - eps) * nll + eps / 11 * smooth) / n  # fairseq 0.9: eps_i = eps / V, sample_size = ntokens
+    eps_i = eps / (11 - 1)  # fairseq: eps spread over the V - 1 other classes; sample_size = ntokens
+    expected = ((1 - eps - eps_i) * nll + eps_i * smooth) / n
     torch.testing.assert_close(training_loss(logits, target, n, eps), expected)
 
 
@@ -246,6 +247,23 @@ def test_load_checkpoint_roundtrip(tmp_path):
     for (n, p), (_, q) in zip(model.state_dict().items(), loaded.state_dict().items()):
         assert torch.equal(p, q), n
     assert loaded.output_projection.weight is loaded.decoder.embed_tokens.weight  # still tied
+
+
+def test_load_trainer_checkpoint(tmp_path):
+    """The trainer's layout: RUN/checkpoints/update_N/{model.safetensors, state.json with the run config}."""
+    from normlab.config import TrainConfig
+    from normlab.train.checkpoint import save_checkpoint
+
+    cfg = TrainConfig(model=tiny_config(placement="post").to_dict())
+    torch.manual_seed(1)
+    model = Seq2Seq(cfg.model)
+    path = save_checkpoint(tmp_path / "run" / "checkpoints", 4000, model, None, {"config": cfg.to_dict()})
+    for where in (path, tmp_path / "run"):  # the checkpoint itself, or the run (its last checkpoint)
+        loaded = load_checkpoint(where)
+        assert loaded.cfg == cfg.model
+        assert torch.equal(loaded.decoder.layers[1].ffn.w2.weight, model.decoder.layers[1].ffn.w2.weight)
+    with pytest.raises(Exception, match="expected a trainer checkpoint"):
+        load_checkpoint(tmp_path)
 
 
 # ---- the command ---------------------------------------------------------------------------------------

@@ -12,8 +12,8 @@
 
 The loss is the training loss of Section 3.2 / Appendix A.1: label-smoothed cross entropy with eps = 0.1,
 summed over the target tokens and divided by their number (fairseq's ``label_smoothed_cross_entropy`` with
-``sample_size = ntokens``: the trainer scales the summed loss's gradient by 1/ntokens). :func:`training_loss`
-is this module's own small copy; the trainer's loss (``normlab.train.losses``) can replace it.
+``sample_size = ntokens``: the trainer scales the summed loss's gradient by 1/ntokens); :func:`training_loss`
+calls the trainer's own loss function.
 
 Parameters are selected by name (``decoder.layers.5.ffn.w2.weight``), activations are never hooked.
 ``nn.Linear`` stores W^T; the Frobenius norm is the same.
@@ -28,7 +28,6 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from normlab.config import ModelConfig, Placement
@@ -54,17 +53,14 @@ FFN_WEIGHT = re.compile(r"^(?P<stack>encoder|decoder)\.layers\.(?P<layer>\d+)\.f
 
 
 def training_loss(logits: Tensor, target: Tensor, n_tokens: int, label_smoothing: float = 0.1) -> Tensor:
-    """Label-smoothed cross entropy, summed over non-pad targets and divided by ``n_tokens``.
+    """The trainer's loss per target token: label-smoothed cross entropy (fairseq's definition, computed by
+    :func:`normlab.train.losses.label_smoothed_nll_loss` in fp32), summed over the non-pad targets and
+    divided by ``n_tokens`` (fairseq's ``sample_size = ntokens``), so that the gradient is the one the
+    optimizer would see at the first update."""
+    from normlab.train.losses import label_smoothed_nll_loss
 
-    ``(1 - eps) * nll + (eps / V) * sum_v -log p_v`` per token: fairseq's ``label_smoothed_nll_loss`` as of
-    2019-2020 (the code of the paper; later fairseq spreads eps over V - 1 classes, a 1e-5 relative
-    difference at V = 10k), which is also what ``F.cross_entropy(label_smoothing=eps)`` computes. Computed
-    in fp32 even under autocast.
-    """
-    total = F.cross_entropy(
-        logits.flatten(0, -2).float(), target.flatten(), ignore_index=PAD, label_smoothing=label_smoothing, reduction="sum"
-    )
-    return total / max(n_tokens, 1)
+    loss, _ = label_smoothed_nll_loss(logits, target, label_smoothing, PAD)
+    return loss / max(n_tokens, 1)
 
 
 class GradientMoments:

@@ -47,9 +47,11 @@ class AnalysisConfig(Strict):
 
     scale: str = field("custom", help="name of the scale this config came from (recorded in analysis.json)")
     data: Literal["synthetic", "de-en"] = field(
-        "synthetic", help="mini-batches: synthetic Zipf token batches, or the real IWSLT14 De-En training data"
+        "de-en",
+        help="mini-batches: de-en, the real De-En training batches of the data pipeline (the paper's Figure 3 uses "
+        "IWSLT14 De-En), or synthetic Zipf token batches (no data needed; the smoke scale and its golden numbers)",
     )
-    vocab_size: int = field(10000, help="vocabulary of the synthetic batches (the real data brings its own)")
+    vocab_size: int = field(10000, help="vocabulary of the synthetic batches (de-en brings its tokenizer's, 10k)")
     d_model: int = field(512, help="hidden size d of the Figure 3 models")
     n_heads: int = field(4, help="attention heads of the Figure 3 models")
     d_ffn: int = field(1024, help="FFN width of the Figure 3 models")
@@ -110,24 +112,24 @@ class AnalysisConfig(Strict):
 def smoke() -> AnalysisConfig:
     """Seconds: tiny models; the tests and the golden numbers run this."""
     return AnalysisConfig(
-        scale="smoke", vocab_size=64, d_model=32, n_heads=4, d_ffn=64, max_tokens=128, layers=2, batches=3,
+        scale="smoke", data="synthetic", vocab_size=64, d_model=32, n_heads=4, d_ffn=64, max_tokens=128, layers=2, batches=3,
         depths=(2, 3, 4), seeds=2, norm_batches=1, theory_d=32, theory_layers=4, theory_positions=8,
         theory_batch=4, theory_seeds=2, lemma3_d=16, lemma3_per_scale=1,
     )  # fmt: skip
 
 
 def quick() -> AnalysisConfig:
-    """A few minutes on 2 CPU cores: the paper's depths (6-6 ... 14-14) and layout at width 128 (depth matters
-    more for these effects than width), 3 seeds, batches of 1,024 tokens, vocabulary 2,000."""
+    """A few minutes on 2 CPU cores: the paper's depths (6-6 ... 14-14), data (De-En, 10k BPE) and layout at
+    width 128 (depth matters more for these effects than width), 3 seeds, batches of 1,024 tokens."""
     return AnalysisConfig(
-        scale="quick", vocab_size=2000, d_model=128, n_heads=4, d_ffn=256, max_tokens=1024, layers=6,
+        scale="quick", d_model=128, n_heads=4, d_ffn=256, max_tokens=1024, layers=6,
         batches=8, depths=(6, 8, 10, 12, 14), seeds=3, norm_batches=2, theory_d=256, theory_layers=12,
         theory_positions=32, theory_batch=8, theory_seeds=4, lemma3_d=256, lemma3_per_scale=2,
     )  # fmt: skip
 
 
 def paper() -> AnalysisConfig:
-    """The paper's sizes (Appendix A.1, Section 3.4)."""
+    """The paper's sizes (Appendix A.1, Section 3.4) on the De-En data."""
     return AnalysisConfig(scale="paper")
 
 
@@ -169,6 +171,8 @@ class _Clock:
 
 
 def _batch_pool(cfg: AnalysisConfig, n: int) -> tuple[list[TranslationBatch], int]:
+    """``n`` batches: the first ``n`` of an epoch of the De-En training data (shuffled with ``cfg.seed``), or
+    synthetic ones; and the vocabulary size."""
     if cfg.data == "synthetic":
         return synthetic_translation_batches(n, vocab_size=cfg.vocab_size, max_tokens=cfg.max_tokens, seed=cfg.seed), cfg.vocab_size
     return de_en_batches(n, max_tokens=cfg.max_tokens, seed=cfg.seed)
@@ -322,11 +326,17 @@ def claims_numbers(result: dict[str, Any]) -> dict[str, Any]:
       ``n_layers``. Real models: bounds from the measured input norm (the paper's assume E||x_0||^2 = d).
     * C3 / C4 (Theorem 1): slope of log ||dL/dW^{2,L}||_F against log L with its standard error (all seeds),
       the per-depth means; Theorem 1's rate is 0 for Post-LN and -1/2 for Pre-LN; the paper's Post-LN value
-      is about 1.6 at every depth.
+      is about 1.6 at every depth. Per stack, and at the top level the decoder's: Theorem 1's W^{2,L} is the
+      last layer before the softmax, the decoder's (the encoder's last layer reaches the loss only through
+      every decoder layer's cross-attention).
     * C5 (Figure 3(a,b), Appendix F): per stack and weight, slope of log(expected-gradient norm) against the
-      layer index and the last/first ratio; theory about +0.203 per layer for Post-LN, 0 for Pre-LN.
+      layer index and the last/first ratio; theory about +0.203 per layer for Post-LN, 0 for Pre-LN. At the
+      top level ``last_over_first`` per placement: the decoder's (the chain to the loss that Appendix F
+      follows), geometric mean over W^1 and W^2.
     * C6 (concentration): the measured delta at eps = 0.1 for the variables of Theorem 1 (x^{post,5}_L and
-      x^{pre}_{L+1}) and the worst layer; the paper measured delta <= 0.125.
+      x^{pre}_{L+1}) and the worst layer, per setting, placement and stack; the paper measured delta <= 0.125.
+      At the top level ``delta``: the largest over Post-LN and Pre-LN of the real decoder's Theorem 1
+      variable (the hidden state before the output LayerNorm and softmax).
     """
     th, real = result["lemma2"]["theory"], result["lemma2"]["real"]
 
@@ -356,9 +366,14 @@ def claims_numbers(result: dict[str, Any]) -> dict[str, Any]:
                for s in ("encoder", "decoder")},
         }
 
-    c3 = {"claim": "Theorem 1, Post-LN: ||dL/dW^{2,L}||_F independent of L (paper: about 1.6)", "paper_value": 1.6,
-          **thm1("post")}
-    c4 = {"claim": "Theorem 1, Pre-LN: ||dL/dW^{2,L}||_F = O(d sqrt(ln d / L)), falling with L", **thm1("pre")}
+    def top(entry: dict[str, Any]) -> dict[str, Any]:
+        dec = entry["decoder"]
+        return {"stack": "decoder", "slope": dec["slope"], "slope_stderr": dec["slope_stderr"], "mean": dec["mean"],
+                "std": dec["std"], **entry}
+
+    c3 = top({"claim": "Theorem 1, Post-LN: ||dL/dW^{2,L}||_F independent of L (paper: about 1.6)",
+              "paper_value": 1.6, **thm1("post")})
+    c4 = top({"claim": "Theorem 1, Pre-LN: ||dL/dW^{2,L}||_F = O(d sqrt(ln d / L)), falling with L", **thm1("pre")})
     ab = result["figure3ab"]
     c5: dict[str, Any] = {"claim": "Figure 3(a,b): expected-gradient norm grows with the layer index in Post-LN, "
                                    "stays about flat in Pre-LN",
@@ -366,6 +381,11 @@ def claims_numbers(result: dict[str, Any]) -> dict[str, Any]:
     for placement in ("post", "pre"):
         c5[placement] = {s: {w: _profile(ab[placement]["expected"][s][w]) for w in ("w1", "w2")}
                          for s in ("encoder", "decoder")}
+    c5["stack"] = "decoder"
+    c5["last_over_first"] = {
+        p: math.sqrt(c5[p]["decoder"]["w1"]["last_over_first"] * c5[p]["decoder"]["w2"]["last_over_first"])
+        for p in ("post", "pre")
+    }
     conc = result["concentration"]
     c6 = {"claim": "hidden-state norms are (0.1, 0.125)-bounded (Section 3.4)", "epsilon": conc["epsilon"],
           "paper_delta": conc["paper_delta"],
@@ -373,6 +393,8 @@ def claims_numbers(result: dict[str, Any]) -> dict[str, Any]:
                      for p in ("post", "pre")},
           "real": {p: {s: {"delta_last": conc["real"][p][s]["delta_last"], "delta_max": conc["real"][p][s]["delta_max"]}
                        for s in ("encoder", "decoder")} for p in ("post", "pre")}}
+    c6["delta"] = max(c6["real"][p]["decoder"]["delta_last"] for p in ("post", "pre"))
+    c6["delta_from"] = "largest of real Post-LN x^{post,5}_L and Pre-LN x^{pre}_{L+1}, decoder"
     return {"C1": c1, "C2": c2, "C3": c3, "C4": c4, "C5": c5, "C6": c6}
 
 

@@ -9,7 +9,8 @@ pluggable. Two sources are provided:
   gradient statistics is the shape of the batches and the skew of the target distribution (the mean gradient
   of the output layer points towards frequent tokens), which the Zipf law reproduces. Source and target are
   drawn independently.
-* :func:`de_en_batches`: the real IWSLT14 De-En training batches from the data pipeline.
+* :func:`de_en_batches`: the real De-En training batches of the data pipeline (:func:`normlab.data.prepare`:
+  the vendored stand-in for IWSLT14 De-En, joint 10k BPE, batches of 4,096 tokens), as the trainer sees them.
 
 :func:`load_checkpoint` reads a trained model (the Post-LN model "after warm-up" of Figure 3(a,b)).
 """
@@ -18,13 +19,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from normlab.config import ConfigError, ModelConfig
+from normlab.config import ConfigError, DataConfig, ModelConfig
 from normlab.data.batch import BOS, CLS, EOS, MASK, PAD, SEP, ClassificationBatch, MLMBatch, TranslationBatch
 
 __all__ = [
@@ -142,54 +142,73 @@ def synthetic_classification_batches(
     return out
 
 
-def de_en_batches(n_batches: int, *, max_tokens: int = 4096, seed: int = 0, max_positions: int = 1024) -> tuple[list[TranslationBatch], int]:
-    """The first ``n_batches`` training batches of IWSLT14 De-En (epoch 0, shuffled with ``seed``), and the
-    vocabulary size of the tokenizer. Needs the data pipeline (``normlab.data``'s ``prepare``)."""
+def de_en_batches(
+    n_batches: int, *, max_tokens: int = 4096, seed: int = 0, max_positions: int = 1024, data: DataConfig | None = None
+) -> tuple[list[TranslationBatch], int]:
+    """The first ``n_batches`` training batches of an epoch of IWSLT14 De-En (the vendored ``de-en`` corpus
+    with its 10k joint BPE, unless ``data`` says otherwise), shuffled with ``seed`` as the trainer's first
+    epoch is, and the tokenizer's vocabulary size. The tokenizer and binarized splits come from the data
+    pipeline's cache (built on first use: up to a minute)."""
+    from normlab.data import DataError, prepare
+
+    cfg = data or DataConfig(task="translation", corpus="de-en")
+    cfg = cfg.replace(max_tokens=max_tokens)
     try:
-        from normlab.config import DataConfig  # type: ignore[attr-defined]
-        from normlab.data import prepare  # type: ignore[attr-defined]
-    except ImportError as e:
-        raise ConfigError(
-            f"data='de-en' needs normlab's data pipeline (normlab.data.prepare), which this checkout lacks ({e}); "
-            "use data='synthetic'"
-        ) from None
-    prepared = prepare(DataConfig(task="translation", corpus="de-en"), max_positions)
+        prepared = prepare(cfg, max_positions)
+    except DataError as e:
+        raise ConfigError(f"de-en data: {e}") from None
     split = prepared.splits["train"]
-    index_batches = split.epoch_batches(0, seed, max_tokens)
-    return [split.collate(idx) for idx in _take(index_batches, n_batches)], prepared.vocab_size
-
-
-def _take(it, n: int) -> Iterator:
-    for i, x in enumerate(it):
-        if i >= n:
-            return
-        yield x
+    index_batches = split.epoch_batches(0, seed, cfg.max_tokens)
+    if len(index_batches) < n_batches:
+        raise ConfigError(f"de-en data: {n_batches} batches wanted, the training split has {len(index_batches)}")
+    return [split.collate(idx, seed=seed) for idx in index_batches[:n_batches]], prepared.vocab_size
 
 
 def load_checkpoint(path: str | Path, task: str = "translation") -> nn.Module:
-    """A model from a checkpoint: the tensors in a ``.safetensors`` file and a JSON sidecar with its
-    ModelConfig.
+    """A trained model, e.g. the Post-LN model "after warm-up" of Figure 3(a,b).
 
-    ``path`` is either the ``.safetensors`` file (its sidecar is the ``.json`` file of the same stem, or
-    ``config.json`` beside it) or a directory holding ``model.safetensors`` and ``model.json`` /
-    ``config.json``. The sidecar's ``"model"`` entry (or the whole document) is the ModelConfig. Tied
-    embeddings are restored with :func:`safetensors.torch.load_model`, the counterpart of ``save_model``.
-    Adapt this function, and only it, if the trainer's checkpoint layout differs.
+    ``path`` is one of
+    * a trainer checkpoint directory (``RUN/checkpoints/update_00004000``: ``model.safetensors`` and
+      ``state.json``, whose ``config`` is the run's TrainConfig; :mod:`normlab.train.checkpoint`): for the
+      after-warm-up curve, the checkpoint of update T_warmup (train with ``keep_every`` = T_warmup to keep it);
+    * a run directory (``RUN``): its last checkpoint;
+    * a ``.safetensors`` file with a JSON sidecar (``X.json``, ``config.json`` or ``model.json`` beside it)
+      whose ``"model"`` entry (or the whole document) is the ModelConfig.
+    Tied embeddings are restored by :func:`safetensors.torch.load_model`, the counterpart of ``save_model``.
     """
     from safetensors.torch import load_model
 
     from normlab.model import build_model
 
     path = Path(path)
-    weights = path / "model.safetensors" if path.is_dir() else path
-    candidates = [weights.with_suffix(".json"), weights.parent / "config.json", weights.parent / "model.json"]
-    sidecar = next((c for c in candidates if c.is_file()), None)
-    if not weights.is_file() or sidecar is None:
-        raise ConfigError(f"checkpoint {str(path)!r}: expected a .safetensors file and a JSON sidecar with the model config")
-    meta = json.loads(sidecar.read_text(encoding="utf-8"))
+    if path.is_dir() and (path / "checkpoints").is_dir():
+        from normlab.train.checkpoint import CheckpointError, resolve_checkpoint
+
+        try:
+            path = resolve_checkpoint(path, "last")
+        except CheckpointError as e:
+            raise ConfigError(str(e)) from None
+    if path.is_dir() and (path / "state.json").is_file():
+        state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+        run_cfg = state.get("config", {})
+        meta = {"model": run_cfg.get("model", {}), "task": run_cfg.get("data", {}).get("task", task)}
+        weights = path / "model.safetensors"
+    else:
+        weights = path / "model.safetensors" if path.is_dir() else path
+        candidates = [weights.with_suffix(".json"), weights.parent / "config.json", weights.parent / "model.json"]
+        sidecar = next((c for c in candidates if c.is_file()), None)
+        if not weights.is_file() or sidecar is None:
+            raise ConfigError(
+                f"checkpoint {str(path)!r}: expected a trainer checkpoint directory (model.safetensors + state.json), "
+                "a run directory, or a .safetensors file with a JSON sidecar holding the model config"
+            )
+        meta = json.loads(sidecar.read_text(encoding="utf-8"))
     cfg = ModelConfig.from_dict(meta.get("model", meta))
     model = build_model(cfg, meta.get("task", task))
-    missing, unexpected = load_model(model, weights, strict=False)
+    try:
+        missing, unexpected = load_model(model, str(weights), strict=False)
+    except RuntimeError as e:  # a tensor of another shape
+        raise ConfigError(f"checkpoint {str(path)!r} does not fit its config ({str(e).splitlines()[-1].strip()})") from None
     if unexpected or [m for m in missing if not m.endswith("output_projection.weight")]:
         raise ConfigError(f"checkpoint {str(path)!r} does not match its config: missing {missing}, unexpected {unexpected}")
     return model
