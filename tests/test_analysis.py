@@ -279,8 +279,13 @@ def test_analyze_command_end_to_end(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "C3 post-LN" in proc.stdout and "figure 3(c,d)" in proc.stderr
-    res = json.loads((out / "analysis.json").read_text())
+    def no_nan(constant):
+        raise AssertionError(f"analysis.json is not strict JSON: {constant}")
+
+    res = json.loads((out / "analysis.json").read_text(), parse_constant=no_nan)
     assert set(res["claims"]) == {"C1", "C2", "C3", "C4", "C5", "C6"}
+    assert {"slope", "mean", "stack"} <= set(res["claims"]["C3"]) and "delta" in res["claims"]["C6"]
+    assert set(res["claims"]["C5"]["last_over_first"]) == {"post", "pre"}
     assert res["figure3ab"]["post_warmup"]["placement"] == "post"
     assert res["figure3cd"]["depths"] == [2, 3]
     c3 = res["claims"]["C3"]

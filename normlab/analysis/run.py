@@ -187,6 +187,17 @@ def _strip_samples(obj: Any) -> Any:
     return obj
 
 
+def _json_ready(obj: Any) -> Any:
+    """NaN and infinities (e.g. the standard error of a slope fitted to two points) become null: strict JSON."""
+    if isinstance(obj, dict):
+        return {k: _json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_json_ready(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
 def run_analysis(
     cfg: AnalysisConfig, out_dir: str | Path | None = None, progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
@@ -294,11 +305,11 @@ def run_analysis(
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "analysis.json").write_text(json.dumps(result, indent=1, allow_nan=True) + "\n", encoding="utf-8")
         from normlab.analysis.plots import write_figures
 
         result["figures"] = write_figures(result, out)
-        (out / "analysis.json").write_text(json.dumps(result, indent=1, allow_nan=True) + "\n", encoding="utf-8")
+        text = json.dumps(_json_ready(result), indent=1, allow_nan=False)
+        (out / "analysis.json").write_text(text + "\n", encoding="utf-8")
     return result
 
 
@@ -424,7 +435,10 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
             e = c["C5"][p][s]
             lines.append(f"C5 {p}-LN {s} expected grad W1 [{fmt(e['w1']['values'])}] W2 [{fmt(e['w2']['values'])}] "
                          f"log-slope/layer W1 {e['w1']['log_slope_per_layer']:.3f} W2 {e['w2']['log_slope_per_layer']:.3f}")
+    lines.append(f"C5 decoder last/first (geometric mean of W1, W2): post {c['C5']['last_over_first']['post']:.3g}, "
+                 f"pre {c['C5']['last_over_first']['pre']:.3g}")
     c6 = c["C6"]
+    lines.append(f"C6 delta of Theorem 1's variables (real decoder, worst placement): {c6['delta']:.3f}")
     lines.append(f"C6 delta at eps={c6['epsilon']} (paper <= {c6['paper_delta']}): theory post "
                  f"{c6['theory']['post']['delta_last']:.3f} (max {c6['theory']['post']['delta_max']:.3f}), pre "
                  f"{c6['theory']['pre']['delta_last']:.3f} (max {c6['theory']['pre']['delta_max']:.3f}); real "
