@@ -212,6 +212,8 @@ def run_analysis(
 
     clock = _Clock(progress)
     device = resolve_device(cfg.device)
+    # a wrong checkpoint path fails now, not after the minutes of the measurements before it
+    warm_model = load_checkpoint(cfg.checkpoint) if cfg.checkpoint else None
     seeds = [cfg.seed + k for k in range(cfg.seeds)]
     n_pool = cfg.batches + cfg.norm_batches + cfg.seeds * cfg.cd_batches
     pool, vocab = clock.section("batches", lambda: _batch_pool(cfg, n_pool))
@@ -247,9 +249,9 @@ def run_analysis(
             real[placement] = hidden_norms(model, norm_batches, dtype=cfg.dtype)
         clock.section(f"figure 3(a,b) {placement}-LN {cfg.layers}-{cfg.layers}, {cfg.batches} batches", one)
     ab["post_warmup"] = None
-    if cfg.checkpoint:
+    if warm_model is not None:
         def warm() -> None:
-            model = load_checkpoint(cfg.checkpoint).to(device)
+            model = warm_model.to(device)
             batches = ab_batches
             if model.cfg.vocab_size != vocab:
                 if cfg.data != "synthetic":
