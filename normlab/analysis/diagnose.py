@@ -4,8 +4,8 @@ Xiong et al. (2020) trace the warm-up that Post-LN Transformers need to their gr
 large near the output and decaying towards the input (Figure 3(a,b), Appendix F), because the LayerNorms
 see inputs of constant scale, so nothing damps the gradient of the last layers. In a Pre-LN Transformer the
 inputs of the LayerNorms grow with depth (Lemma 2) and the LayerNorm Jacobians, O(sqrt(d)/||x||) (Lemma 3),
-scale the gradients down accordingly: the per-layer gradient profile is flat and no warm-up is needed
-(Section 4). :func:`diagnose` measures both signals on any model and a loss closure:
+scale the gradients down accordingly: the per-layer gradient profile is flat or falling, and no warm-up is
+needed (Section 4). :func:`diagnose` measures both signals on any model and a loss closure:
 
 1. the per-layer gradient profile: parameters grouped by layer (by default, the first integer path component
    after an ``nn.ModuleList``: ``encoder.layers.3.ffn.w2.weight`` -> (``encoder.layers``, 3),
@@ -229,7 +229,7 @@ def verdict(profiles: Sequence[LayerProfile], threshold: float = THRESHOLD) -> t
     else:
         mechanism = (f"its LayerNorm inputs grow {growth:.2f}x with depth, which damps the upper layers' gradients "
                      "by about 1/sqrt(G) (Lemma 3; the Pre-LN pattern)")
-    reason = (f"in {worst.stack!r} the gradient norm {direction} towards the output (last/first r = "
+    reason = (f"In {worst.stack!r} the gradient norm {direction} towards the output (last/first r = "
               f"{worst.grad_ratio:.3g}) and {mechanism}: S = r/sqrt(G) = {worst.score:.3g} is "
               f"{'above' if advised else 'below'} the threshold {threshold:g}.")
     if advised:
