@@ -19,6 +19,7 @@ from normlab.analysis.gradients import (
     figure3ab,
     figure3cd,
     fit_loglog_slope,
+    fit_paired_loglog_slope,
     training_loss,
 )
 from normlab.analysis.sources import load_checkpoint, synthetic_translation_batches
@@ -139,7 +140,7 @@ def test_figure3cd_structure_and_paired_initialisation():
             e = res[p][s]
             assert np.asarray(e["per_seed"]).shape == (2, 2)
             assert e["mean"] == pytest.approx(np.mean(e["per_seed"], 1).tolist())
-            assert set(e["fit"]) >= {"slope", "stderr"}
+            assert set(e["fit"]) >= {"slope", "stderr"} and e["paired"]["slope"] == pytest.approx(e["fit"]["slope"])
     # a seed initialises Post-LN and Pre-LN models with the same weight matrices
     torch.manual_seed(1)
     post = dict(Seq2Seq(base.replace(placement="post")).named_parameters())
@@ -147,6 +148,18 @@ def test_figure3cd_structure_and_paired_initialisation():
     pre = dict(Seq2Seq(base.replace(placement="pre")).named_parameters())
     for name in ("encoder.layers.0.ffn.w2.weight", "decoder.layers.1.self_attn.qkv.weight", "decoder.embed_tokens.weight"):
         assert torch.equal(post[name], pre[name])
+
+
+def test_paired_slope_removes_per_seed_levels():
+    depths = np.array([6, 8, 10, 12, 14], dtype=float)
+    levels = np.array([0.5, 1.0, 3.0])  # one seed's batch gives large gradients at every depth
+    noise = np.array([[1.0, 1.02, 0.98]] * 5)
+    y = levels[None, :] * depths[:, None] ** -0.5 * noise
+    paired = fit_paired_loglog_slope(depths, y)
+    pooled = fit_loglog_slope(np.repeat(depths, 3), y.ravel())
+    assert paired["slope"] == pytest.approx(pooled["slope"]) == pytest.approx(-0.5)
+    assert paired["stderr"] < pooled["stderr"] / 100  # the levels inflate only the pooled error
+    assert len(paired["per_seed"]) == 3
 
 
 def test_loglog_slope_recovers_power_law():

@@ -42,6 +42,7 @@ __all__ = [
     "figure3ab",
     "figure3cd",
     "fit_loglog_slope",
+    "fit_paired_loglog_slope",
     "fit_linear_slope",
     "autocast_context",
 ]
@@ -236,7 +237,8 @@ def figure3cd(
     value is the norm of the mean gradient, as in Figure 3(a,b).
 
     Returns, per placement and stack: ``per_seed[depth index][seed index]``, ``mean``, ``std`` (over seeds,
-    ddof=1) and the log-log fit of :func:`fit_loglog_slope` over all (depth, seed) points.
+    ddof=1), the log-log fit of :func:`fit_loglog_slope` over all (depth, seed) points (``fit``) and the
+    paired one of :func:`fit_paired_loglog_slope` (``paired``: same slope, the standard error across seeds).
     """
     from normlab.model import Seq2Seq
 
@@ -269,6 +271,7 @@ def figure3cd(
             res[stack]["std"] = (v.std(1, ddof=1) if v.shape[1] > 1 else np.zeros(len(depths))).tolist()
             xs = np.repeat(np.asarray(depths, dtype=float), v.shape[1])
             res[stack]["fit"] = fit_loglog_slope(xs, v.ravel())
+            res[stack]["paired"] = fit_paired_loglog_slope(depths, v)
         res["loss"] = float(np.mean(losses))
         out[placement.value] = res
     return out
@@ -280,6 +283,20 @@ def fit_loglog_slope(x: Sequence[float], y: Sequence[float]) -> dict[str, float]
     Over all (depth, seed) points rather than the means, so that the standard error reflects the spread
     across seeds; Theorem 1 predicts b = 0 (Post-LN) and b = -1/2 (Pre-LN)."""
     return _ols(np.log(np.asarray(x, dtype=float)), np.log(np.asarray(y, dtype=float)))
+
+
+def fit_paired_loglog_slope(x: Sequence[float], y: np.ndarray) -> dict[str, Any]:
+    """The log-log slope of each seed's curve (``y`` is (len(x), seeds)), their mean and its standard error.
+
+    The design is paired: a seed fixes the initialisation and the batch at every depth, and most of the
+    spread across seeds is a per-seed level (one seed's batch gives large gradients at every depth) that does
+    not change the slope. The mean of the per-seed slopes equals the pooled fit's slope; its standard error
+    (over seeds) is the one that fits this design."""
+    y = np.asarray(y, dtype=float)
+    slopes = [fit_loglog_slope(x, y[:, k])["slope"] for k in range(y.shape[1])]
+    n = len(slopes)
+    se = float(np.std(slopes, ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
+    return {"slope": float(np.mean(slopes)), "stderr": se, "per_seed": slopes, "n": n}
 
 
 def fit_linear_slope(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:

@@ -5,7 +5,7 @@
   warm-up. Log scale: the Post-LN and Pre-LN values differ by orders of magnitude near the output.
 * ``figure3cd.png``: ||dL/dW^{2,L}||_F of the last FFN layer against the model size (6-6 ... 14-14), mean and
   standard deviation over seeds, (c) Post-LN and (d) Pre-LN, encoder and decoder in each, with the fitted
-  log-log slope. (The paper's caption does not say which stack its panels show; both are drawn.)
+  log-log slope (mean of the per-seed slopes ± its standard error). (The paper's caption does not say which stack its panels show; both are drawn.)
 * ``lemma2.png``: E||x^{post,5}_l||^2/d against 3/2, and E||x^{pre}_l||^2/d between its bounds.
 * ``lemma3.png``: ||J_LN(x)||_2 against sqrt(d)/||x||_2 (log-log) with the fitted line.
 * ``concentration.png``: the measured delta per layer at eps = 0.1 against the paper's 0.125.
@@ -68,8 +68,9 @@ def figure3cd(result: dict[str, Any], path: Path) -> str:
     for ax, placement, title in zip(axes, ("post", "pre"), ("(c) Post-LN Transformer", "(d) Pre-LN Transformer")):
         for stack, marker in (("encoder", "o-"), ("decoder", "s--")):
             e = cd[placement][stack]
+            fit = e.get("paired", e["fit"])
             ax.errorbar(depths, e["mean"], yerr=e["std"], fmt=marker, capsize=3,
-                        label=f"{stack}: slope {e['fit']['slope']:.2f} ± {e['fit']['stderr']:.2f}")
+                        label=f"{stack}: log-log slope {fit['slope']:.2f} ± {fit['stderr']:.2f}")
         ax.set_xticks(depths, [f"{d}-{d}" for d in depths])
         ax.set_xlabel("model size")
         ax.set_ylabel(r"$\|\partial L / \partial W^{2,L}\|_F$")
