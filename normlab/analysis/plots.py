@@ -56,7 +56,7 @@ def figure3ab(result: dict[str, Any], path: Path) -> str:
         ax.set_ylabel("scale of the expected gradient")
         ax.set_title(title)
         ax.legend(fontsize=8)
-    fig.suptitle(f"Figure 3(a,b): {ab['layers']}-{ab['layers']} models at initialisation, "
+    fig.suptitle(f"Figure 3(a,b): {ab['layers']}-{ab['layers']} models (at initialisation; after warm-up where given), "
                  f"{ab['post']['n_batches']} batches, {ab['mode']} mode", fontsize=10)
     return _save(fig, path)
 
