@@ -139,6 +139,54 @@ def _reproduce(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _translate_args(p: argparse.ArgumentParser) -> None:
+    from normlab.translate import add_translate_arguments
+
+    add_translate_arguments(p)
+
+
+def _translate(args: argparse.Namespace) -> int:
+    from normlab.translate import run_translate
+
+    return run_translate(args)
+
+
+def _evaluate_args(p: argparse.ArgumentParser) -> None:
+    from normlab.translate import add_evaluate_arguments
+
+    add_evaluate_arguments(p)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from normlab.translate import run_evaluate
+
+    return run_evaluate(args)
+
+
+def _finetune_args(p: argparse.ArgumentParser) -> None:
+    from normlab.finetune import add_arguments
+
+    add_arguments(p)
+
+
+def _finetune(args: argparse.Namespace) -> int:
+    from normlab.finetune import run
+
+    return run(args)
+
+
+def _export_hf_args(p: argparse.ArgumentParser) -> None:
+    from normlab.pretrained import add_export_arguments
+
+    add_export_arguments(p)
+
+
+def _export_hf(args: argparse.Namespace) -> int:
+    from normlab.pretrained import run_export
+
+    return run_export(args)
+
+
 # name -> (help, add arguments, run); each run returns the exit code
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "model": ("print a model's configuration, parameter count and where its LayerNorms sit", _model_args, _model),
@@ -146,8 +194,16 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "diagnose": ("per-layer gradients at initialisation and a warm-up verdict for a model config", _diagnose_args, _diagnose),
     "data": ("prepare a corpus (tokenizer, binarized splits; cached) and print its statistics", _data_args, _data),
     "train": ("train a translation, masked-LM or classification model (exit 3 when it diverges)", _train_args, _train),
+    "translate": ("translate sentences (stdin or --input) with a trained run, streamed to stdout",
+                  _translate_args, _translate),
+    "evaluate": ("BLEU (sacreBLEU and tokenized) and NLL of a run on its valid or test split", _evaluate_args,
+                 _evaluate),
     "reproduce": ("run the paper's experiments at a scale and write the report with a verdict per claim",
                   _reproduce_args, _reproduce),
+    "finetune": ("fine-tune a masked-LM checkpoint on sentence pairs: the paper's grid, 6 seeds, t confidence "
+                 "intervals", _finetune_args, _finetune),
+    "export-hf": ("write a Post-LN masked-LM checkpoint as a Hugging Face BertForMaskedLM", _export_hf_args,
+                  _export_hf),
 }
 
 

@@ -95,13 +95,22 @@ class DecoderCache:
     layers: list[LayerCache]
     length: int = 0
 
-    def reorder(self, index: Tensor) -> DecoderCache:
-        """Select rows (beams) of every cached tensor, e.g. after a beam-search step."""
+    def reorder(self, index: Tensor, memory_index: Tensor | slice | None = None) -> DecoderCache:
+        """Select rows (beams) of every cached tensor, e.g. after a beam-search step.
+
+        The cross-attention keys/values are rows of the encoder memory, which several decoder rows may share
+        (:class:`CrossAttention`: the beams of a sentence). ``memory_index`` selects those rows: an index
+        tensor, or a slice (``slice(None)``: unchanged, no copy); by default they follow ``index``.
+        """
         for layer in self.layers:
-            for name in ("k", "v", "cross_k", "cross_v"):
+            for name in ("k", "v"):
                 t = getattr(layer, name)
                 if t is not None:
                     setattr(layer, name, t.index_select(0, index))
+            for name in ("cross_k", "cross_v"):
+                t = getattr(layer, name)
+                if t is not None:
+                    setattr(layer, name, t[memory_index] if memory_index is not None else t.index_select(0, index))
         return self
 
 
@@ -228,7 +237,18 @@ class CrossAttention(Sublayer):
                 cache.cross_k, cache.cross_v = k, v
         mask = None if memory_padding_mask is None else ~memory_padding_mask[:, None, None, :]
         p = self.attention_dropout if self.training else 0.0
-        return self.out(_attend(q, k, v, mask, False, p))
+        B, M = q.shape[0], k.shape[0]
+        if B == M:
+            return self.out(_attend(q, k, v, mask, False, p))
+        # g consecutive decoder rows share one memory row (the beams of a sentence while decoding): their
+        # queries attend as g*T query positions of that row, so the memory's keys/values are neither copied
+        # per beam nor reordered after each step
+        if B % M:
+            raise ValueError(f"{B} decoder rows cannot share {M} memory rows")
+        g, T = B // M, q.shape[2]
+        q = q.unflatten(0, (M, g)).transpose(1, 2).flatten(2, 3)  # (M, H, g*T, hd)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        return self.out(o.unflatten(2, (g, T)).permute(0, 2, 3, 1, 4).reshape(B, T, -1))
 
 
 class FeedForward(Sublayer):

@@ -34,6 +34,17 @@ COVERED: dict[str, str] = {
     ".venv/bin/normlab data --task translation": "tests/test_data_cli.py::test_data_command",
     ".venv/bin/normlab data --task classification --set corpus=wic --set tokenizer=en-mono":
         "tests/test_data_cli.py::test_data_command_shared_tokenizer",
+    # BERT: hours of pre-training and a grid of fine-tuning runs; the tests run the same commands on small corpora
+    ".venv/bin/normlab train --config configs/bert-tiny-post.yaml --out runs/bert-tiny-post":
+        "tests/test_finetune.py::test_pretraining_lowers_validation_loss",
+    ".venv/bin/normlab train --config configs/bert-tiny-pre.yaml --out runs/bert-tiny-pre":
+        "tests/test_finetune.py::test_finetune_cli_tiny_grid_then_skips_finished_runs",
+    ".venv/bin/normlab finetune --from runs/bert-tiny-post --task paraphrase --scale small":
+        "tests/test_finetune.py::test_finetune_beats_the_majority_class",
+    ".venv/bin/normlab finetune --from runs/bert-tiny-pre/checkpoints/update_00004000 --task wic --scale small":
+        "tests/test_finetune.py::test_interrupted_run_resumes_from_its_checkpoint",
+    ".venv/bin/normlab export-hf --run runs/bert-tiny-post --out runs/bert-tiny-post-hf":
+        "tests/test_finetune.py::test_export_hf_cli",
 }
 
 

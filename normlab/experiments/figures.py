@@ -35,6 +35,7 @@ class Context:
     """What the grid depends on besides the scale."""
 
     translation_updates_per_epoch: int  # updates in one epoch of the scale's translation data
+    finetune_updates_per_epoch: dict[str, int] = dataclasses.field(default_factory=dict)  # per pair task
     corpus: str = ""  # translation corpus ('' = the vendored de-en; a directory for the user's IWSLT14 files)
     mlm_corpus: str = ""  # pre-training corpus ('' = the vendored en-mono)
     cache_dir: str = ""  # the data cache ('' = the default)
@@ -91,9 +92,11 @@ def _translation(scale: Scale, ctx: Context, *, placement: str, optim: OptimConf
     )  # fmt: skip
     data = DataConfig(task="translation", corpus=ctx.corpus, vocab_size=t.vocab_size, train_subset=t.train_subset,
                       valid_subset=t.valid_subset, max_tokens=t.max_tokens, cache_dir=ctx.cache_dir)  # fmt: skip
+    # BLEU after every epoch, as the paper plots it (Figures 2, 4); bleu_sentences = 0 means the whole valid set
+    bleu = t.bleu_sentences or 10**9
     return TrainConfig(model=model, data=data, optim=optim, schedule=schedule, max_epochs=t.epochs,
                        label_smoothing=0.1, seed=seed, device=ctx.device, precision=ctx.precision,
-                       keep_last=1)  # fmt: skip
+                       keep_last=1, valid_bleu=bleu, beam=t.beam, lenpen=t.lenpen)  # fmt: skip
 
 
 def _lr(x: float) -> str:
@@ -225,7 +228,8 @@ def fig5_finetune(scale: Scale, ctx: Context, parents: list[RunSpec] | None = No
         for update in finetune_points(scale):
             for task in scale.finetune.tasks:
                 for seed in range(1, scale.finetune.seeds + 1):
-                    cfg = finetune_config(parent.config, task, scale.finetune, seed, ctx)
+                    per_epoch = ctx.finetune_updates_per_epoch.get(task, 1)
+                    cfg = finetune_config(parent.config, task, scale.finetune, seed, per_epoch)
                     specs.append(RunSpec(f"ft-{parent.name}-u{update}-{task}-s{seed}", ("fig5",),
                                          f"{parent.label} @ {update}: {task}", cfg, kind="finetune",
                                          parent=parent.name, parent_update=update, finetune_task=task))  # fmt: skip

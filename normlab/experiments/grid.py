@@ -171,7 +171,12 @@ def run_grid(
             shutil.rmtree(run_dir)  # killed before its first checkpoint: nothing worth keeping
         cfg = spec.config
         if spec.kind == "finetune":
-            cfg = cfg.replace(init_from=str(_finetune_source(spec, out)))
+            # the pre-training run's own weights and tokenizer (normlab train writes RUN/tokenizer.model)
+            parent = out / "runs" / str(spec.parent)
+            data = cfg.data
+            if (parent / "tokenizer.model").exists():
+                data = data.replace(tokenizer=str(parent / "tokenizer.model"))
+            cfg = cfg.replace(init_from=str(_finetune_source(spec, out)), data=data)
         config_path = out / "configs" / f"{spec.name}.yaml"
         config_path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")
         log_path = out / "logs" / f"{spec.name}.log"

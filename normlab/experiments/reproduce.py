@@ -53,17 +53,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"])
 
 
-def make_context(scale: Scale, *, corpus: str = "", device: str = "auto", precision: str = "auto") -> Context:
-    """Measure what the grid depends on: the number of updates in an epoch of the scale's translation data."""
+def make_context(
+    scale: Scale, figures: tuple[str, ...] = ALL_FIGURES, *, corpus: str = "", device: str = "auto",
+    precision: str = "auto",
+) -> Context:
+    """Measure what the grid depends on: the updates in an epoch of the scale's translation data and, for
+    Figure 5, of each fine-tuning task (the warm-ups are fractions of the run)."""
+    from normlab.config import OptimConfig, ScheduleConfig, TrainConfig
     from normlab.data import prepare
-    from normlab.experiments.figures import _translation
-    from normlab.config import OptimConfig, ScheduleConfig
+    from normlab.experiments.figures import _translation, fig5_bert
+    from normlab.experiments.finetuning import finetune_config
+
+    def per_epoch(cfg: TrainConfig) -> int:
+        data = prepare(cfg.data, cfg.model.max_positions)
+        d = cfg.data
+        return len(data.splits["train"].epoch_batches(1, cfg.seed, d.max_tokens, max_sentences=d.max_sentences))
 
     probe = Context(translation_updates_per_epoch=1, corpus=corpus, device=device, precision=precision)
-    cfg = _translation(scale, probe, placement="post", optim=OptimConfig(), schedule=ScheduleConfig())
-    data = prepare(cfg.data, cfg.model.max_positions)
-    batches = data.splits["train"].epoch_batches(1, cfg.seed, cfg.data.max_tokens, max_sentences=cfg.data.max_sentences)
-    return Context(translation_updates_per_epoch=len(batches), corpus=corpus, device=device, precision=precision)
+    translation = per_epoch(_translation(scale, probe, placement="post", optim=OptimConfig(), schedule=ScheduleConfig()))
+    finetune = {}
+    if "fig5" in figures:
+        bert = fig5_bert(scale, probe)[0].config
+        finetune = {task: per_epoch(finetune_config(bert, task, scale.finetune, 1, 1)) for task in scale.finetune.tasks}
+    return Context(translation_updates_per_epoch=translation, finetune_updates_per_epoch=finetune, corpus=corpus,
+                   device=device, precision=precision)  # fmt: skip
 
 
 def _say(line: str) -> None:
@@ -119,7 +132,7 @@ def reproduce(
     jobs = jobs or (1 if cuda else cores)
     threads = threads or max(1, cores // jobs)
     _say(f"normlab reproduce --scale {scale.name} -> {out} ({jobs} job(s) x {threads} thread(s))")
-    ctx = make_context(scale, corpus=corpus, device=device, precision=precision)
+    ctx = make_context(scale, figures, corpus=corpus, device=device, precision=precision)
     specs = all_runs(scale, ctx, tuple(f for f in figures if f != "fig3"))
     analysis, analysis_images, analysis_text = (None, {}, "")
     if "fig3" in figures:

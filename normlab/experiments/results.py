@@ -10,7 +10,7 @@ from typing import Any
 from normlab.experiments.figures import RunSpec
 from normlab.experiments.grid import RunOutcome
 
-__all__ = ["run_record", "collect", "t_quantile_975", "mean_ci95"]
+__all__ = ["run_record", "collect", "mean_ci95"]
 
 _TRAIN_POINTS = 200  # training-loss points kept per run (evenly spaced) for the plots
 
@@ -68,26 +68,14 @@ def run_record(spec: RunSpec, run_dir: Path, outcome: RunOutcome | None) -> dict
     return rec
 
 
-# Two-sided 95% quantiles of Student's t with df = 1..30 (then the normal 1.96 is within 2%).
-_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042]  # fmt: skip
-
-
-def t_quantile_975(df: int) -> float:
-    return _T975[df - 1] if df <= len(_T975) else 1.96
-
-
 def mean_ci95(values: list[float]) -> dict[str, Any]:
-    """Mean and half-width of the 95% confidence interval (t-distribution over ``values``, e.g. seeds)."""
-    n = len(values)
-    if n == 0:
+    """Mean and half-width of the 95% confidence interval (Student's t over ``values``, e.g. seeds)."""
+    from normlab.metrics import mean_ci
+
+    if not values:
         return {"mean": None, "ci95": None, "n": 0}
-    mean = sum(values) / n
-    if n == 1:
-        return {"mean": mean, "ci95": None, "n": 1}
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    return {"mean": mean, "ci95": t_quantile_975(n - 1) * sd / math.sqrt(n), "n": n}
+    ci = mean_ci(values, 0.95)
+    return {"mean": ci.mean, "ci95": ci.half_width if math.isfinite(ci.half_width) else None, "n": ci.n}
 
 
 def _finetune_table(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -28,6 +28,8 @@ import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
+from normlab.config import ConfigError
+
 __all__ = [
     "save_checkpoint",
     "load_checkpoint",
@@ -43,8 +45,8 @@ __all__ = [
 _NAME = re.compile(r"^update_(\d{8,})$")
 
 
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be found or does not fit the model."""
+class CheckpointError(ConfigError):
+    """A checkpoint that cannot be found or does not fit the model (a one-line error of the CLI, exit 2)."""
 
 
 def _unwrap(model: nn.Module) -> nn.Module:

@@ -59,6 +59,22 @@ def _fit_to_data(cfg: TrainConfig, data: Any) -> TrainConfig:
     return cfg.replace(model=model)
 
 
+def _bleu_hook(cfg: TrainConfig, tokenizer: Any, valid: Any, is_main: bool) -> Any:
+    """The validation BLEU of the first ``cfg.valid_bleu`` sentences after every evaluation (the paper plots
+    BLEU per epoch, Figures 2 and 4); decoded on the main rank only."""
+    from normlab.train.trainer import autocast_dtype
+    from normlab.translate import validation_bleu
+
+    def extra(model: Any, epoch: int) -> dict[str, float]:
+        if not is_main:
+            return {}
+        bf16 = autocast_dtype(cfg.precision, next(model.parameters()).device) is not None
+        return validation_bleu(model, tokenizer, valid, sentences=cfg.valid_bleu, beam=cfg.beam, lenpen=cfg.lenpen,
+                               max_tokens=cfg.data.max_tokens, bf16=bf16)  # fmt: skip
+
+    return extra
+
+
 def train(
     cfg: TrainConfig, out: str | Path, *, resume: bool = False, progress: bool | None = None, quiet: bool = False
 ) -> dict[str, Any]:
@@ -72,8 +88,10 @@ def train(
         raise ConfigError(f"{data.corpus.root}: no train split")
     dist = init_distributed(cfg.device)
     try:
-        trainer = Trainer(cfg, out, data.splits["train"], data.splits.get("valid"), dist=dist, progress=progress,
-                          quiet=quiet)
+        valid = data.splits.get("valid")
+        extra = _bleu_hook(cfg, data.tokenizer, valid, dist.is_main) if cfg.valid_bleu and valid is not None else None
+        trainer = Trainer(cfg, out, data.splits["train"], valid, dist=dist, progress=progress, quiet=quiet,
+                          extra_eval=extra, files={"tokenizer.model": data.tokenizer.proto})
         return trainer.fit(resume=resume)
     finally:
         shutdown(dist)

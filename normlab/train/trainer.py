@@ -146,6 +146,7 @@ class Trainer:
         extra_eval: Callable[[nn.Module, int], dict[str, float]] | None = None,
         progress: bool | None = None,
         quiet: bool = False,
+        files: dict[str, bytes] | None = None,
     ) -> None:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
@@ -155,6 +156,7 @@ class Trainer:
         self.extra_eval = extra_eval
         self.progress = progress  # None: a tqdm bar on a terminal, plain lines otherwise; True/False force it
         self.quiet = quiet  # neither bar nor lines
+        self.files = files or {}  # written into the run directory beside config.yaml (e.g. tokenizer.model)
         self.amp = autocast_dtype(cfg.precision, self.device)
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank and on every resume
         self.model = (model or build_model(cfg.model, cfg.data.task)).to(self.device)
@@ -379,6 +381,8 @@ class Trainer:
         if self.dist.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.yaml").write_text(_dump_config(cfg), encoding="utf-8")
+            for name, content in self.files.items():
+                (self.run_dir / name).write_bytes(content)
         if resume:
             self._resume()
         if cfg.init_from and self.state.update == 0:

@@ -1,0 +1,244 @@
+"""Metrics: BLEU (two kinds, each named for what it is) and accuracy with a confidence interval over seeds.
+
+BLEU
+----
+:func:`bleu` returns both numbers for the same detokenized hypotheses and references:
+
+* ``sacrebleu``: sacreBLEU's default on *detokenized* text (cased, its ``13a`` tokenizer, exp smoothing),
+  reported with its signature. This is the standard number, comparable across papers and toolkits.
+* ``tokenized_bleu``: BLEU the way fairseq's IWSLT14 De-En recipe reports it, i.e. the number the paper's
+  ~34 (and 35.5) stands beside. There, ``prepare-iwslt14.sh`` Moses-tokenizes (``tokenizer.perl -l en``, no
+  aggressive dash splitting) and then lowercases every side, the model works on BPE of that text, and
+  ``fairseq-generate --remove-bpe`` scores with its built-in scorer (``--scoring bleu``): corpus BLEU-4 on the
+  whitespace tokens of the tokenized, lowercased text, brevity penalty, no smoothing. normlab's models work on
+  raw text, so here the detokenized hypotheses and references are Moses-tokenized (``sacremoses``, the Python
+  port of ``tokenizer.perl``), then lowercased, then scored by sacreBLEU with ``tokenize="none"``,
+  ``smooth_method="none"``. Differences from fairseq's number that remain: fairseq scores text that was
+  tokenized *before* training and never detokenized, and its reference ``<unk>`` never matches; both move
+  BLEU by hundredths at most on IWSLT (no ``<unk>`` with a BPE vocabulary).
+  Without ``sacremoses`` installed, the tokenization falls back to sacreBLEU's ``13a`` on lowercased text
+  (``BLEU(tokenize="13a", lowercase=True, smooth_method="none")``); 13a differs from Moses in that it keeps
+  apostrophes inside words (``don't``; Moses: ``don 't``) and splits every period (``e . g .``; Moses keeps
+  known abbreviations), typically a few tenths of BLEU. The signature says which tokenizer was used.
+
+Accuracy with a confidence interval
+-----------------------------------
+:func:`mean_ci` gives mean +- t_{(1+c)/2, n-1} * s / sqrt(n) over seeds (Student's t, sample standard
+deviation); :func:`t_quantile` computes the t quantile from the regularized incomplete beta function
+(scipy is not a dependency).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from sacrebleu.metrics import BLEU
+
+__all__ = ["BleuScores", "bleu", "moses_available", "accuracy", "t_quantile", "MeanCI", "mean_ci"]
+
+
+@dataclasses.dataclass(frozen=True)
+class BleuScores:
+    """Both BLEU scores of one corpus (module docstring)."""
+
+    sacrebleu: float  # detokenized, sacreBLEU default (cased, 13a): the standard
+    sacrebleu_signature: str
+    sacrebleu_detail: str  # sacreBLEU's line: "BLEU = .. p1/p2/p3/p4 (BP = .. ratio = .. hyp_len = .. ref_len = ..)"
+    tokenized_bleu: float  # fairseq IWSLT14 style: Moses-tokenized, lowercased, tokens as they are, no smoothing
+    tokenized_bleu_signature: str
+    tokenized_bleu_detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def moses_available() -> bool:
+    try:
+        import sacremoses  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@lru_cache(maxsize=4)
+def _moses(lang: str):
+    from sacremoses import MosesTokenizer
+
+    return MosesTokenizer(lang=lang)
+
+
+def _moses_lc(text: str, lang: str) -> str:
+    # prepare-iwslt14.sh: tokenizer.perl first (its non-breaking prefixes are case-sensitive), then lowercase.
+    # escape=False: tokenizer.perl escapes & ' " etc. as &amp; &apos; ..., a one-to-one renaming of tokens that
+    # changes no n-gram match.
+    return _moses(lang).tokenize(text, escape=False, return_str=True).lower()
+
+
+def bleu(
+    hypotheses: Sequence[str],
+    references: Sequence[str] | Sequence[Sequence[str]],
+    *,
+    lang: str = "en",
+    tokenizer: str | None = None,
+) -> BleuScores:
+    """Corpus BLEU of detokenized ``hypotheses`` against ``references`` (one string per hypothesis, or a list
+    of reference streams as sacreBLEU takes them). ``tokenizer`` for the tokenized BLEU: ``"moses"``
+    (needs ``sacremoses``), ``"13a"``, or None = moses when installed, else 13a."""
+    hyps = list(hypotheses)
+    streams = [list(references)] if not references or isinstance(references[0], str) else [list(r) for r in references]
+    for s in streams:
+        if len(s) != len(hyps):
+            raise ValueError(f"{len(hyps)} hypotheses but a reference stream of {len(s)}")
+    if tokenizer is None:
+        tokenizer = "moses" if moses_available() else "13a"
+    if tokenizer not in ("moses", "13a"):
+        raise ValueError(f"tokenizer must be 'moses' or '13a', got {tokenizer!r}")
+
+    standard = BLEU()
+    s = standard.corpus_score(hyps, streams)
+    if tokenizer == "moses":
+        if not moses_available():
+            raise ImportError("tokenizer='moses' needs sacremoses: pip install sacremoses")
+        tok_metric = BLEU(tokenize="none", smooth_method="none", force=True)
+        tok_hyps = [_moses_lc(h, lang) for h in hyps]
+        t = tok_metric.corpus_score(tok_hyps, [[_moses_lc(r, lang) for r in st] for st in streams])
+        prefix = f"moses-{lang}+lc|"
+    else:
+        tok_metric = BLEU(tokenize="13a", lowercase=True, smooth_method="none")
+        t = tok_metric.corpus_score(hyps, streams)
+        prefix = ""
+    return BleuScores(
+        sacrebleu=s.score,
+        sacrebleu_signature=str(standard.get_signature()),
+        sacrebleu_detail=str(s),
+        tokenized_bleu=t.score,
+        tokenized_bleu_signature=prefix + str(tok_metric.get_signature()),
+        tokenized_bleu_detail=str(t),
+    )
+
+
+# --------------------------------------------------------------------------------------------------------
+# Accuracy and confidence intervals
+
+
+def accuracy(predictions: Sequence[int], labels: Sequence[int]) -> float:
+    """Fraction of predictions equal to their label."""
+    if len(predictions) != len(labels):
+        raise ValueError(f"{len(predictions)} predictions for {len(labels)} labels")
+    if not labels:
+        raise ValueError("accuracy of an empty set")
+    return sum(int(p) == int(y) for p, y in zip(predictions, labels)) / len(labels)
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz; Numerical Recipes 6.4)."""
+    tiny, eps = 1e-300, 1e-15
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 10_000):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < eps:
+            return h
+    raise ArithmeticError("incomplete beta: continued fraction did not converge")
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with ``df`` degrees of freedom: 1 - I_{df/(df+t^2)}(df/2, 1/2) / 2 for t >= 0."""
+    if df <= 0:
+        raise ValueError(f"degrees of freedom must be positive, got {df}")
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The p-quantile of Student's t with ``df`` degrees of freedom (bisection on :func:`t_cdf`, to ~1e-12)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be in (0, 1), got {p}")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    if p == 0.5:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        lo, hi = hi, 2.0 * hi
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-13 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeanCI:
+    """Mean of ``n`` values (e.g. accuracies over seeds) with a two-sided Student-t confidence interval."""
+
+    mean: float
+    half_width: float  # t_{(1+c)/2, n-1} * sd / sqrt(n); nan for n = 1
+    sd: float  # sample standard deviation (n - 1 in the denominator)
+    n: int
+    confidence: float
+
+    @property
+    def low(self) -> float:
+        return self.mean - self.half_width
+
+    @property
+    def high(self) -> float:
+        return self.mean + self.half_width
+
+    def __str__(self) -> str:
+        return f"{self.mean:.4f} ± {self.half_width:.4f} ({100 * self.confidence:g}% CI, n={self.n})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(dataclasses.asdict(self), low=self.low, high=self.high)
+
+
+def mean_ci(values: Sequence[float], confidence: float = 0.95) -> MeanCI:
+    """Mean and Student-t confidence interval of ``values`` (independent runs, e.g. fine-tuning seeds)."""
+    xs = [float(v) for v in values]
+    n = len(xs)
+    if n == 0:
+        raise ValueError("mean_ci of no values")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    mean = math.fsum(xs) / n
+    if n == 1:
+        return MeanCI(mean=mean, half_width=math.nan, sd=math.nan, n=1, confidence=confidence)
+    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
+    half = t_quantile((1.0 + confidence) / 2.0, n - 1) * sd / math.sqrt(n)
+    return MeanCI(mean=mean, half_width=half, sd=sd, n=n, confidence=confidence)

@@ -1,0 +1,244 @@
+"""Translating with a trained run: ``normlab translate`` (stdin/file to stdout, streamed), ``normlab evaluate``
+(BLEU, both kinds, and NLL on a split), and the validation BLEU the trainer measures after every epoch.
+
+A run directory holds everything needed: ``config.yaml``, ``tokenizer.model`` (written by ``normlab train``)
+and ``checkpoints/``; ``--checkpoint`` is ``best`` (the lowest validation NLL), ``last`` or an update number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from normlab.config import ConfigError, TrainConfig, load_yaml
+from normlab.data.batch import EOS, PAD
+from normlab.data.tokenizer import Tokenizer
+from normlab.generate import translate_batch
+from normlab.metrics import bleu
+from normlab.model import Seq2Seq, build_model
+from normlab.train import checkpoint as ck
+from normlab.train.distributed import pick_device
+from normlab.train.trainer import autocast_dtype
+
+__all__ = ["load_run", "translate_tokens", "translate_lines", "validation_bleu", "evaluate_run"]
+
+log = logging.getLogger("normlab.translate")
+
+
+def load_run(run_dir: str | Path, checkpoint: str = "best", device: str = "auto") -> tuple[Seq2Seq, TrainConfig, Tokenizer, Path]:
+    """The run's model (with the checkpoint's weights, in eval mode), configuration and tokenizer."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").exists():
+        raise ConfigError(f"{run_dir}: not a run directory (no config.yaml)")
+    cfg = TrainConfig.from_dict(load_yaml((run_dir / "config.yaml").read_text(encoding="utf-8")))
+    if cfg.data.task != "translation":
+        raise ConfigError(f"{run_dir}: a {cfg.data.task} run, not a translation run")
+    path = ck.resolve_checkpoint(run_dir, checkpoint)
+    if not (run_dir / "tokenizer.model").exists():
+        raise ConfigError(f"{run_dir}: no tokenizer.model (runs trained by normlab train have one)")
+    tok = Tokenizer.load(run_dir / "tokenizer.model")
+    dev = pick_device(device)
+    model = build_model(cfg.model, "translation").to(dev)
+    ck.load_checkpoint(path, model, device=dev)
+    model.eval()
+    return model, cfg, tok, path  # type: ignore[return-value]
+
+
+def _batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Indices grouped by similar length, each group's padded source size at most max_tokens."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    groups, cur, longest = [], [], 0
+    for i in order:
+        longest2 = max(longest, lengths[i])
+        if cur and longest2 * (len(cur) + 1) > max_tokens:
+            groups.append(cur)
+            cur, longest2 = [], lengths[i]
+        cur.append(i)
+        longest = longest2
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+@torch.inference_mode()
+def translate_tokens(
+    model: Seq2Seq,
+    sources: Sequence[Sequence[int]],
+    *,
+    beam: int = 5,
+    lenpen: float = 1.2,
+    max_tokens: int = 4096,
+    bf16: bool = False,
+) -> list[list[int]]:
+    """Best hypothesis (token ids, no EOS) of each source (token ids without EOS), in the given order."""
+    device = next(model.parameters()).device
+    out: list[list[int]] = [[] for _ in sources]
+    todo = [i for i, s in enumerate(sources) if len(s) > 0]  # an empty line translates to an empty line
+    lengths = [len(sources[i]) + 1 for i in todo]
+    for group in _batches(lengths, max_tokens):
+        idx = [todo[g] for g in group]
+        width = max(len(sources[i]) for i in idx) + 1
+        src = torch.full((len(idx), width), PAD, dtype=torch.long)
+        for r, i in enumerate(idx):
+            src[r, : len(sources[i])] = torch.as_tensor(list(sources[i]))
+            src[r, len(sources[i])] = EOS
+        hyps = translate_batch(model, src.to(device), beam_size=beam, lenpen=lenpen, bf16=bf16).best()
+        for i, h in zip(idx, hyps):
+            out[i] = list(h)
+    return out
+
+
+def _encode_lines(tok: Tokenizer, lines: Sequence[str], max_positions: int, first_line: int) -> list[list[int]]:
+    ids = tok.encode_batch([line.strip() for line in lines])
+    limit = max_positions - 1  # room for the EOS
+    for k, s in enumerate(ids):
+        if len(s) > limit:
+            log.warning("line %d: %d tokens, truncated to max_positions - 1 = %d", first_line + k, len(s), limit)
+            ids[k] = s[:limit]
+    return ids
+
+
+def translate_lines(
+    model: Seq2Seq,
+    tok: Tokenizer,
+    lines: Iterable[str],
+    *,
+    beam: int = 5,
+    lenpen: float = 1.2,
+    max_tokens: int = 4096,
+    chunk: int = 256,
+    bf16: bool = False,
+) -> Iterator[str]:
+    """Translations of ``lines``, in order, yielded as each chunk of ``chunk`` lines is done (streaming)."""
+    buf: list[str] = []
+    first = 1
+    for line in lines:
+        buf.append(line)
+        if len(buf) == chunk:
+            yield from _translate_chunk(model, tok, buf, first, beam, lenpen, max_tokens, bf16)
+            first += len(buf)
+            buf = []
+    if buf:
+        yield from _translate_chunk(model, tok, buf, first, beam, lenpen, max_tokens, bf16)
+
+
+def _translate_chunk(model, tok, lines, first, beam, lenpen, max_tokens, bf16) -> Iterator[str]:  # noqa: ANN001
+    ids = _encode_lines(tok, lines, model.cfg.max_positions, first)
+    for hyp in translate_tokens(model, ids, beam=beam, lenpen=lenpen, max_tokens=max_tokens, bf16=bf16):
+        yield tok.decode(hyp)
+
+
+def validation_bleu(
+    model: Seq2Seq, tok: Tokenizer, dataset: Any, *, sentences: int, beam: int, lenpen: float, max_tokens: int,
+    bf16: bool = False,
+) -> dict[str, float]:
+    """BLEU of the first ``sentences`` examples of a TranslationDataset (the trainer's per-epoch BLEU)."""
+    n = min(sentences, len(dataset))
+    sources = [list(dataset.source_tokens(i)) for i in range(n)]
+    was_training = model.training
+    hyps = translate_tokens(model, sources, beam=beam, lenpen=lenpen, max_tokens=max_tokens, bf16=bf16)
+    model.train(was_training)
+    scores = bleu([tok.decode(h) for h in hyps], [dataset.target(i) for i in range(n)])
+    return {"bleu": scores.sacrebleu, "bleu_tokenized": scores.tokenized_bleu}
+
+
+def evaluate_run(
+    run_dir: str | Path, split: str = "test", *, checkpoint: str = "best", beam: int = 5, lenpen: float = 1.2,
+    max_tokens: int = 4096, limit: int = 0, device: str = "auto",
+) -> dict[str, Any]:
+    """BLEU (sacreBLEU on detokenized text, and fairseq-IWSLT-style tokenized BLEU) and the teacher-forced NLL
+    of ``split``; also writes ``run_dir/eval/<split>-<checkpoint>.{json,hyp}``."""
+    from normlab.data import prepare
+    from normlab.train.objectives import compute_loss
+
+    model, cfg, tok, path = load_run(run_dir, checkpoint, device)
+    data = prepare(cfg.data.replace(valid_subset=0), cfg.model.max_positions)
+    if split not in data.splits:
+        raise ConfigError(f"{run_dir}: the corpus has no {split!r} split (has {sorted(data.splits)})")
+    ds = data.splits[split]
+    n = min(limit, len(ds)) if limit else len(ds)
+    t0 = time.perf_counter()
+    sources = [list(ds.source_tokens(i)) for i in range(n)]
+    amp = autocast_dtype(cfg.precision, next(model.parameters()).device)
+    hyps = [tok.decode(h) for h in translate_tokens(model, sources, beam=beam, lenpen=lenpen, max_tokens=max_tokens,
+                                                     bf16=amp is not None)]  # fmt: skip
+    seconds = time.perf_counter() - t0
+    refs = [ds.target(i) for i in range(n)]
+    scores = bleu(hyps, refs, lang=cfg.data.target_lang)
+    nll = tokens = 0.0
+    with torch.inference_mode():
+        sub = ds.select(np.arange(n)) if n < len(ds) else ds
+        for idx in sub.epoch_batches(0, cfg.seed, max_tokens, shuffle=False):
+            sums = compute_loss(model, sub.collate(idx).to(next(model.parameters()).device), 0.0)
+            nll += sums.nll.item()
+            tokens += sums.n_tokens
+    result = {
+        "run": str(run_dir), "checkpoint": str(path), "split": split, "sentences": n,
+        "bleu": scores.sacrebleu, "bleu_signature": scores.sacrebleu_signature,
+        "bleu_tokenized": scores.tokenized_bleu, "bleu_tokenized_signature": scores.tokenized_bleu_signature,
+        "nll": nll / max(tokens, 1), "ppl": math.exp(min(nll / max(tokens, 1), 50)),
+        "decoding": {"beam": beam, "lenpen": lenpen, "max_len": "1.2 * src_len + 10", "max_tokens": max_tokens},
+        "sentences_per_s": n / max(seconds, 1e-9),
+    }  # fmt: skip
+    out = Path(run_dir) / "eval"
+    out.mkdir(exist_ok=True)
+    stem = f"{split}-{path.name}"
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    (out / f"{stem}.hyp").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    return result
+
+
+# ----------------------------------------------------------------------------------------------------- CLI
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", required=True, help="a translation run directory (normlab train --out)")
+    p.add_argument("--checkpoint", default="best", help="best, last, or an update number")
+    p.add_argument("--beam", type=int, default=5, help="beam size (the paper: 5; 1 = greedy)")
+    p.add_argument("--lenpen", type=float, default=1.2, help="length penalty (the paper: 1.2)")
+    p.add_argument("--max-tokens", type=int, default=4096, help="source tokens per decoding batch")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+
+
+def add_translate_arguments(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.add_argument("--input", help="a file of sentences, one per line (default: stdin)")
+
+
+def run_translate(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    model, cfg, tok, _ = load_run(args.run, args.checkpoint, args.device)
+    amp = autocast_dtype(cfg.precision, next(model.parameters()).device) is not None
+    source = open(args.input, encoding="utf-8") if args.input else sys.stdin
+    try:
+        for line in translate_lines(model, tok, source, beam=args.beam, lenpen=args.lenpen, max_tokens=args.max_tokens,
+                                    chunk=1 if source is sys.stdin and sys.stdin.isatty() else 256, bf16=amp):
+            print(line, flush=True)
+    finally:
+        if args.input:
+            source.close()
+    return 0
+
+
+def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.add_argument("--split", default="test", choices=["valid", "test"])
+    p.add_argument("--limit", type=int, default=0, help="only the first N sentences (0 = all)")
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    result = evaluate_run(args.run, args.split, checkpoint=args.checkpoint, beam=args.beam, lenpen=args.lenpen,
+                          max_tokens=args.max_tokens, limit=args.limit, device=args.device)  # fmt: skip
+    print(json.dumps(result, indent=1))
+    return 0

@@ -1,0 +1,52 @@
+"""configs/: every YAML is a valid TrainConfig, the BERT configs are BERT-shaped, and the Post-LN ones export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from normlab.config import Placement, TrainConfig, load_yaml
+from normlab.hf import export_refusal
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+
+
+def load(path: Path) -> TrainConfig:
+    return TrainConfig.from_dict(load_yaml(path.read_text(encoding="utf-8")))
+
+
+def test_there_are_configs():
+    names = {p.stem for p in CONFIGS}
+    assert {"bert-base-post", "bert-base-pre", "bert-tiny-post", "bert-tiny-pre"} <= names
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_config_parses(path):
+    cfg = load(path)  # strict: an unknown key or a bad value raises
+    assert cfg.data.task == "mlm"
+    m = cfg.model
+    # BERT's shape (hf.py's export needs all of it for the Post-LN ones; the Pre-LN twins share it)
+    assert (m.positional, m.scale_embedding, m.embedding_norm, m.type_vocab_size, m.activation) == (
+        "learned", False, True, 2, "gelu")  # fmt: skip
+    assert m.placement.value in path.stem
+    assert cfg.data.block_size <= m.max_positions
+    assert cfg.schedule.decay == "linear"
+    assert cfg.schedule.warmup_updates < cfg.max_updates
+    if m.placement is Placement.POST:
+        assert export_refusal(m) is None
+        assert cfg.optim.lr == 1e-4 and cfg.schedule.warmup_updates > 0  # the paper's Post-LN BERT
+    else:
+        assert "cannot be exported to BERT" in export_refusal(m)
+        assert cfg.optim.lr == 3e-4 and cfg.schedule.warmup_updates == 0  # the paper's Pre-LN BERT
+
+
+def test_bert_base_is_the_papers():
+    for placement, lr, warmup in (("post", 1e-4, 10_000), ("pre", 3e-4, 0)):
+        cfg = load(ROOT / "configs" / f"bert-base-{placement}.yaml")
+        m = cfg.model
+        assert (m.encoder_layers, m.d_model, m.n_heads, m.d_ffn) == (12, 768, 12, 3072)
+        assert (cfg.optim.lr, cfg.schedule.warmup_updates, cfg.schedule.decay) == (lr, warmup, "linear")
+        assert (m.max_positions, m.layer_norm_eps, m.dropout, m.attention_dropout) == (512, 1e-12, 0.1, 0.1)
+        assert cfg.data.max_tokens == 256 * cfg.data.block_size  # 256 blocks a batch: BERT's batch at length 128

@@ -1,0 +1,321 @@
+"""The paper's BERT experiment end to end on small corpora (issue 8): masked-LM pre-training through
+`normlab train` with configs/bert-tiny-*.yaml (shrunk), fine-tuning (`normlab finetune`) and export
+(`normlab export-hf`). (The t confidence interval itself is checked by hand in tests/test_metrics.py; here, its
+use on fine-tuning seeds.)
+
+The measured claims: the pre-training lowers the validation masked-LM loss well below its initial value and
+below what token frequencies alone give; the fine-tuned pre-trained model beats the majority class on the
+paraphrase task.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from normlab.config import TrainConfig, load_yaml
+from normlab.finetune import FinetuneConfig, epoch_curve, finetune
+from normlab.model import PairClassifier
+from normlab.pretrained import locate_pretrained
+from tests.conftest import SMALL_VOCAB, _vendored_lines
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# configs/bert-tiny-*.yaml shrunk to seconds on a CPU: d=64, 64-token blocks, no dropout, fp32
+SHRINK = ["model.d_model=64", "model.n_heads=2", "model.d_ffn=128", "model.max_positions=128", "model.dropout=0.0",
+          "model.attention_dropout=0.0", "data.block_size=64", "data.max_tokens=2048", "save_every=0", "keep_every=0",
+          "precision=fp32"]  # fmt: skip
+
+
+def normlab(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "normlab", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=600)  # fmt: skip
+
+
+def sets(*items: str) -> list[str]:
+    return [a for item in items for a in ("--set", item)]
+
+
+def pretrain(config: str, corpus: Path, cache: Path, out: Path, *extra: str) -> None:
+    proc = normlab("train", "--config", str(ROOT / "configs" / config), "--out", str(out), "--quiet",
+                   *sets(f"data.corpus={corpus}", f"data.cache_dir={cache}", f"data.vocab_size={SMALL_VOCAB}",
+                         *SHRINK, *extra))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def post_run(small_corpora, small_mlm, data_cache, tmp_path_factory):
+    """A Post-LN BERT-shaped masked LM pre-trained for 400 updates (warm-up 40, lr 3e-3) on 2,000 paragraphs."""
+    out = tmp_path_factory.mktemp("pretrain") / "bert-tiny-post"
+    pretrain("bert-tiny-post.yaml", small_corpora["mono"], data_cache, out,
+             "optim.lr=3e-3", "schedule.warmup_updates=40", "max_updates=400")  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def pre_run(small_corpora, small_mlm, data_cache, tmp_path_factory):
+    """configs/bert-tiny-pre.yaml for two updates: a Pre-LN checkpoint (fine-tunes; does not export)."""
+    out = tmp_path_factory.mktemp("pretrain") / "bert-tiny-pre"
+    pretrain("bert-tiny-pre.yaml", small_corpora["mono"], data_cache, out, "max_updates=2", "data.valid_subset=16")
+    return out
+
+
+@pytest.fixture(scope="module")
+def paraphrase_8k(tmp_path_factory):
+    """8,000 training pairs of the vendored paraphrase task, 400 validation and 400 test pairs. (The 1,000 pairs
+    of conftest's small corpus are too few: measured, a tiny model stays within noise of the majority class.)"""
+    root = tmp_path_factory.mktemp("paraphrase-8k")
+    for split, n in (("train", 8000), ("valid", 400), ("test", 400)):
+        lines = _vendored_lines(f"tasks/paraphrase/{split}.tsv.xz", n + 1)
+        (root / f"{split}.tsv").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return root
+
+
+def valid_records(run: Path) -> list[dict]:
+    recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in recs if r["type"] == "valid"]
+
+
+# ------------------------------------------------------------------------------------------------ pre-training
+
+
+def test_pretraining_lowers_validation_loss(post_run):
+    from normlab.data import prepare
+    from normlab.train.trainer import Trainer
+
+    cfg = TrainConfig.from_dict(load_yaml((post_run / "config.yaml").read_text()))
+    assert (cfg.data.task, cfg.model.placement.value, cfg.schedule.decay) == ("mlm", "post", "linear")
+    data = prepare(cfg.data, cfg.model.max_positions)
+    # the run's initial model: the Trainer seeds and builds it exactly as the run did (nothing is written)
+    initial = Trainer(cfg, post_run / "unused", data.splits["train"], data.splits["valid"], quiet=True).evaluate()
+    valid = valid_records(post_run)
+    final = valid[-1]["nll"]
+    # what knowing only the token frequencies gives: the train unigram's cross-entropy on the valid text tokens
+    train_tokens = data.splits["train"].blocks.values.astype(np.int64)
+    valid_tokens = data.splits["valid"].blocks.values.astype(np.int64)
+    train_tokens, valid_tokens = train_tokens[train_tokens >= 7], valid_tokens[valid_tokens >= 7]  # 7 specials
+    counts = np.bincount(train_tokens, minlength=cfg.model.vocab_size) + 1.0
+    unigram = float(-np.log(counts[valid_tokens] / counts.sum()).mean())
+    print(f"\nvalid MLM loss: initial {initial['nll']:.3f}, final {final:.3f} after {valid[-1]['update']} updates; "
+          f"unigram {unigram:.3f}; per epoch {[round(r['nll'], 3) for r in valid]}")  # fmt: skip
+    assert initial["nll"] > math.log(SMALL_VOCAB) - 0.5  # a fresh model: about uniform over the vocabulary
+    assert final < initial["nll"] - 1.5
+    assert final < unigram - 0.15  # it uses the context, not only the frequencies
+    assert json.loads((post_run / "summary.json").read_text())["status"] == "completed"
+
+
+# ------------------------------------------------------------------------------------------------- fine-tuning
+
+
+def test_encoder_comes_from_the_checkpoint(post_run, tmp_path):
+    from normlab.config import ConfigError, DataConfig
+    from normlab.train.trainer import Trainer
+
+    pre = locate_pretrained(post_run)  # the run's best checkpoint
+    assert pre.update == 400 and pre.run_dir == post_run.resolve()
+    assert locate_pretrained(post_run / "checkpoints" / "update_00000400").update == 400
+    assert pre.tokenizer().proto == (post_run / "tokenizer.model").read_bytes()  # the run's own vocabulary
+    # a fine-tuning run's configuration (as normlab.finetune.grid writes it) and what its Trainer starts from
+    cfg = TrainConfig(model=pre.cfg.model, data=DataConfig(task="classification"), init_from=str(pre.checkpoint))
+    new = ["pooler.weight", "pooler.bias", "classifier.weight", "classifier.bias"]
+    assert pre.check_encoder(PairClassifier(cfg.model)) == new
+    trainer = Trainer(cfg, tmp_path / "run", None, quiet=True)
+    torch.manual_seed(cfg.seed)
+    fresh = PairClassifier(cfg.model).state_dict()  # the seed's initialisation, as the Trainer's
+    trainer._init_from(Path(cfg.init_from))  # what fit() does when the run starts (not on a resume)
+    state = trainer.model.state_dict()
+    saved = load_file(str(pre.checkpoint / "model.safetensors"))
+    encoder = [k for k in state if k.startswith("encoder.")]
+    assert encoder and all(torch.equal(state[k], saved[k]) for k in encoder)
+    assert all(torch.equal(state[k], fresh[k]) for k in new)  # the head is new
+    assert not any(k.startswith("lm_") for k in state)  # the masked-LM head stays behind
+    with pytest.raises(ConfigError, match="its encoder does not fit the model"):
+        pre.check_encoder(PairClassifier(cfg.model.replace(d_ffn=96)))
+
+
+def test_finetune_beats_the_majority_class(post_run, paraphrase_8k, tmp_path):
+    fc = FinetuneConfig(task=str(paraphrase_8k), batch_sizes=(16,), lrs=(1e-3,), epochs=(2,), seeds=1, max_length=48,
+                        precision="fp32")  # fmt: skip
+    lines: list[str] = []
+    results = finetune(post_run, fc, tmp_path / "ft", say=lines.append)
+    chosen, majority = results["chosen"], results["majority_baseline"]
+    valid_labels = np.array([int(line.split("\t")[0]) for line in
+                             (paraphrase_8k / "valid.tsv").read_text().splitlines()[1:]])  # fmt: skip
+    best_constant = max(valid_labels.mean(), 1 - valid_labels.mean())  # the better of the two constant guesses
+    print(f"\nfine-tuned valid accuracy {chosen['valid']['mean']:.4f}, test {chosen['test']['mean']:.4f}; majority "
+          f"class: valid {majority['valid']:.4f}, test {majority['test']:.4f}; curve {results['settings'][0]['curve']}")
+    assert chosen["setting"] == "bs16-lr0.001-ep2"
+    assert chosen["valid"]["mean"] > max(majority["valid"], best_constant) + 0.08  # 400 pairs: sd 0.025 at 0.5
+    assert chosen["test"]["n"] == 1 and chosen["test"]["mean"] > majority["test"] + 0.05
+    run = tmp_path / "ft" / "runs" / "bs16-lr0.001-ep2" / "seed1"
+    curve = epoch_curve(run)  # the per-epoch curve (the paper's fine-tuning curves) from metrics.jsonl
+    assert [r["epoch"] for r in curve] == [1, 2] and all("test_accuracy" in r for r in curve)
+    assert curve[-1]["accuracy"] == chosen["valid"]["mean"]
+
+
+def test_finetune_cli_tiny_grid_then_skips_finished_runs(pre_run, small_corpora, tmp_path, capsys):
+    from normlab.cli import main
+
+    out = tmp_path / "ft"
+    args = ["finetune", "--from", str(pre_run), "--task", str(small_corpora["paraphrase"]), "--scale", "tiny",
+            "--out", str(out), "--set", "precision=fp32"]  # fmt: skip
+    proc = normlab(*args)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "search space SCALED from the paper's" in proc.stderr and "epochs {1}, 2 seeds" in proc.stderr
+    assert "bs32-lr0.0001-ep1" in proc.stdout and "majority-class baseline" in proc.stdout
+    assert "test no test split" in proc.stdout  # the small corpus has no test split
+    results = json.loads((out / "results.json").read_text())
+    (setting,) = results["settings"]
+    assert setting["seeds"] == [1, 2] and setting["valid"]["n"] == 2
+    a, b = setting["valid_accuracy"]
+    # by hand: s = |a - b| / sqrt(2), s / sqrt(2) = |a - b| / 2, t_{0.975, 1} = tan(0.475 pi) = 12.7062
+    assert setting["valid"]["mean"] == pytest.approx((a + b) / 2)
+    assert setting["valid"]["ci_half_width"] == pytest.approx(12.706204736 * abs(a - b) / 2)
+    assert results["chosen"]["setting"] == "bs32-lr0.0001-ep1"
+    for seed, acc in ((1, a), (2, b)):
+        run = out / "runs" / "bs32-lr0.0001-ep1" / f"seed{seed}"
+        assert [(r["epoch"], r["accuracy"]) for r in valid_records(run)] == [(1, acc)]  # the curve, from metrics.jsonl
+        assert not (run / "checkpoints").exists()  # pruned once finished (keep_checkpoints=false)
+        cfg = TrainConfig.from_dict(load_yaml((run / "config.yaml").read_text()))
+        assert cfg.data.tokenizer == str(out / "tokenizer.model") and cfg.data.max_sentences == 32
+        assert cfg.model.placement.value == "pre" and cfg.seed == seed and cfg.optim.lr == 1e-4
+        assert cfg.init_from == str((pre_run / "checkpoints" / "best").resolve())  # the encoder's source
+        updates = json.loads((run / "summary.json").read_text())["update"]
+        assert cfg.schedule.warmup_updates == round(0.1 * updates) and cfg.schedule.decay == "linear"
+
+    # the same command again (in this process, to save a start-up): every run is skipped, nothing changes
+    files = {p: p.read_bytes() for p in sorted((out / "runs").rglob("*")) if p.is_file()}
+    assert main(args) == 0
+    assert capsys.readouterr().err.count("finished earlier, skipped") == 2
+    assert {p: p.read_bytes() for p in sorted((out / "runs").rglob("*")) if p.is_file()} == files
+    assert json.loads((out / "results.json").read_text())["settings"] == results["settings"]
+
+    assert main([*args, "--set", "weight_decay=0.1"]) == 2  # another experiment in the same place: refused
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"normlab finetune: error: {out / 'runs' / 'bs32-lr0.0001-ep1' / 'seed1'} was run with another "
+        "configuration (differs in ['optim.weight_decay']); choose another --out"
+    ]
+    assert {p: p.read_bytes() for p in sorted((out / "runs").rglob("*")) if p.is_file()} == files
+
+
+def test_interrupted_run_resumes_from_its_checkpoint(pre_run, small_corpora, tmp_path, monkeypatch):
+    """Killed after its first epoch's checkpoint, a fine-tuning run resumes from that checkpoint (the pre-trained
+    encoder is not loaded over it) and ends exactly where an uninterrupted run ends. (On the word-in-context task,
+    from a checkpoint directory.)"""
+    from normlab.train.trainer import Trainer
+
+    fc = FinetuneConfig(task=str(small_corpora["wic"]), batch_sizes=(32,), lrs=(1e-3,), epochs=(2,), seeds=1,
+                        train_subset=256, valid_subset=64, precision="fp32", keep_checkpoints=True)  # fmt: skip
+    quiet = lambda line: None  # noqa: E731
+    pre_run = pre_run / "checkpoints" / "update_00000002"
+    finetune(pre_run, fc, tmp_path / "a", say=quiet)
+
+    save = Trainer.save
+
+    def save_then_die(self):
+        save(self)
+        raise KeyboardInterrupt  # as a kill right after the end-of-epoch-1 checkpoint
+
+    monkeypatch.setattr(Trainer, "save", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        finetune(pre_run, fc, tmp_path / "b", say=quiet)
+    monkeypatch.undo()
+    run_a, run_b = (tmp_path / x / "runs" / "bs32-lr0.001-ep2" / "seed1" for x in "ab")
+    assert json.loads((run_b / "summary.json").read_text())["status"] == "running"
+    lines: list[str] = []
+    finetune(pre_run, fc, tmp_path / "b", say=lines.append)
+    assert "finished earlier" not in lines[-1]
+    assert epoch_curve(run_b) == epoch_curve(run_a) and len(epoch_curve(run_a)) == 2
+    last_a, last_b = (load_file(str(max((r / "checkpoints").glob("update_*")) / "model.safetensors"))
+                      for r in (run_a, run_b))  # fmt: skip
+    assert last_a.keys() == last_b.keys() and all(torch.equal(last_a[k], last_b[k]) for k in last_a)
+
+
+def test_finetune_refusals(tmp_path, capsys):
+    from normlab.cli import main
+    from normlab.model import Seq2Seq
+    from normlab.train.checkpoint import save_checkpoint
+    from tests.conftest import tiny_config
+
+    cfg = TrainConfig(model=tiny_config())  # a translation run's checkpoint
+    save_checkpoint(tmp_path / "mt" / "checkpoints", 1, Seq2Seq(cfg.model), None, {"config": cfg.to_dict()})
+    for source, message in (
+        (tmp_path / "mt", f"{tmp_path / 'mt' / 'checkpoints' / 'update_00000001'}: a translation run; this needs a "
+                          "masked-LM run (data.task=mlm)"),
+        (tmp_path / "nowhere", f"{tmp_path / 'nowhere'}: neither a run directory nor a checkpoint directory"),
+    ):  # fmt: skip
+        assert main(["finetune", "--from", str(source), "--task", "paraphrase", "--out", str(tmp_path / "o")]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [f"normlab finetune: error: {message}"]
+    assert main(["finetune", "--from", str(tmp_path / "mt"), "--task", "paraphrase", "--set", "seeds=0"]) == 2
+    assert capsys.readouterr().err.strip() == "normlab finetune: error: FinetuneConfig.seeds: must be >= 1, got 0"
+    assert not (tmp_path / "o").exists()
+
+
+def test_setting_chosen_by_validation_accuracy_test_reported_for_it_alone(tmp_path):
+    from normlab.finetune import FinetuneRun, Setting, _results
+
+    fc = FinetuneConfig(seeds=2)
+    # (valid, test) accuracy per seed; the second setting is best on validation, the third on test, and the
+    # fourth would be best but one of its runs diverged
+    table = {Setting(16, 1e-5, 3): [(0.70, 0.90), (0.72, 0.90)], Setting(16, 2e-5, 3): [(0.80, 0.60), (0.78, 0.62)],
+             Setting(32, 1e-5, 3): [(0.74, 0.95), (0.76, 0.97)], Setting(32, 2e-5, 3): [(0.99, 0.99), None]}
+    runs = []
+    for setting, seeds in table.items():
+        for seed, accs in enumerate(seeds, 1):
+            run = FinetuneRun(setting, seed, TrainConfig(), tmp_path / setting.name / f"seed{seed}")
+            run.run_dir.mkdir(parents=True)
+            status = "diverged" if accs is None else "completed"
+            (run.run_dir / "summary.json").write_text(json.dumps({"status": status}))
+            recs = [] if accs is None else [{"type": "valid", "epoch": 1, "update": 5, "accuracy": accs[0],
+                                             "test_accuracy": accs[1]}]  # fmt: skip
+            (run.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+            runs.append(run)
+    settings, chosen = _results(runs, fc)
+    assert [s["valid"]["mean"] for s in settings] == pytest.approx([0.71, 0.79, 0.75, 0.99])
+    assert settings[3]["diverged_seeds"] == [2] and settings[3]["valid"]["n"] == 1
+    assert chosen["setting"] == "bs16-lr2e-05-ep3"
+    assert chosen["test_accuracy"] == [0.60, 0.62] and chosen["test"]["mean"] == pytest.approx(0.61)
+    assert all("test" not in s and "_test" not in s for s in settings)  # no test accuracy for the others
+
+
+# ---------------------------------------------------------------------------------------------------- export
+
+
+def test_export_hf_cli(post_run, small_mlm, tmp_path):
+    tf = pytest.importorskip("transformers", reason="transformers is not installed (pip install 'normlab[hf]')")
+    from normlab.data import Tokenizer
+    from normlab.hf import bert_inputs
+
+    out = tmp_path / "hf"
+    proc = normlab("export-hf", "--run", str(post_run), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "as a Hugging Face BertForMaskedLM" in proc.stdout and "check: max |normlab - HF|" in proc.stdout
+    bert = tf.BertForMaskedLM.from_pretrained(out).eval()
+    model = locate_pretrained(post_run).masked_lm()
+    batch = small_mlm.splits["valid"].collate(np.arange(6), seed=1)  # real masked blocks, padded
+    with torch.no_grad():
+        ours = model(batch.tokens, batch.segments)
+        theirs = bert(**bert_inputs(batch.tokens, batch.segments, pad_id=model.cfg.pad_id)).logits
+    keep = batch.tokens != model.cfg.pad_id
+    assert (ours - theirs)[keep].abs().max().item() < 1e-4
+    assert Tokenizer.load(out / "tokenizer.model").proto == small_mlm.tokenizer.proto  # the pre-training vocabulary
+
+
+def test_export_hf_refuses_pre_ln(pre_run, tmp_path, capsys):
+    from normlab.cli import main
+
+    out = tmp_path / "hf"
+    assert main(["export-hf", "--run", str(pre_run), "--checkpoint", "last", "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("normlab export-hf: error: placement=pre cannot be exported to BERT: BERT has no place for")
+    assert not out.exists()

@@ -1,0 +1,139 @@
+"""BLEU (both kinds) against hand computation and sacreBLEU's documented example; t quantiles against the
+standard table; accuracy confidence intervals against hand computation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from normlab.metrics import accuracy, bleu, mean_ci, moses_available, t_cdf, t_quantile
+
+
+def _geo(*precisions: float) -> float:
+    return 100 * math.prod(precisions) ** (1 / len(precisions))
+
+
+def test_bleu_by_hand():
+    # 1-4 gram precisions 5/6, 3/5, 2/4, 1/3, equal lengths (no brevity penalty)
+    s = bleu(["the cat sat on the mat"], ["the cat sat on a mat"], tokenizer="13a")
+    assert s.sacrebleu == pytest.approx(_geo(5 / 6, 3 / 5, 2 / 4, 1 / 3), abs=1e-9)
+    assert s.tokenized_bleu == pytest.approx(s.sacrebleu, abs=1e-9)
+
+
+def test_brevity_penalty():
+    # hypothesis of 5 tokens, reference of 6: precisions 5/5, 3/4, 2/3, 1/2 and BP = exp(1 - 6/5)
+    s = bleu(["the cat sat on mat"], ["the cat sat on the mat"], tokenizer="13a")
+    assert s.sacrebleu == pytest.approx(math.exp(1 - 6 / 5) * _geo(1, 3 / 4, 2 / 3, 1 / 2), abs=1e-9)
+
+
+def test_sacrebleu_documented_example():
+    """sacreBLEU's README example (two reference streams): BLEU = 48.53."""
+    sys_ = ["The dog bit the man.", "It wasn't surprising.", "The man had just bitten him."]
+    refs = [
+        ["The dog bit the man.", "It was not unexpected.", "The man bit him first."],
+        ["The dog had bit the man.", "No one was surprised.", "The man had bitten the dog."],
+    ]
+    s = bleu(sys_, refs, tokenizer="13a")
+    assert round(s.sacrebleu, 2) == 48.53
+    assert s.sacrebleu_signature.startswith("nrefs:2|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+
+
+HYP, REF = ["We don't know what it is."], ["we don't know what this is."]
+
+
+def test_detokenized_bleu_is_cased_13a():
+    # 13a tokens: We don't know what it is .  vs  we don't know what this is .  ("We" != "we"): matches 5/7,
+    # 3/6, 1/5 and 0/4 n-grams; sacreBLEU's default exp smoothing (mteval's) counts the 4-grams as 1/(2 * 4)
+    s = bleu(HYP, REF, tokenizer="13a")
+    assert s.sacrebleu == pytest.approx(_geo(5 / 7, 3 / 6, 1 / 5, 1 / 8), abs=1e-9)
+    assert "BP = 1.000" in s.sacrebleu_detail
+
+
+def test_tokenized_bleu_13a_fallback_is_lowercased():
+    s = bleu(HYP, REF, tokenizer="13a")
+    assert s.tokenized_bleu == pytest.approx(_geo(6 / 7, 4 / 6, 2 / 5, 1 / 4), abs=1e-9)
+    assert s.tokenized_bleu_signature == s.tokenized_bleu_signature.replace("moses", "")
+    assert "case:lc" in s.tokenized_bleu_signature and "tok:13a" in s.tokenized_bleu_signature
+    assert "smooth:none" in s.tokenized_bleu_signature  # fairseq's scorer does not smooth
+
+
+@pytest.mark.skipif(not moses_available(), reason="sacremoses is not installed")
+def test_tokenized_bleu_moses_splits_contractions():
+    # Moses: we don 't know what it is .  (8 tokens; "'t" is a token as in prepare-iwslt14.sh's text)
+    s = bleu(HYP, REF, tokenizer="moses")
+    assert s.tokenized_bleu == pytest.approx(_geo(7 / 8, 5 / 7, 3 / 6, 2 / 5), abs=1e-9)
+    assert s.tokenized_bleu_signature.startswith("moses-en+lc|") and "tok:none" in s.tokenized_bleu_signature
+    # Moses keeps known abbreviations in one token (mr. smith , e.g. here .); 13a splits every period
+    t = bleu(["Mr. Smith, e.g. here."], ["Mr. Smith, e.g. there."], tokenizer="moses")
+    assert t.tokenized_bleu == pytest.approx(_geo(5 / 6, 3 / 5, 2 / 4, 1 / 3), abs=1e-9)
+    u = bleu(["Mr. Smith, e.g. here."], ["Mr. Smith, e.g. there."], tokenizer="13a")  # mr . smith , e . g . here .
+    assert u.tokenized_bleu == pytest.approx(_geo(9 / 10, 7 / 9, 6 / 8, 5 / 7), abs=1e-9)
+
+
+def test_tokenized_bleu_default_names_its_tokenizer():
+    s = bleu(HYP, REF)
+    assert s.tokenized_bleu_signature.startswith("moses-en+lc|") == moses_available()
+    assert set(s.to_dict()) == {
+        "sacrebleu", "sacrebleu_signature", "sacrebleu_detail",
+        "tokenized_bleu", "tokenized_bleu_signature", "tokenized_bleu_detail",
+    }  # fmt: skip
+
+
+def test_bleu_errors():
+    with pytest.raises(ValueError, match="reference stream"):
+        bleu(["a b"], ["a b", "c d"])
+    with pytest.raises(ValueError, match="tokenizer"):
+        bleu(["a"], ["a"], tokenizer="spm")
+    assert bleu(["a b c d"], ["a b c d"]).sacrebleu == pytest.approx(100.0)
+
+
+# --------------------------------------------------------------------------------------------------------
+
+
+# two-sided 95% (p = 0.975) and one-sided 95% (p = 0.95) critical values of Student's t (standard tables);
+# df = 1 is the Cauchy distribution, t = tan(pi (p - 1/2)); df = 2 has t = (2p - 1) / sqrt(2 p (1 - p))
+T_TABLE = {
+    (0.975, 1): 12.7062047362, (0.975, 2): 4.30265272975, (0.975, 3): 3.18244630528, (0.975, 4): 2.7764451052,
+    (0.975, 5): 2.57058183661, (0.975, 9): 2.26215716274, (0.975, 10): 2.22813885196, (0.975, 30): 2.04227245630,
+    (0.975, 100): 1.98397151845, (0.95, 5): 2.01504837333, (0.995, 4): 4.60409487142,
+    (0.9995, 1): math.tan(math.pi * 0.4995), (0.9, 2): 0.8 / math.sqrt(2 * 0.9 * 0.1),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("p, df", sorted(T_TABLE))
+def test_t_quantile_matches_table(p, df):
+    assert t_quantile(p, df) == pytest.approx(T_TABLE[(p, df)], rel=1e-9)
+    assert t_quantile(1 - p, df) == pytest.approx(-T_TABLE[(p, df)], rel=1e-9)
+    assert t_cdf(T_TABLE[(p, df)], df) == pytest.approx(p, abs=1e-10)
+
+
+def test_t_cdf_special_cases():
+    assert t_cdf(0.0, 7) == 0.5
+    assert t_cdf(1.0, 1) == pytest.approx(0.75)  # Cauchy: 1/2 + atan(1)/pi
+    assert t_cdf(2.0, 2) == pytest.approx(0.5 + 2 / (2 * math.sqrt(2 + 4)))  # df=2: 1/2 + t / (2 sqrt(2 + t^2))
+    assert t_quantile(0.975, 10**6) == pytest.approx(1.959963985, rel=2e-6)  # -> the normal quantile
+    with pytest.raises(ValueError):
+        t_quantile(1.0, 3)
+
+
+def test_mean_ci_by_hand():
+    # mean 0.81, squared deviations sum to 1e-3, s^2 = 2.5e-4, se = s / sqrt(5), t_{0.975, 4} = 2.7764451052
+    ci = mean_ci([0.80, 0.82, 0.79, 0.81, 0.83])
+    assert ci.mean == pytest.approx(0.81)
+    assert ci.sd == pytest.approx(math.sqrt(2.5e-4))
+    assert ci.half_width == pytest.approx(2.7764451052 * math.sqrt(2.5e-4) / math.sqrt(5), rel=1e-9)
+    assert ci.low == pytest.approx(0.81 - ci.half_width) and ci.high == pytest.approx(0.81 + ci.half_width)
+    assert "± 0.0196" in str(ci) and "n=5" in str(ci)
+    ci90 = mean_ci([1.0, 3.0], confidence=0.90)  # s = sqrt(2), t_{0.95, 1} = 6.3137515147
+    assert ci90.half_width == pytest.approx(6.3137515147 * math.sqrt(2) / math.sqrt(2), rel=1e-9)
+    one = mean_ci([0.7])
+    assert one.mean == 0.7 and math.isnan(one.half_width)
+    with pytest.raises(ValueError):
+        mean_ci([])
+
+
+def test_accuracy():
+    assert accuracy([1, 0, 1, 1], [1, 1, 1, 0]) == 0.5
+    with pytest.raises(ValueError):
+        accuracy([1], [1, 0])
