@@ -34,6 +34,75 @@ def _model(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- analysis (Figure 3, Lemmas 2-3, concentration) and the warm-up diagnosis ----
+
+
+def _analyze_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scale", choices=["smoke", "quick", "paper"], default="quick",
+                   help="smoke: seconds; quick: minutes on 2 CPU cores; paper: the paper's sizes")
+    p.add_argument("--out", required=True, help="directory for analysis.json and the figures")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override an AnalysisConfig field")
+    p.add_argument("--checkpoint", help="Post-LN checkpoint after warm-up (safetensors + JSON sidecar), optional")
+    p.add_argument("--data", choices=["synthetic", "de-en"], help="mini-batches (default: the scale's)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    from normlab.analysis.run import AnalysisConfig, print_progress, analysis_scale, run_analysis, summary_lines
+    from normlab.config import apply_overrides
+
+    overrides = list(args.set)
+    if args.checkpoint:
+        overrides.append(f"checkpoint={args.checkpoint}")
+    if args.data:
+        overrides.append(f"data={args.data}")
+    cfg = AnalysisConfig.from_dict(apply_overrides(analysis_scale(args.scale).to_dict(), overrides))
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    result = run_analysis(cfg, args.out, progress=print_progress)
+    print("\n".join(summary_lines(result)))
+    print(f"wrote {args.out}/analysis.json and {', '.join(result['figures'])}")
+    return 0
+
+
+def _diagnose_args(p: argparse.ArgumentParser) -> None:
+    _model_args(p)
+    p.add_argument("--steps", type=int, default=8, help="loss evaluations (batches) the gradients are averaged over")
+    p.add_argument("--seed", type=int, default=0, help="initialisation and batch seed")
+    p.add_argument("--mode", choices=["eval", "train"], default="eval", help="dropout off (eval) or on (train)")
+    p.add_argument("--max-tokens", type=int, default=1024, help="tokens per translation batch")
+    p.add_argument("--json", help="also write the diagnosis as JSON to this file")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+
+
+def _diagnose(args: argparse.Namespace) -> int:
+    import json
+
+    from normlab.analysis.diagnose import diagnose_config
+    from normlab.config import ModelConfig, apply_overrides, load_yaml
+
+    data = {}
+    if args.config:
+        with open(args.config, encoding="utf-8") as f:
+            data = load_yaml(f.read()) or {}
+        data = data.get("model", data)
+    cfg = ModelConfig.from_dict(apply_overrides(data, args.set))
+    if args.steps <= 0:
+        raise ConfigError(f"--steps must be positive, got {args.steps}")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    result = diagnose_config(cfg, args.task, steps=args.steps, seed=args.seed, mode=args.mode, max_tokens=args.max_tokens)
+    print(f"{args.task} model, placement={cfg.placement.value}, {cfg.encoder_layers} encoder"
+          + (f" / {cfg.decoder_layers} decoder" if args.task == "translation" else "") + " layers, at initialisation")
+    print(result.summary())
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result.to_dict(), f, indent=1)
+    return 0
 def _data_args(p: argparse.ArgumentParser) -> None:
     from normlab.data.summary import add_arguments
 
@@ -121,6 +190,8 @@ def _export_hf(args: argparse.Namespace) -> int:
 # name -> (help, add arguments, run); each run returns the exit code
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "model": ("print a model's configuration, parameter count and where its LayerNorms sit", _model_args, _model),
+    "analyze": ("measure Figure 3, Theorem 1, Lemmas 2-3 and concentration at initialisation", _analyze_args, _analyze),
+    "diagnose": ("per-layer gradients at initialisation and a warm-up verdict for a model config", _diagnose_args, _diagnose),
     "data": ("prepare a corpus (tokenizer, binarized splits; cached) and print its statistics", _data_args, _data),
     "train": ("train a translation, masked-LM or classification model (exit 3 when it diverges)", _train_args, _train),
     "translate": ("translate sentences (stdin or --input) with a trained run, streamed to stdout",

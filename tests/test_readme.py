@@ -20,6 +20,9 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 # README lines that start long jobs -> the test that runs them (at a small scale). Checked to exist.
 COVERED: dict[str, str] = {
+    ".venv/bin/normlab analyze --scale quick --out runs/analysis": "tests/test_analysis.py::test_analyze_command_end_to_end",
+    ".venv/bin/normlab analyze --scale paper --out runs/analysis-paper": "tests/test_analysis.py::test_analyze_command_end_to_end",
+    ".venv/bin/normlab diagnose --set placement=post --set encoder_layers=12 --set decoder_layers=12": "tests/test_diagnose.py::test_diagnose_command",
     "make reproduce": "tests/test_reproduce.py::test_smoke_reproduce_writes_the_report",
     "normlab train --config run.yaml --set model.placement=pre --set optim.lr=5e-4 --out runs/pre":
         "tests/test_train_cli.py::test_resume_and_config_file",

@@ -1,0 +1,425 @@
+"""Does this model need a learning-rate warm-up? A diagnosis at initialisation, for any ``nn.Module``.
+
+Xiong et al. (2020) trace the warm-up that Post-LN Transformers need to their gradients at initialisation:
+large near the output and decaying towards the input (Figure 3(a,b), Appendix F), because the LayerNorms
+see inputs of constant scale, so nothing damps the gradient of the last layers. In a Pre-LN Transformer the
+inputs of the LayerNorms grow with depth (Lemma 2) and the LayerNorm Jacobians, O(sqrt(d)/||x||) (Lemma 3),
+scale the gradients down accordingly: the per-layer gradient profile is flat or falling, and no warm-up is
+needed (Section 4). :func:`diagnose` measures both signals on any model and a loss closure:
+
+1. the per-layer gradient profile: parameters grouped by layer (by default, the first integer path component
+   after an ``nn.ModuleList``: ``encoder.layers.3.ffn.w2.weight`` -> (``encoder.layers``, 3),
+   ``bert.encoder.layer.11.output.dense.weight`` -> (``bert.encoder.layer``, 11)), the Frobenius norm of each
+   layer's gradient (of the mean gradient over ``steps`` calls of the closure), and per stack the ratio of
+   the last layer's norm to the first layer's;
+2. the growth of the LayerNorm input norms with depth: E||x||^2/d at the input of every ``nn.LayerNorm``
+   (forward pre-hooks, registered for the call and removed after; the model itself is not modified), per
+   layer, and the last/first ratio.
+
+Verdict (calibrated on measurements, not a lookup of the placement): both signals point the same way in
+the paper's account (Post-LN: gradients growing towards the output, r > 1, and LayerNorm inputs of constant
+scale, G ~ 1; Pre-LN: a flat or falling profile and LayerNorm inputs growing with depth, G >> 1, which by
+Lemma 3 damps the gradients by 1/sqrt(G)). The statistic combines them as evidence,
+
+    S = r / sqrt(G)     (per stack; G = 1 where a stack shows no LayerNorm input; the largest S counts),
+
+and warm-up is advised when S > :data:`THRESHOLD`. The gradient ratio alone, estimated from a few batches,
+is noisy for encoder-only models (one of the Post-LN masked LMs below has r = 0.88 against a Pre-LN
+maximum of 0.82); the LayerNorm growth alone says nothing for a model without LayerNorms, and is fooled by
+inputs far larger than the branches. Together they separate every calibration run by a wide margin.
+
+Calibration: 12-layer models at initialisation, eval mode, 8 synthetic batches, seeds 0-5, d = 64, 4 heads,
+FFN 128, vocabulary 1,000 (:func:`measure_calibration`); r, G and S of the stack with the largest S:
+
+=====================================  =========  ===============  ============  ===============
+model                                  placement  r                G             S = r / sqrt(G)
+=====================================  =========  ===============  ============  ===============
+normlab MaskedLM (batches 32 x 64)     post       0.88 - 3.68      0.90 - 1.19   0.80 - 3.54
+normlab MaskedLM                       pre        0.32 - 0.48      7.5 - 8.8     0.11 - 0.16
+normlab Seq2Seq 12-12 (512 tokens)     post       40.9 - 77.9      0.87 - 1.08   41.8 - 80.6
+normlab Seq2Seq 12-12                  pre        0.48 - 0.82      8.1 - 11.0    0.15 - 0.25
+torch.nn.TransformerEncoder + LM head  post       1.29 - 2.84      1.32 - 1.50   1.13 - 2.34
+torch.nn.TransformerEncoder + LM head  pre        0.36 - 0.62      12.7 - 18.5   0.09 - 0.15
+=====================================  =========  ===============  ============  ===============
+
+The threshold is the geometric mean of the largest Pre-LN S (0.247) and the smallest Post-LN S (0.804),
+0.446, rounded: 0.45.
+:data:`CALIBRATION` holds seed 0's numbers; ``tests/test_diagnose.py`` re-measures them and checks that every
+Post-LN model of seed 0 is above the threshold and every Pre-LN model below it. Limits: shallow Post-LN models
+have small ratios (Appendix F: about 1.5^((L-1)/2) in theory), and they do train without warm-up more easily;
+a Pre-LN model whose input embeddings dwarf its branches has LayerNorm inputs that barely grow and flat
+gradients, and may be flagged. The verdict follows the measurement, not the architecture's name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from normlab.analysis.gradients import GradientMoments, fit_linear_slope
+
+__all__ = [
+    "THRESHOLD",
+    "score",
+    "measure_calibration",
+    "calibration_diagnoses",
+    "TorchEncoderLM",
+    "CALIBRATION",
+    "LayerKey",
+    "modulelist_grouping",
+    "LayerProfile",
+    "Diagnosis",
+    "diagnose",
+    "diagnose_config",
+    "verdict",
+]
+
+LayerKey = tuple[str, int]
+"""(stack, layer index from 0), e.g. ("decoder.layers", 5)."""
+
+CALIBRATION: dict[str, dict[str, tuple[float, float]]] = {
+    # model -> placement -> (r, G) of seed 0, as measure_calibration(seed=0) returns them
+    "mlm": {"post": (1.7367, 0.9592), "pre": (0.4099, 7.4796)},
+    "seq2seq": {"post": (45.4423, 0.9391), "pre": (0.4811, 10.9382)},
+    "torch": {"post": (1.2924, 1.3162), "pre": (0.3893, 12.7167)},
+}
+"""Measured calibration numbers (see the module docstring); re-measured by tests/test_diagnose.py."""
+
+THRESHOLD = 0.45
+"""Warm-up is advised when S = r / sqrt(G) exceeds this in some stack (calibration: module docstring)."""
+
+
+def score(grad_ratio: float, ln_growth: float | None) -> float:
+    """S = r / sqrt(G): the last/first gradient-norm ratio counted against the LayerNorm-input growth."""
+    return grad_ratio / math.sqrt(ln_growth if ln_growth and ln_growth > 0 else 1.0)
+
+
+def modulelist_grouping(model: nn.Module) -> Callable[[str], LayerKey | None]:
+    """The default grouping: a parameter (or module) name belongs to layer ``(prefix, i)`` when ``prefix`` is
+    an ``nn.ModuleList`` of the model and ``i`` the integer that follows it in the name (the outermost such
+    list wins); names outside any ModuleList (embeddings, heads, final norms) belong to no layer."""
+    lists = {name for name, m in model.named_modules() if isinstance(m, nn.ModuleList)}
+
+    def group(name: str) -> LayerKey | None:
+        parts = name.split(".")
+        for i in range(1, len(parts)):
+            if parts[i].isdigit() and ".".join(parts[:i]) in lists:
+                return ".".join(parts[:i]), int(parts[i])
+        return None
+
+    return group
+
+
+@dataclasses.dataclass
+class LayerProfile:
+    """One stack's per-layer numbers, layers in index order (input side first)."""
+
+    stack: str
+    layers: list[int]
+    grad_norm: list[float]  # Frobenius norm of the layer's (mean) gradient, all its parameters together
+    ln_input: list[float | None]  # mean E||x||^2/d over the layer's LayerNorm inputs (None: no LayerNorm)
+
+    @property
+    def grad_ratio(self) -> float:
+        first, last = self.grad_norm[0], self.grad_norm[-1]
+        return last / first if first > 0 else math.inf
+
+    @property
+    def grad_log_slope(self) -> float:
+        """Slope of log(gradient norm) against the layer index (Appendix F: 0.5 ln 1.5 = 0.2 for Post-LN)."""
+        if len(self.layers) < 2 or min(self.grad_norm) <= 0:
+            return float("nan")
+        return fit_linear_slope(self.layers, np.log(self.grad_norm))["slope"]
+
+    @property
+    def ln_growth(self) -> float | None:
+        """G: E||x||^2/d at the last layer's LayerNorm inputs over the first layer's (None: no LayerNorm)."""
+        vals = [v for v in self.ln_input if v is not None]
+        if len(vals) < 2 or vals[0] <= 0:
+            return None
+        return vals[-1] / vals[0]
+
+    @property
+    def score(self) -> float:
+        """S = r / sqrt(G), the verdict's statistic."""
+        return score(self.grad_ratio, self.ln_growth)
+
+
+@dataclasses.dataclass
+class Diagnosis:
+    """What :func:`diagnose` found; ``summary()`` prints it, ``to_dict()`` is JSON-ready."""
+
+    profiles: list[LayerProfile]
+    other_grad_norm: float  # parameters in no layer (embeddings, heads, final norms)
+    loss: float
+    steps: int
+    warmup_advised: bool | None  # None: no layered structure found, no verdict
+    reason: str
+    threshold: float = THRESHOLD
+
+    @property
+    def decisive(self) -> LayerProfile | None:
+        """The stack with the largest S (the one the verdict rests on)."""
+        layered = [p for p in self.profiles if len(p.layers) > 1]
+        return max(layered, key=lambda p: p.score) if layered else None
+
+    @property
+    def score(self) -> float:
+        return self.decisive.score if self.decisive else float("nan")
+
+    @property
+    def grad_ratio(self) -> float:
+        """The largest last/first gradient-norm ratio over the stacks."""
+        return max((p.grad_ratio for p in self.profiles if len(p.layers) > 1), default=float("nan"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "warmup_advised": self.warmup_advised,
+            "reason": self.reason,
+            "threshold": self.threshold,
+            "score": self.score,
+            "grad_ratio": self.grad_ratio,
+            "decisive_stack": self.decisive.stack if self.decisive else None,
+            "loss": self.loss,
+            "steps": self.steps,
+            "other_grad_norm": self.other_grad_norm,
+            "stacks": [
+                {**dataclasses.asdict(p), "grad_ratio": p.grad_ratio, "grad_log_slope": p.grad_log_slope,
+                 "ln_growth": p.ln_growth, "score": p.score}
+                for p in self.profiles
+            ],
+        }
+
+    def summary(self) -> str:
+        lines = [f"loss at initialisation {self.loss:.4f} (mean of {self.steps} evaluations)"]
+        for p in self.profiles:
+            lines.append(f"{p.stack}: {len(p.layers)} layers")
+            lines.append("  layer   ||grad||_F   LN input E||x||^2/d")
+            for i, g, n in zip(p.layers, p.grad_norm, p.ln_input):
+                lines.append(f"  {i:5d}   {g:10.4g}   {'-' if n is None else f'{n:.3f}'}")
+            growth = "n/a" if p.ln_growth is None else f"{p.ln_growth:.2f}x"
+            lines.append(f"  gradient last/first r = {p.grad_ratio:.3g} (log-slope {p.grad_log_slope:.3f} per layer); "
+                         f"LayerNorm input growth last/first G = {growth}; S = r/sqrt(G) = {p.score:.3g}")
+        lines.append(f"parameters outside the layers: ||grad||_F {self.other_grad_norm:.4g}")
+        word = {True: "WARM-UP ADVISED", False: "no warm-up needed", None: "no verdict"}[self.warmup_advised]
+        lines.append(f"verdict: {word}. {self.reason}")
+        return "\n".join(lines)
+
+
+def verdict(profiles: Sequence[LayerProfile], threshold: float = THRESHOLD) -> tuple[bool | None, str]:
+    """The decision rule of the module docstring, with the evidence in words."""
+    layered = [p for p in profiles if len(p.layers) > 1]
+    if not layered:
+        return None, "no stack of two or more layers was found (pass group_fn to say how parameters map to layers)"
+    worst = max(layered, key=lambda p: p.score)
+    advised = worst.score > threshold
+    growth = worst.ln_growth
+    direction = "grows" if worst.grad_ratio > 1 else "does not grow"
+    if growth is None:
+        mechanism = "no LayerNorm inputs were seen in its layers (G = 1)"
+    elif growth < 2:
+        mechanism = (f"its LayerNorm inputs keep their scale with depth (G = {growth:.2f}), so the LayerNorms do not "
+                     "damp the upper layers' gradients (the Post-LN pattern of Lemma 2)")
+    else:
+        mechanism = (f"its LayerNorm inputs grow {growth:.2f}x with depth, which damps the upper layers' gradients "
+                     "by about 1/sqrt(G) (Lemma 3; the Pre-LN pattern)")
+    reason = (f"In {worst.stack!r} the gradient norm {direction} towards the output (last/first r = "
+              f"{worst.grad_ratio:.3g}) and {mechanism}: S = r/sqrt(G) = {worst.score:.3g} is "
+              f"{'above' if advised else 'below'} the threshold {threshold:g}.")
+    if advised:
+        reason += " Large, undamped gradients near the output make large early steps unstable: use a learning-rate warm-up."
+    return advised, reason
+
+
+def diagnose(
+    model: nn.Module,
+    loss_closure: Callable[[], Tensor],
+    *,
+    steps: int = 1,
+    group_fn: Callable[[str], LayerKey | None] | None = None,
+    norm_types: tuple[type[nn.Module], ...] = (nn.LayerNorm,),
+    threshold: float = THRESHOLD,
+) -> Diagnosis:
+    """Diagnose ``model`` at its current parameters (normally: at initialisation).
+
+    ``loss_closure()`` runs the model on a batch and returns a scalar loss; it is called ``steps`` times (it
+    may draw a new batch each time) and the gradients are averaged (the norm of the mean, as in Figure 3).
+    The model's train/eval mode is left as the caller set it. ``group_fn(name) -> (stack, index) | None``
+    maps parameter and module names to layers (default :func:`modulelist_grouping`). ``norm_types``: the
+    normalisation modules whose inputs are measured (add e.g. an RMSNorm class).
+    """
+    group = group_fn or modulelist_grouping(model)
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    names = [n for n, _ in params]
+    moments = GradientMoments(names, dtype=torch.float32)
+    ln_stats: dict[str, list[float]] = {}
+
+    def hook_for(name: str, d: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+            x = args[0].detach().float()
+            ln_stats.setdefault(name, []).append(float(x.pow(2).sum(-1).mean()) / d)
+
+        return hook
+
+    handles = []
+    for name, module in model.named_modules():
+        if isinstance(module, norm_types):
+            shape = getattr(module, "normalized_shape", None)
+            d = int(np.prod(shape)) if shape else getattr(module, "weight").numel()
+            handles.append(module.register_forward_pre_hook(hook_for(name, d)))
+    losses = []
+    try:
+        for _ in range(steps):
+            loss = loss_closure()
+            grads = torch.autograd.grad(loss, [p for _, p in params], allow_unused=True)
+            moments.add({n: (g if g is not None else torch.zeros_like(p)) for (n, p), g in zip(params, grads)})
+            losses.append(float(loss.detach()))
+    finally:
+        for h in handles:
+            h.remove()
+
+    sq: dict[LayerKey, float] = {}
+    other = 0.0
+    for n in names:
+        v = moments.norm_of_mean(n) ** 2
+        key = group(n)
+        if key is None:
+            other += v
+        else:
+            sq[key] = sq.get(key, 0.0) + v
+    ln_by_layer: dict[LayerKey, list[float]] = {}
+    for name, vals in ln_stats.items():
+        key = group(name)
+        if key is not None:
+            ln_by_layer.setdefault(key, []).append(float(np.mean(vals)))
+    profiles = []
+    for stack in dict.fromkeys(k[0] for k in sq):
+        layers = sorted(i for s, i in sq if s == stack)
+        profiles.append(LayerProfile(
+            stack=stack, layers=layers, grad_norm=[math.sqrt(sq[(stack, i)]) for i in layers],
+            ln_input=[float(np.mean(ln_by_layer[(stack, i)])) if (stack, i) in ln_by_layer else None for i in layers],
+        ))  # fmt: skip
+    advised, reason = verdict(profiles, threshold)
+    return Diagnosis(profiles=profiles, other_grad_norm=math.sqrt(other), loss=float(np.mean(losses)), steps=steps,
+                     warmup_advised=advised, reason=reason, threshold=threshold)
+
+
+def _cycle(batches: Sequence[Any]) -> Iterable[Any]:
+    while True:
+        yield from batches
+
+
+def diagnose_config(
+    cfg: Any,
+    task: str = "translation",
+    *,
+    steps: int = 4,
+    seed: int = 0,
+    mode: str = "eval",
+    max_tokens: int = 1024,
+    device: torch.device | str = "cpu",
+    threshold: float = THRESHOLD,
+) -> Diagnosis:
+    """:func:`diagnose` for a normlab :class:`~normlab.config.ModelConfig` at initialisation (seed ``seed``),
+    on synthetic batches of its task (:mod:`normlab.analysis.sources`) with the task's training loss:
+    label-smoothed cross entropy per target token (translation), cross entropy over the masked positions
+    (mlm), cross entropy per sentence (classification)."""
+    import torch.nn.functional as F
+
+    from normlab.analysis.gradients import training_loss
+    from normlab.analysis.sources import (
+        synthetic_classification_batches,
+        synthetic_mlm_batches,
+        synthetic_translation_batches,
+    )
+    from normlab.data.batch import PAD
+    from normlab.model import build_model
+
+    torch.manual_seed(seed)
+    model = build_model(cfg, task).to(device)
+    model.train(mode == "train")
+    if task == "translation":
+        batches = synthetic_translation_batches(steps, vocab_size=cfg.vocab_size, max_tokens=max_tokens, seed=seed)
+    elif task == "mlm":
+        batches = synthetic_mlm_batches(steps, vocab_size=cfg.vocab_size, batch_size=32, length=min(64, cfg.max_positions), seed=seed)
+    else:
+        batches = synthetic_classification_batches(
+            steps, vocab_size=cfg.vocab_size, num_classes=cfg.num_classes, length=min(32, cfg.max_positions), seed=seed
+        )
+    it = iter(_cycle([b.to(device) for b in batches]))
+
+    def closure() -> Tensor:
+        b = next(it)
+        if task == "translation":
+            return training_loss(model(b.src, b.tgt_in), b.tgt_out, b.n_tokens)
+        if task == "mlm":
+            select = b.targets.ne(PAD)
+            return F.cross_entropy(model(b.tokens, b.segments, select=select), b.targets[select])
+        return F.cross_entropy(model(b.tokens, b.segments), b.labels)
+
+    return diagnose(model, closure, steps=steps, threshold=threshold)
+
+
+class TorchEncoderLM(nn.Module):
+    """A masked LM around ``torch.nn.TransformerEncoder`` (PyTorch's own layers and initialisation; a final
+    LayerNorm for ``norm_first=True``, as Pre-LN needs): the foreign model of the calibration and tests."""
+
+    def __init__(self, *, d_model: int, n_heads: int, d_ffn: int, n_layers: int, vocab_size: int, norm_first: bool,
+                 dropout: float = 0.1) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, d_model)  # N(0, 1): unit-scale inputs, as Section 3.3 assumes
+        layer = nn.TransformerEncoderLayer(d_model, n_heads, d_ffn, dropout=dropout, batch_first=True, norm_first=norm_first)
+        self.encoder = nn.TransformerEncoder(
+            layer, n_layers, norm=nn.LayerNorm(d_model) if norm_first else None, enable_nested_tensor=False
+        )
+        self.head = nn.Linear(d_model, vocab_size)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.head(self.encoder(self.embed(tokens)))
+
+
+def calibration_diagnoses(*, layers: int = 12, steps: int = 8, seed: int = 0) -> dict[str, dict[str, Diagnosis]]:
+    """The diagnoses behind :data:`CALIBRATION`: for each model kind (``mlm``, ``seq2seq``, ``torch``) and
+    placement, :func:`diagnose` at initialisation, eval mode, ``steps`` synthetic batches, seed ``seed``."""
+    import torch.nn.functional as F
+
+    from normlab.analysis.sources import synthetic_mlm_batches
+    from normlab.config import ModelConfig
+    from normlab.data.batch import PAD
+
+    out: dict[str, dict[str, Diagnosis]] = {"mlm": {}, "seq2seq": {}, "torch": {}}
+    for placement in ("post", "pre"):
+        cfg = ModelConfig(d_model=64, n_heads=4, d_ffn=128, encoder_layers=layers, decoder_layers=layers,
+                          vocab_size=1000, placement=placement, max_positions=128)
+        out["mlm"][placement] = diagnose_config(cfg, "mlm", steps=steps, seed=seed)
+        out["seq2seq"][placement] = diagnose_config(cfg, "translation", steps=steps, seed=seed, max_tokens=512)
+        torch.manual_seed(seed)
+        model = TorchEncoderLM(d_model=64, n_heads=4, d_ffn=128, n_layers=layers, vocab_size=1000,
+                               norm_first=placement == "pre").eval()
+        batches = iter(_cycle(synthetic_mlm_batches(steps, vocab_size=1000, batch_size=32, length=64, seed=seed)))
+
+        def closure(model: nn.Module = model) -> Tensor:
+            b = next(batches)
+            select = b.targets.ne(PAD)
+            return F.cross_entropy(model(b.tokens)[select], b.targets[select])
+
+        out["torch"][placement] = diagnose(model, closure, steps=steps)
+    return out
+
+
+def measure_calibration(*, layers: int = 12, steps: int = 8, seed: int = 0) -> dict[str, dict[str, tuple[float, float]]]:
+    """Re-measure :data:`CALIBRATION`: (r, G) of the stack with the largest S for each model and placement."""
+
+    def stats(d: Diagnosis) -> tuple[float, float]:
+        worst = d.decisive
+        assert worst is not None
+        return round(worst.grad_ratio, 4), round(worst.ln_growth or 1.0, 4)
+
+    runs = calibration_diagnoses(layers=layers, steps=steps, seed=seed)
+    return {model: {p: stats(d) for p, d in by_p.items()} for model, by_p in runs.items()}

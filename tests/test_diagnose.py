@@ -1,0 +1,157 @@
+"""`normlab diagnose` and the model-agnostic warm-up diagnosis: grouping, verdicts, calibration, foreign models."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normlab.analysis.diagnose import (
+    CALIBRATION,
+    THRESHOLD,
+    LayerProfile,
+    TorchEncoderLM,
+    diagnose,
+    diagnose_config,
+    calibration_diagnoses,
+    modulelist_grouping,
+    score,
+    verdict,
+)
+from normlab.analysis.sources import synthetic_mlm_batches
+from normlab.data.batch import PAD
+from normlab.model import Seq2Seq
+from tests.conftest import tiny_config
+
+
+def test_modulelist_grouping():
+    group = modulelist_grouping(Seq2Seq(tiny_config()))
+    assert group("encoder.layers.1.ffn.w2.weight") == ("encoder.layers", 1)
+    assert group("decoder.layers.0.cross_attn.kv.weight") == ("decoder.layers", 0)
+    assert group("decoder.layers.1.ffn.norm_add") == ("decoder.layers", 1)  # module names too
+    assert group("decoder.embed_tokens.weight") is None
+    torch_group = modulelist_grouping(TorchEncoderLM(d_model=16, n_heads=2, d_ffn=32, n_layers=3, vocab_size=20, norm_first=True))
+    assert torch_group("encoder.layers.2.linear1.weight") == ("encoder.layers", 2)
+    assert torch_group("encoder.norm.weight") is None
+
+
+def test_verdict_rule():
+    post_like = LayerProfile("s", [0, 1, 2], [1.0, 2.0, 3.0], [1.5, 1.5, 1.5])
+    pre_like = LayerProfile("s", [0, 1, 2], [1.0, 0.9, 0.8], [1.0, 4.0, 9.0])
+    assert post_like.score == pytest.approx(3.0) and pre_like.score == pytest.approx(0.8 / 3)
+    assert verdict([post_like])[0] is True and verdict([pre_like])[0] is False
+    assert "WARM" not in verdict([pre_like])[1] and "warm-up" in verdict([post_like])[1]
+    no_norm = LayerProfile("s", [0, 1], [1.0, 0.3], [None, None])
+    assert no_norm.ln_growth is None and no_norm.score == pytest.approx(0.3)  # G = 1 without LayerNorms
+    assert verdict([LayerProfile("s", [0], [1.0], [None])])[0] is None  # nothing to compare
+    assert score(2.0, 4.0) == 1.0
+
+
+@pytest.fixture(scope="module")
+def calibration():
+    return calibration_diagnoses(seed=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["seq2seq", "mlm", "torch"])
+def test_12_layer_post_and_pre_get_different_verdicts(calibration, model):
+    post, pre = calibration[model]["post"], calibration[model]["pre"]
+    assert len(post.profiles[-1].layers) == len(pre.profiles[-1].layers) == 12
+    assert post.warmup_advised is True and pre.warmup_advised is False
+    assert "WARM-UP ADVISED" in post.summary() and "no warm-up needed" in pre.summary()
+    # Lemma 2: the Pre-LN LayerNorm inputs grow with depth, the Post-LN ones do not
+    assert all(p.ln_growth > 4 for p in pre.profiles) and all(p.ln_growth < 2 for p in post.profiles)
+
+
+@pytest.mark.slow
+def test_calibration_reproduces_and_separates(calibration):
+    """The calibration numbers of the docstring (seed 0) are what the code measures, and the threshold sits
+    between every Post-LN and every Pre-LN model."""
+    for model, by_placement in CALIBRATION.items():
+        for placement, (r, g) in by_placement.items():
+            d = calibration[model][placement]
+            mr, mg = d.decisive.grad_ratio, d.decisive.ln_growth
+            assert mr == pytest.approx(r, rel=1e-3) and mg == pytest.approx(g, rel=1e-3), (model, placement)
+            s = score(mr, mg)
+            assert (s > THRESHOLD) if placement == "post" else (s < THRESHOLD), (model, placement, s)
+
+
+def _torch_closure(model, steps, seed=0):
+    batches = synthetic_mlm_batches(steps, vocab_size=200, batch_size=8, length=16, seed=seed)
+    it = iter(batches)
+
+    def closure():
+        b = next(it)
+        select = b.targets.ne(PAD)
+        return F.cross_entropy(model(b.tokens)[select], b.targets[select])
+
+    return closure
+
+
+def test_runs_on_torch_transformer_encoder():
+    torch.manual_seed(0)
+    model = TorchEncoderLM(d_model=32, n_heads=4, d_ffn=64, n_layers=6, vocab_size=200, norm_first=True).eval()
+    d = diagnose(model, _torch_closure(model, 2), steps=2)
+    (profile,) = d.profiles
+    assert profile.stack == "encoder.layers" and profile.layers == list(range(6))
+    assert all(v is not None and v > 0 for v in profile.ln_input)
+    assert profile.ln_input[-1] > profile.ln_input[0]  # Pre-LN: the residual stream grows
+    assert d.other_grad_norm > 0 and d.warmup_advised is not None and "S = r/sqrt(G)" in d.reason
+    # the hooks are gone afterwards: the model is left as it was
+    assert not any(m._forward_pre_hooks for m in model.modules())
+    json.dumps(d.to_dict())
+
+
+def test_custom_grouping_and_models_without_layernorm():
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.Sequential(*[nn.Linear(8, 8) for _ in range(4)])
+
+        def forward(self, x):
+            return self.blocks(x)
+
+    torch.manual_seed(0)
+    model = MLP()
+    x, y = torch.randn(16, 8), torch.randn(16, 8)
+    d = diagnose(model, lambda: F.mse_loss(model(x), y))
+    assert d.warmup_advised is None and not d.profiles  # Sequential is not a ModuleList: no layers
+    group = lambda name: ("blocks", int(name.split(".")[1])) if name.startswith("blocks.") else None  # noqa: E731
+    d = diagnose(model, lambda: F.mse_loss(model(x), y), group_fn=group)
+    assert d.profiles[0].layers == [0, 1, 2, 3] and d.profiles[0].ln_growth is None
+    assert d.warmup_advised is not None
+
+
+def test_runs_on_hugging_face_bert():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+                                  intermediate_size=64, max_position_embeddings=64)  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.BertForMaskedLM(cfg).eval()
+    b = synthetic_mlm_batches(1, vocab_size=200, batch_size=4, length=16)[0]
+    labels = b.targets.masked_fill(b.targets.eq(PAD), -100)
+    d = diagnose(model, lambda: model(input_ids=b.tokens, labels=labels).loss)
+    (profile,) = d.profiles
+    assert profile.stack == "bert.encoder.layer" and profile.layers == [0, 1, 2, 3]
+    assert all(v is not None for v in profile.ln_input)  # BERT's LayerNorms sit in each layer (Post-LN)
+
+
+@pytest.mark.parametrize("placement, word", [("post", "WARM-UP ADVISED"), ("pre", "no warm-up needed")])
+def test_diagnose_command(placement, word, tmp_path):
+    out = tmp_path / "d.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "normlab", "diagnose", "--set", f"placement={placement}", "--set", "encoder_layers=12",
+         "--set", "decoder_layers=12", "--set", "d_model=32", "--set", "d_ffn=64", "--set", "vocab_size=500",
+         "--steps", "2", "--max-tokens", "256", "--json", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert f"verdict: {word}" in proc.stdout
+    assert "decoder.layers: 12 layers" in proc.stdout
+    res = json.loads(out.read_text())
+    assert res["warmup_advised"] is (placement == "post") and len(res["stacks"]) == 2
