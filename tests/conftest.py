@@ -8,6 +8,7 @@ import os
 # 2-core machine (and far faster when the cores are shared). Set before torch is imported so that the
 # subprocesses of the end-to-end tests inherit it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep rather than spin on shared cores
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -45,12 +45,13 @@ def paper_like() -> dict:
                            "wic": {"100": {"mean": 0.55}, "200": {"mean": 0.65}}},
     }  # fmt: skip
     analysis = {
-        "lemma2": {"theory": {"post": {"x5_sq_over_d": [1.49, 1.52, 1.50, 1.48, 1.51, 1.50]},
-                              "pre": {"x_sq_over_d": [2.0, 3.0, 4.0, 5.0, 6.0, 7.0]}}},
-        "theorem1": {"post": {"slope": 0.02, "mean": [1.6, 1.6, 1.61, 1.59, 1.6]},
-                     "pre": {"slope": -0.48, "mean": [0.6, 0.52, 0.46, 0.42, 0.39]}},
-        "figure3": {"post": {"last_over_first": 4.0}, "pre": {"last_over_first": 1.1}},
-        "concentration": {"epsilon": 0.1, "delta": 0.08},
+        "C1": {"theory": {"per_layer": [1.49, 1.52, 1.50, 1.48, 1.51, 1.50]},
+               "real": {"encoder": {"per_layer": [1.4, 1.5]}, "decoder": {"per_layer": [1.3, 1.5]}}},
+        "C2": {"theory": {"per_layer": [2.0, 3.0, 4.0], "lower": [1.5, 2.0, 2.5], "upper": [2.5, 4.0, 5.5]}},
+        "C3": {"slope": 0.02, "mean": [1.6, 1.6, 1.61, 1.59, 1.6], "depths": [6, 8, 10, 12, 14]},
+        "C4": {"slope": -0.48, "mean": [0.6, 0.52, 0.46, 0.42, 0.39], "depths": [6, 8, 10, 12, 14]},
+        "C5": {"last_over_first": {"post": 4.0, "pre": 1.1}},
+        "C6": {"epsilon": 0.1, "delta": 0.08},
     }  # fmt: skip
     return {"runs": runs, "finetune": finetune, "analysis": analysis}
 
@@ -84,12 +85,12 @@ def _set(path, value):
 
 
 FLIPS = {
-    "C1": _set(["analysis", "lemma2", "theory", "post", "x5_sq_over_d"], [1.5, 1.5, 2.0]),
-    "C2": _set(["analysis", "lemma2", "theory", "pre", "x_sq_over_d"], [1.2, 1.3, 1.4]),
-    "C3": _set(["analysis", "theorem1", "post", "slope"], -0.4),
-    "C4": _set(["analysis", "theorem1", "pre", "slope"], -0.05),
-    "C5": _set(["analysis", "figure3", "post", "last_over_first"], 1.2),
-    "C6": _set(["analysis", "concentration", "delta"], 0.3),
+    "C1": _set(["analysis", "C1", "theory", "per_layer"], [1.5, 1.5, 2.0]),
+    "C2": _set(["analysis", "C2", "theory", "per_layer"], [1.2, 1.3, 1.4]),
+    "C3": _set(["analysis", "C3", "slope"], -0.4),
+    "C4": _set(["analysis", "C4", "slope"], -0.05),
+    "C5": _set(["analysis", "C5", "last_over_first", "post"], 1.2),
+    "C6": _set(["analysis", "C6", "delta"], 0.3),
     "C7": _set(["runs", "post-adam-5e-4-nowarm"], curve(5.6, 4.6, 4.05)),
     "C8": lambda r: (_set(["runs", "post-adam-5e-4-w500"], curve(5.6, 4.6, 4.02))(r),
                      _set(["runs", "post-adam-1e-3-w500"], curve(5.5, 4.5, 4.01))(r)),

@@ -76,6 +76,9 @@ def _torchrun_command(config_path: Path, run_dir: Path, resume: bool, nproc: int
 def _worker_init(threads: int) -> None:
     _die_with_parent()
     os.environ["OMP_NUM_THREADS"] = str(threads)
+    # Waiting OpenMP threads sleep instead of spinning: with several jobs on few cores, spinning threads steal
+    # the cores the other jobs compute on (measured: a diagnosis took 22 s instead of 2.1 s).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
 
     torch.set_num_threads(threads)
@@ -186,6 +189,7 @@ def run_grid(
             job: Any = pool.submit(_train_in_worker, cfg.to_dict(), str(run_dir), resume, str(log_path))
         else:
             env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
             with open(log_path, "a", encoding="utf-8") as log:
                 job = subprocess.Popen(_torchrun_command(config_path, run_dir, resume, nproc), stdout=log,
                                        stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)  # fmt: skip

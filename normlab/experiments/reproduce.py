@@ -97,12 +97,11 @@ def _analysis(scale: Scale, out: Path, threads: int) -> tuple[dict[str, Any] | N
         if code != 0:
             _say(f"analysis failed (exit code {code}); see {log}")
             return None, {}, ""
-    from normlab.report.analysis import claims_view
+    from normlab.analysis.run import summary_lines
 
     data = json.loads((target / "analysis.json").read_text(encoding="utf-8"))
-    images = {f"fig3{p.stem}": p for p in sorted(target.glob("*.png"))}
-    view, text = claims_view(data)
-    return view, images, text
+    images = {f"fig3-{p.stem}": p for p in sorted(target.glob("*.png"))}
+    return data["claims"], images, "\n".join(summary_lines(data))
 
 
 def reproduce(

@@ -118,7 +118,8 @@ def _guard(fn: Callable[[dict[str, Any]], Verdict]) -> Callable[[dict[str, Any]]
 
 
 # ------------------------------------------------------------------------------------------------------------
-# C1-C6: Figure 3 and the lemmas (results["analysis"], written by `normlab analyze`)
+# C1-C6: Figure 3 and the lemmas (results["analysis"]: the "claims" section of `normlab analyze`'s analysis.json,
+# see normlab/analysis/run.py: claims_numbers)
 
 
 def _analysis(results: dict[str, Any], *keys: str) -> Any:
@@ -132,64 +133,68 @@ def _analysis(results: dict[str, Any], *keys: str) -> Any:
 
 @_guard
 def c1_lemma2_post(results: dict[str, Any]) -> Verdict:
-    layers = _analysis(results, "lemma2", "theory", "post", "x5_sq_over_d")
+    layers = _analysis(results, "C1", "theory", "per_layer")
     worst = max(abs(v / 1.5 - 1) for v in layers)
     verdict = HOLDS if worst <= LEMMA2_POST_TOL else FAILS
-    return Verdict(verdict, f"E||x^post,5||^2/d per layer = {', '.join(f'{v:.3f}' for v in layers)} "
-                   f"(Lemma 2: 1.5); largest deviation {100 * worst:.1f}%", {"per_layer": layers})  # fmt: skip
+    real = _analysis(results, "C1", "real")
+    real_txt = "; real model (Xavier, multi-head, De-En batches): " + ", ".join(
+        f"{stack} {min(e['per_layer']):.2f}-{max(e['per_layer']):.2f}" for stack, e in real.items())
+    return Verdict(verdict, f"theory setting, E||x^post,5||^2/d per layer = {', '.join(f'{v:.3f}' for v in layers)} "
+                   f"(Lemma 2: 1.5); largest deviation {100 * worst:.1f}%" + real_txt, {"per_layer": layers})
 
 
 @_guard
 def c2_lemma2_pre(results: dict[str, Any]) -> Verdict:
-    layers = _analysis(results, "lemma2", "theory", "pre", "x_sq_over_d")
-    inside = []
-    for l, v in enumerate(layers, start=1):
-        lo, hi = 1 + l / 2, 1 + 3 * l / 2
-        inside.append(lo * (1 - LEMMA2_PRE_TOL) <= v <= hi * (1 + LEMMA2_PRE_TOL))
+    entry = _analysis(results, "C2", "theory")
+    layers, lower, upper = entry["per_layer"], entry["lower"], entry["upper"]
+    inside = [lo * (1 - LEMMA2_PRE_TOL) <= v <= hi * (1 + LEMMA2_PRE_TOL) for v, lo, hi in zip(layers, lower, upper)]
     verdict = HOLDS if all(inside) else FAILS
-    shown = ", ".join(f"l={l}: {v:.2f} in [{1 + l / 2:g}, {1 + 3 * l / 2:g}]" for l, v in enumerate(layers, 1))
-    return Verdict(verdict, f"E||x^pre_l||^2/d: {shown}; {sum(inside)}/{len(inside)} inside the bounds",
+    shown = ", ".join(f"l={l}: {v:.2f} in [{lo:g}, {hi:g}]" for l, (v, lo, hi) in enumerate(zip(layers, lower, upper), 1))
+    return Verdict(verdict, f"theory setting, E||x^pre_l||^2/d: {shown}; {sum(inside)}/{len(inside)} inside the bounds",
                    {"per_layer": layers})
 
 
 @_guard
 def c3_post_flat(results: dict[str, Any]) -> Verdict:
-    slope = float(_analysis(results, "theorem1", "post", "slope"))
-    means = _analysis(results, "theorem1", "post", "mean")
+    slope = float(_analysis(results, "C3", "slope"))
+    means = _analysis(results, "C3", "mean")
+    depths = _analysis(results, "C3", "depths")
     verdict = HOLDS if abs(slope) <= FLAT_SLOPE else FAILS
-    return Verdict(verdict, f"Post-LN ||dL/dW^2,L||_F over depths: {', '.join(f'{m:.3g}' for m in means)}; "
-                   f"slope of log-norm vs log-depth {slope:+.2f} (Theorem 1: 0; flat if |slope| <= {FLAT_SLOPE})",
-                   {"slope": slope})  # fmt: skip
+    return Verdict(verdict, f"Post-LN decoder ||dL/dW^2,L||_F at depths {depths}: {', '.join(f'{m:.3g}' for m in means)} "
+                   f"(paper: about 1.6); slope of log-norm vs log-depth {slope:+.2f} (Theorem 1: 0; flat if |slope| "
+                   f"<= {FLAT_SLOPE})", {"slope": slope, "mean": means})  # fmt: skip
 
 
 @_guard
 def c4_pre_falls(results: dict[str, Any]) -> Verdict:
-    slope = float(_analysis(results, "theorem1", "pre", "slope"))
-    means = _analysis(results, "theorem1", "pre", "mean")
+    slope = float(_analysis(results, "C4", "slope"))
+    means = _analysis(results, "C4", "mean")
+    depths = _analysis(results, "C4", "depths")
     verdict = HOLDS if slope <= FALLING_SLOPE else FAILS
-    return Verdict(verdict, f"Pre-LN ||dL/dW^2,L||_F over depths: {', '.join(f'{m:.3g}' for m in means)}; "
-                   f"slope {slope:+.2f} (Theorem 1: -0.5; falling if <= {FALLING_SLOPE})", {"slope": slope})
+    return Verdict(verdict, f"Pre-LN decoder ||dL/dW^2,L||_F at depths {depths}: {', '.join(f'{m:.3g}' for m in means)}; "
+                   f"slope {slope:+.2f} (Theorem 1: -0.5; falling if <= {FALLING_SLOPE})", {"slope": slope, "mean": means})
 
 
 @_guard
 def c5_per_layer(results: dict[str, Any]) -> Verdict:
-    post = float(_analysis(results, "figure3", "post", "last_over_first"))
-    pre = float(_analysis(results, "figure3", "pre", "last_over_first"))
+    post = float(_analysis(results, "C5", "last_over_first", "post"))
+    pre = float(_analysis(results, "C5", "last_over_first", "pre"))
     grows = post >= GROWTH_RATIO
     flat = 1 / GROWTH_RATIO <= pre <= GROWTH_RATIO
     verdict = HOLDS if grows and flat else FAILS
-    return Verdict(verdict, f"scale of the expected gradient of W^1, W^2, last layer / first layer: Post-LN "
-                   f"{post:.2f} (grows if >= {GROWTH_RATIO:g}), Pre-LN {pre:.2f} (flat if within "
+    return Verdict(verdict, f"scale of the expected gradient of the decoder's W^1, W^2 (geometric mean), last layer / "
+                   f"first layer: Post-LN {post:.2f} (grows if >= {GROWTH_RATIO:g}), Pre-LN {pre:.2f} (flat if within "
                    f"[{1 / GROWTH_RATIO:g}, {GROWTH_RATIO:g}])", {"post": post, "pre": pre})  # fmt: skip
 
 
 @_guard
 def c6_concentration(results: dict[str, Any]) -> Verdict:
-    delta = float(_analysis(results, "concentration", "delta"))
-    eps = float(_analysis(results, "concentration", "epsilon"))
+    delta = float(_analysis(results, "C6", "delta"))
+    eps = float(_analysis(results, "C6", "epsilon"))
     verdict = HOLDS if delta <= CONCENTRATION_DELTA else FAILS
-    return Verdict(verdict, f"hidden-state norms are ({eps:g}, {delta:.3f})-bounded (the paper measured "
-                   f"(0.1, 0.125); holds if delta <= {CONCENTRATION_DELTA})", {"delta": delta})
+    return Verdict(verdict, f"the norms of Theorem 1's hidden states (real decoder, Post-LN and Pre-LN) are ({eps:g}, "
+                   f"{delta:.3f})-bounded (the paper measured (0.1, 0.125); holds if delta <= {CONCENTRATION_DELTA})",
+                   {"delta": delta})
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,95 @@
+"""``normlab reproduce --scale smoke`` end to end, and the grid's kill-and-rerun behaviour."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from normlab.experiments.figures import Context, fig6_small_lr
+from normlab.experiments.grid import run_grid, run_status
+from normlab.experiments.scales import get_scale
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, OMP_NUM_THREADS="1")
+
+
+@pytest.mark.slow
+def test_smoke_reproduce_writes_the_report(tmp_path, data_cache):
+    out = tmp_path / "repro"
+    proc = subprocess.run([sys.executable, "-m", "normlab", "reproduce", "--scale", "smoke", "--out", str(out)],
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((out / "report" / "results.json").read_text())
+    claims = {c["id"]: c for c in results["claims"]}
+    assert sorted(claims, key=lambda c: int(c[1:])) == [f"C{i}" for i in range(1, 14)]
+    for c in claims.values():
+        assert c["verdict"] in ("holds", "does not hold", "not run at this scale"), c
+        assert c["evidence"] and c["rule"]
+    # every figure was run at the smoke scale, so no verdict may say it was not
+    assert all(c["verdict"] != "not run at this scale" for c in claims.values()), claims
+    assert results["meta"]["scale"] == "smoke" and results["meta"]["outcomes"]["failed"] == 0
+    assert {"fig2", "fig4", "fig6"} <= {f for r in results["runs"].values() for f in r["figures"]}
+    page = (out / "report" / "index.html").read_text()
+    for section in ("Claims", "How the paper", "Figure 2", "Figure 3", "Figure 4", "Figure 5", "Figure 6", "Runs"):
+        assert section in page, section
+    assert page.count("data:image/png;base64,") >= 5  # self-contained: the figures are inside the page
+    # re-running does no work: everything is cached
+    again = subprocess.run([sys.executable, "-m", "normlab", "reproduce", "--scale", "smoke", "--out", str(out)],
+                           cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "to run" not in again.stderr or " 0 to run" in again.stderr
+    assert json.loads((out / "report" / "results.json").read_text())["meta"]["outcomes"]["cached"] == len(
+        results["runs"]
+    )
+
+
+GRID_SCRIPT = """
+import sys
+from pathlib import Path
+from normlab.experiments.figures import Context, fig6_small_lr
+from normlab.experiments.grid import run_grid
+from normlab.experiments.scales import get_scale
+specs = fig6_small_lr(get_scale("smoke"), Context(translation_updates_per_epoch=9))
+specs = [s for s in specs]
+outcomes = run_grid(specs, Path(sys.argv[1]), jobs=1, threads=1)
+print({k: v.status for k, v in outcomes.items()})
+"""
+
+
+@pytest.mark.slow
+def test_kill_and_rerun_skips_finished_runs(tmp_path):
+    out = tmp_path / "grid"
+    specs = fig6_small_lr(get_scale("smoke"), Context(translation_updates_per_epoch=9))
+    proc = subprocess.Popen([sys.executable, "-c", GRID_SCRIPT, str(out)], cwd=ROOT, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    first = out / "runs" / specs[0].name
+    deadline = time.time() + 300
+    while time.time() < deadline and run_status(first) != "completed":
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert run_status(first) == "completed", proc.stderr.read()[-2000:]
+    finished_mtime = (first / "metrics.jsonl").stat().st_mtime
+    time.sleep(0.5)  # the worker dies with the grid (PR_SET_PDEATHSIG): nothing writes into the runs any more
+    outcomes = run_grid(specs, out, jobs=1, threads=1, say=lambda line: None)
+    assert outcomes[specs[0].name].status == "cached"
+    assert (first / "metrics.jsonl").stat().st_mtime == finished_mtime  # not run again
+    assert [outcomes[s.name].status for s in specs[1:]] == ["completed", "completed"]
+    for s in specs:
+        assert run_status(out / "runs" / s.name) == "completed"
+
+
+def test_a_failing_run_is_recorded_and_the_grid_goes_on(tmp_path):
+    specs = fig6_small_lr(get_scale("smoke"), Context(translation_updates_per_epoch=9))
+    bad = specs[0].config.replace(data=specs[0].config.data.replace(corpus=str(tmp_path / "no-such-corpus")))
+    specs = [specs[0].__class__(**{**specs[0].__dict__, "config": bad}), specs[1]]
+    outcomes = run_grid(specs, tmp_path / "grid", jobs=1, threads=1, say=lambda line: None)
+    assert outcomes[specs[0].name].status == "failed" and "no-such-corpus" in outcomes[specs[0].name].error
+    assert outcomes[specs[1].name].status == "completed"
