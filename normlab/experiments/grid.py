@@ -151,8 +151,9 @@ def run_grid(
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        # forkserver: workers start from a clean interpreter, not a copy of this process
-        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("forkserver"),
+        # spawn: workers start from a clean interpreter, not a copy of this process, and are this process's own
+        # children, so that PR_SET_PDEATHSIG ends them with it (a forkserver's workers would outlive it)
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_worker_init, initargs=(threads,))  # fmt: skip
 
     def parent_state(spec: RunSpec) -> str:
@@ -213,6 +214,7 @@ def run_grid(
         elapsed = time.perf_counter() - t_grid
         say(f"[{done:>3}/{total}] {outcome.status:<9} {name} ({seconds:.0f} s; grid {elapsed / 60:.1f} min)")
 
+    clean = False
     try:
         while pending or running:
             progressed = False
@@ -242,14 +244,16 @@ def run_grid(
                         outcomes[spec.name] = RunOutcome(spec.name, "skipped", error=f"{spec.parent} not in the grid")
                     break
                 time.sleep(0.2)
+        clean = True
     finally:
         for job, _, _ in running.values():
             if isinstance(job, subprocess.Popen):
                 job.kill()
         if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
-            for proc in list((getattr(pool, "_processes", None) or {}).values()):  # a running run is not cancellable
-                proc.kill()
+            if not clean:  # interrupted: a running run cannot be cancelled, only killed (it resumes next time)
+                for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                    proc.kill()
+            pool.shutdown(wait=clean, cancel_futures=True)
     return outcomes
 
 
