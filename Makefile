@@ -1,5 +1,5 @@
 # The two commands of the README: `make reproduce` (the main job) and `make test`.
-# `make install` creates .venv and installs normlab with its test extras; it is a no-op when nothing changed.
+# `make install` creates .venv and installs normlab with its test and hf extras; it is a no-op when nothing changed.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,17 +10,24 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "normlab needs Python >= 3.11")'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools
 	# torch first and pinned: the CPU build from this machine's disk, never a CUDA build from PyPI
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]'
+	# the `hf` extra (transformers: Hugging Face BERT export/import) so that tests/test_hf.py runs rather than
+	# skips; it needs no torch of its own, so the pinned CPU build above stays
+	$(PY) -m pip install -q -e '.[test,hf]'
 	touch $(STAMP)
 
 test: install
 	$(PY) -m pytest -q
+
+# The main job: the paper's experiments at the quick scale (< 30 min on 2 cores) and the report
+# reproduce/quick/report/index.html. Re-running it skips finished runs and resumes a killed one.
+reproduce: install
+	$(PY) -m normlab reproduce --scale quick --out reproduce/quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

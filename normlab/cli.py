@@ -34,9 +34,49 @@ def _model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _data_args(p: argparse.ArgumentParser) -> None:
+    from normlab.data.summary import add_arguments
+
+    add_arguments(p)
+
+
+def _data(args: argparse.Namespace) -> int:
+    from normlab.data.summary import run
+
+    return run(args)
+
+
+def _train_args(p: argparse.ArgumentParser) -> None:
+    from normlab.train.run import add_arguments
+
+    add_arguments(p)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from normlab.train.run import run
+
+    return run(args)
+
+
+def _reproduce_args(p: argparse.ArgumentParser) -> None:
+    from normlab.experiments.reproduce import add_arguments
+
+    add_arguments(p)
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    from normlab.experiments.reproduce import run
+
+    return run(args)
+
+
 # name -> (help, add arguments, run); each run returns the exit code
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "model": ("print a model's configuration, parameter count and where its LayerNorms sit", _model_args, _model),
+    "data": ("prepare a corpus (tokenizer, binarized splits; cached) and print its statistics", _data_args, _data),
+    "train": ("train a translation, masked-LM or classification model (exit 3 when it diverges)", _train_args, _train),
+    "reproduce": ("run the paper's experiments at a scale and write the report with a verdict per claim",
+                  _reproduce_args, _reproduce),
 }
 
 

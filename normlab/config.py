@@ -24,7 +24,11 @@ from typing import Any, ClassVar, Literal, Self
 
 import yaml
 
-__all__ = ["ConfigError", "Strict", "config", "field", "Placement", "ModelConfig", "parse_override", "apply_overrides", "load_yaml"]
+__all__ = [
+    "ConfigError", "Strict", "config", "field", "Placement", "ModelConfig", "OptimConfig", "ScheduleConfig",
+    "DataConfig", "TrainConfig", "VENDORED_CORPORA", "DEFAULT_CORPUS",
+    "parse_override", "apply_overrides", "load_yaml",
+]  # fmt: skip
 
 
 class ConfigError(ValueError):
@@ -323,3 +327,221 @@ class ModelConfig(Strict):
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+
+# --------------------------------------------------------------------------------------------------------
+# Optimisation
+
+
+@config
+class OptimConfig(Strict):
+    """The optimizer. The paper: Adam with beta = (0.9, 0.98) (following Vaswani et al.), no gradient clipping."""
+
+    name: Literal["adam", "adamw", "sgd", "radam"] = field(
+        "adam", help="adam, adamw, sgd (the paper's 'vanilla SGD') or radam (torch.optim.RAdam, Figure 4)"
+    )
+    lr: float = field(5e-4, help="lr_max, the peak learning rate the schedule scales (Section 3.2)")
+    betas: tuple[float, float] = field((0.9, 0.98), help="Adam/AdamW/RAdam betas (the paper: 0.9, 0.98)")
+    eps: float = field(1e-8, help="Adam/AdamW/RAdam epsilon")
+    weight_decay: float = field(0.0, help="weight decay (decoupled for adamw)")
+    momentum: float = field(0.0, help="SGD momentum (0 = the paper's vanilla SGD)")
+    clip_norm: float = field(0.0, help="clip the global gradient norm to this value; 0 = off (the paper)")
+
+    def validate(self) -> None:
+        if not self.lr > 0:
+            raise self.error("lr", f"must be positive, got {self.lr}")
+        if not all(0.0 <= b < 1.0 for b in self.betas):
+            raise self.error("betas", f"each must be in [0, 1), got {list(self.betas)}")
+        for name in ("eps", "weight_decay", "momentum", "clip_norm"):
+            if getattr(self, name) < 0:
+                raise self.error(name, f"must be >= 0, got {getattr(self, name)}")
+        if self.name != "sgd" and self.momentum:
+            raise self.error("momentum", f"only SGD has momentum; optimizer is {self.name!r}")
+
+
+@config
+class ScheduleConfig(Strict):
+    """The learning-rate schedule, a pure function of the update number t = 1, 2, ... (see train/schedules.py).
+
+    Warm-up (paper eq. 1) for ``warmup_updates`` updates, then ``decay``; ``step_epochs`` / ``step_updates``
+    multiply by ``step_factor`` at each boundary (the paper's Pre-LN IWSLT run: constant 5e-4, x 0.1 at epoch 8);
+    ``after_step: inverse_sqrt`` continues with an inverse square root from the first boundary (its WMT runs).
+    """
+
+    warmup_updates: int = field(0, help="T_warmup of eq. (1): lr(t) = t / T_warmup * lr_max; 0 or 1 means none")
+    decay: Literal["inverse_sqrt", "linear", "constant"] = field(
+        "inverse_sqrt",
+        help="after warm-up: inverse_sqrt (lr_max * sqrt(T_warmup) / sqrt(t), fairseq), linear (to end_lr at the "
+        "last update, BERT) or constant (the paper's Figure 6)",
+    )
+    end_lr: float = field(0.0, help="the learning rate the linear decay reaches at the last update")
+    step_epochs: tuple[int, ...] = field((), help="epochs (1-based) from whose start the lr is multiplied by step_factor")
+    step_updates: tuple[int, ...] = field((), help="updates after which the lr is multiplied by step_factor")
+    step_factor: float = field(0.1, help="multiplier of a step decay")
+    after_step: Literal["same", "inverse_sqrt"] = field(
+        "same", help="after the first step boundary: keep the decay (same) or continue as an inverse square root"
+    )
+
+    def validate(self) -> None:
+        if self.warmup_updates < 0:
+            raise self.error("warmup_updates", f"must be >= 0, got {self.warmup_updates}")
+        if self.end_lr < 0:
+            raise self.error("end_lr", f"must be >= 0, got {self.end_lr}")
+        if not 0 < self.step_factor <= 1:
+            raise self.error("step_factor", f"must be in (0, 1], got {self.step_factor}")
+        for name, least in (("step_epochs", 2), ("step_updates", 1)):
+            values = getattr(self, name)
+            if any(v < least for v in values) or list(values) != sorted(set(values)):
+                raise self.error(name, f"must be increasing integers >= {least}, got {list(values)}")
+        if self.after_step != "same" and not (self.step_epochs or self.step_updates):
+            raise self.error("after_step", "needs a step boundary (step_epochs or step_updates)")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Data
+
+# The corpora vendored in the repository's data/ folder and the task each one serves (data/README.md).
+VENDORED_CORPORA: dict[str, str] = {
+    "de-en": "translation",
+    "en-mono": "mlm",
+    "paraphrase": "classification",
+    "wic": "classification",
+}
+DEFAULT_CORPUS: dict[str, str] = {"translation": "de-en", "mlm": "en-mono", "classification": "paraphrase"}
+
+
+@config
+class DataConfig(Strict):
+    """The data: which corpus, how it is tokenized, how it is batched (normlab/data)."""
+
+    task: Literal["translation", "mlm", "classification"] = field(
+        "translation", help="translation (encoder-decoder), mlm (BERT masked LM) or classification (sentence pairs)"
+    )
+    corpus: str = field(
+        "",
+        help="a vendored corpus (de-en, en-mono, paraphrase, wic) or a directory of your own files "
+        "(train/valid[/test] splits, see data/README.md); '' = the task's default: de-en, en-mono, paraphrase",
+    )
+    format: Literal["auto", "tsv", "raw"] = field(
+        "auto",
+        help="files of a directory: tsv ({split}.tsv with a header), raw (fairseq-style {split}.{lang} for "
+        "translation, {split}.txt for mlm) or auto (tsv when {split}.tsv exists)",
+    )
+    source_lang: str = field("de", help="translation source language: a TSV header column or a raw file suffix")
+    target_lang: str = field("en", help="translation target language (the paper: De->En)")
+    labels: tuple[str, ...] = field(
+        ("0", "1"), help="classification label set, in class-id order; a label outside it is an error"
+    )
+    tokenizer: str = field(
+        "",
+        help="'' trains a BPE on this corpus' train split; a corpus name or directory trains it on that "
+        "corpus' train split instead (e.g. en-mono, to fine-tune with the pre-training vocabulary); "
+        "a path to a sentencepiece .model file loads that model",
+    )
+    vocab_size: int = field(10000, help="joint source+target BPE vocabulary size (the paper: 10k for IWSLT14)")
+    tokenizer_sentences: int = field(
+        0, help="sentences (lines) the tokenizer is trained on, a seeded sample of the train split; 0 = all"
+    )
+    max_tokens: int = field(
+        4096, help="tokens per global batch, padding included, counted as fairseq does (the paper: 4,096)"
+    )
+    max_sentences: int = field(
+        0, help="also cap the examples per batch (0 = no cap; BERT fine-tuning uses 32 sentences per batch)"
+    )
+    train_subset: int = field(0, help="use only the first N training examples (0 = all)")
+    valid_subset: int = field(0, help="use only the first N validation examples (0 = all)")
+    block_size: int = field(
+        128, help="masked-LM block length, [CLS] and [SEP] included; also the longest sentence-pair example"
+    )
+    mask_prob: float = field(0.15, help="masked-LM: share of non-special tokens selected for prediction (BERT: 0.15)")
+    cache_dir: str = field("", help="tokenizer and binarized-split cache; '' = $NORMLAB_CACHE or ~/.cache/normlab")
+
+    def validate(self) -> None:
+        if self.corpus in VENDORED_CORPORA and VENDORED_CORPORA[self.corpus] != self.task:
+            fits = [name for name, task in VENDORED_CORPORA.items() if task == self.task]
+            raise self.error(
+                "corpus", f"{self.corpus!r} is a {VENDORED_CORPORA[self.corpus]} corpus; task {self.task!r} uses {fits}"
+            )
+        if self.corpus in VENDORED_CORPORA and self.format == "raw":
+            raise self.error("format", f"the vendored corpus {self.corpus!r} is TSV; use format=auto or tsv")
+        for name in ("source_lang", "target_lang"):
+            lang = getattr(self, name)
+            if not re.fullmatch(r"[A-Za-z0-9_-]+", lang):
+                raise self.error(name, f"expected a language code such as 'de', got {lang!r}")
+        if self.task == "translation" and self.source_lang == self.target_lang:
+            raise self.error("target_lang", f"equals source_lang={self.source_lang!r}")
+        if len(self.labels) < 2 or len(set(self.labels)) != len(self.labels):
+            raise self.error("labels", f"expected at least two distinct labels, got {list(self.labels)}")
+        # 7 special ids (normlab/data/batch.py) and 256 byte pieces (byte fallback) come before any merge
+        if self.vocab_size <= 263:
+            raise self.error("vocab_size", f"must exceed 263 (7 special ids + 256 byte pieces), got {self.vocab_size}")
+        if self.max_tokens <= 0:
+            raise self.error("max_tokens", f"must be positive, got {self.max_tokens}")
+        for name in ("tokenizer_sentences", "max_sentences", "train_subset", "valid_subset"):
+            if getattr(self, name) < 0:
+                raise self.error(name, f"must be >= 0 (0 = all), got {getattr(self, name)}")
+        if self.block_size < 3:
+            raise self.error("block_size", f"must be at least 3 ([CLS], one token, [SEP]), got {self.block_size}")
+        if not 0.0 < self.mask_prob < 1.0:
+            raise self.error("mask_prob", f"must be in (0, 1), got {self.mask_prob}")
+
+    @property
+    def corpus_name(self) -> str:
+        """The corpus after defaults: a vendored name or the user's path, as given."""
+        return self.corpus or DEFAULT_CORPUS[self.task]
+
+
+# --------------------------------------------------------------------------------------------------------
+# A training run
+
+
+@config
+class TrainConfig(Strict):
+    """One training run: model, data, optimizer, schedule and the loop's settings. ``normlab train --config``
+    reads this from YAML (sections ``model:``, ``data:``, ``optim:``, ``schedule:`` and top-level keys)."""
+
+    model: ModelConfig = field(default_factory=ModelConfig, help="the model")
+    data: DataConfig = field(default_factory=DataConfig, help="the data")
+    optim: OptimConfig = field(default_factory=OptimConfig, help="the optimizer")
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig, help="the learning-rate schedule")
+    max_epochs: int = field(20, help="stop after this many epochs")
+    max_updates: int = field(0, help="stop after this many updates; 0 = only max_epochs")
+    accumulate: int = field(1, help="batches per update (gradient accumulation; fairseq's update_freq)")
+    label_smoothing: float = field(0.1, help="epsilon of the label-smoothed cross entropy (translation; paper: 0.1)")
+    seed: int = field(1, help="seeds initialisation, data order, dropout and masking")
+    precision: Literal["auto", "bf16", "fp32"] = field(
+        "auto", help="auto: bf16 autocast where the device supports it (CUDA, CPUs with AVX-512 BF16/AMX), else fp32"
+    )
+    device: Literal["auto", "cpu", "cuda"] = field("auto", help="auto: CUDA when present, else CPU")
+    eval_every: int = field(0, help="also evaluate every N updates; 0 = at the end of every epoch only")
+    save_every: int = field(0, help="also checkpoint every N updates; 0 = at the end of every epoch only")
+    keep_last: int = field(2, help="checkpoints kept besides the best")
+    keep_every: int = field(0, help="also keep every checkpoint whose update is a multiple of this (0 = none)")
+    log_every: int = field(10, help="updates between plain progress lines when stderr is not a terminal")
+    init_from: str = field(
+        "",
+        help="a checkpoint directory whose tensors initialise the matching parameters when the run starts (e.g. a "
+        "classifier's encoder.* from a masked-LM checkpoint); not applied on --resume",
+    )
+    valid_bleu: int = field(
+        0, help="translation: validation sentences decoded for BLEU at every evaluation (0 = none; the paper: all)"
+    )
+    beam: int = field(5, help="beam size of the validation BLEU (the paper: 5)")
+    lenpen: float = field(1.2, help="length penalty of the validation BLEU (the paper: 1.2)")
+
+    def validate(self) -> None:
+        for name in ("max_epochs", "accumulate", "keep_last", "log_every", "beam"):
+            if getattr(self, name) < 1:
+                raise self.error(name, f"must be >= 1, got {getattr(self, name)}")
+        for name in ("max_updates", "eval_every", "save_every", "valid_bleu", "keep_every"):
+            if getattr(self, name) < 0:
+                raise self.error(name, f"must be >= 0, got {getattr(self, name)}")
+        if self.valid_bleu and self.data.task != "translation":
+            raise self.error("valid_bleu", f"BLEU is for translation, not {self.data.task}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise self.error("label_smoothing", f"must be in [0, 1), got {self.label_smoothing}")
+        if self.max_updates and self.schedule.warmup_updates > self.max_updates:
+            raise self.error(
+                "schedule",
+                f"warmup_updates={self.schedule.warmup_updates} is longer than the run (max_updates={self.max_updates})",
+            )

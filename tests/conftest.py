@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 
-import pytest
-import torch
+# Tiny models spend their time in thread hand-offs, not arithmetic: one thread is several times faster on a
+# 2-core machine (and far faster when the cores are shared). Set before torch is imported so that the
+# subprocesses of the end-to-end tests inherit it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 def tiny_config(**overrides):
@@ -28,3 +33,75 @@ def tiny():
 
 
 PLACEMENTS = ["post", "pre", "peri"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Data (tests/test_data_*.py): small corpora cut from the vendored ones, laid out as a user's own directories,
+# so that tokenizers train in about a second. Session-scoped: built once.
+
+SMALL_VOCAB = 1000
+
+
+def _vendored_lines(rel: str, n: int | None = None) -> list[str]:
+    import lzma
+
+    from normlab.data.corpora import data_root
+
+    with lzma.open(data_root() / rel, "rt", encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    lines = [line for line in lines if line]
+    return lines if n is None else lines[:n]
+
+
+@pytest.fixture(scope="session")
+def small_corpora(tmp_path_factory):
+    """Directories: de-en TSV (3,000/200 train/valid pairs, the full 2,000-pair test split), the same as
+    fairseq raw text (train.de/train.en ...), English paragraphs, and wic/paraphrase pair TSVs."""
+    root = tmp_path_factory.mktemp("corpora")
+
+    def write(path, lines):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+    de_en = {"train": _vendored_lines("de-en/train.tsv.xz", 3001), "valid": _vendored_lines("de-en/valid.tsv.xz", 201),
+             "test": _vendored_lines("de-en/test.tsv.xz")}  # fmt: skip
+    for split, lines in de_en.items():
+        write(root / "de-en-tsv" / f"{split}.tsv", lines)
+        rows = [line.split("\t") for line in lines[1:]]
+        write(root / "de-en-raw" / f"{split}.de", [r[1] for r in rows])
+        write(root / "de-en-raw" / f"{split}.en", [r[2] for r in rows])
+    mono = _vendored_lines("en-mono/valid.txt.xz", 2300)
+    write(root / "mono" / "train.txt", mono[:2000])
+    write(root / "mono" / "valid.txt", mono[2000:])
+    for task, n in (("wic", 1200), ("paraphrase", 1200)):
+        lines = _vendored_lines(f"tasks/{task}/valid.tsv.xz", n + 1)
+        write(root / task / "train.tsv", lines[: n - 200 + 1])
+        write(root / task / "valid.tsv", lines[:1] + lines[n - 200 + 1 :])
+    return {name: root / name for name in ("de-en-tsv", "de-en-raw", "mono", "wic", "paraphrase")}
+
+
+@pytest.fixture(scope="session")
+def data_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("normlab-cache")
+
+
+def small_data_config(corpus, cache_dir, **overrides):
+    from normlab.config import DataConfig
+
+    return DataConfig(corpus=str(corpus), cache_dir=str(cache_dir), vocab_size=SMALL_VOCAB, **overrides)
+
+
+@pytest.fixture(scope="session")
+def small_translation(small_corpora, data_cache):
+    """The prepared small de-en corpus (tokenizer of 1,000 pieces)."""
+    from normlab.data import prepare
+
+    return prepare(small_data_config(small_corpora["de-en-tsv"], data_cache), max_positions=256)
+
+
+@pytest.fixture(scope="session")
+def small_mlm(small_corpora, data_cache):
+    from normlab.data import prepare
+
+    cfg = small_data_config(small_corpora["mono"], data_cache, task="mlm", block_size=64)
+    return prepare(cfg, max_positions=128)

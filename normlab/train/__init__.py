@@ -1,2 +1,1 @@
-"""Training: losses (this package's other modules -- schedules, optimizer, trainer, checkpoints -- are
-imported from their own modules, ``from normlab.train.losses import ...``)."""
+"""Training: schedules, optimizers, losses, checkpoints, data parallelism and the Trainer."""

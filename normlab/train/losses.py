@@ -106,6 +106,11 @@ def label_smoothed_nll_loss(
     conf, eps_i = _smoothing_weights(epsilon, V)
     if lprobs_or_logits.shape[:-1] != target.shape:
         raise ValueError(f"target {tuple(target.shape)} does not match scores {tuple(lprobs_or_logits.shape)}")
+    if reduction != "none" and ignore_index is not None:
+        # sums need only the scored rows: drop the ignored ones before the (N, V) log-softmax
+        keep = target.ne(ignore_index)
+        lprobs_or_logits, target = lprobs_or_logits[keep], target[keep]
+        ignore_index = None
     lprobs = lprobs_or_logits if log_probs else F.log_softmax(lprobs_or_logits, dim=-1, dtype=torch.float32)
     keep = None if ignore_index is None else target.ne(ignore_index)
     safe_target = target if keep is None else target.masked_fill(~keep, 0)  # gather needs a valid index

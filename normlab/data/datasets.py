@@ -1,0 +1,441 @@
+"""Encoded splits and the one entry point of the data pipeline, :func:`prepare`.
+
+``prepare(data_cfg, max_positions)`` locates and checks the corpus, trains (or loads) the tokenizer, encodes
+each split once into the cache, and returns datasets whose ``epoch_batches`` and ``collate`` the trainer
+calls::
+
+    data = prepare(DataConfig(), max_positions=model_cfg.max_positions)
+    train = data.splits["train"]
+    for step, indices in enumerate(train.epoch_batches(epoch, seed, max_tokens)[start:], start):
+        batch = train.collate(indices, rank=rank, world=world, seed=seed, epoch=epoch, step=step)
+
+Everything is read and checked before anything is written, so a bad corpus leaves the cache as it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from normlab.config import DataConfig
+from normlab.data import batching, tasks
+from normlab.data.batch import BOS, CLS, EOS, PAD, SEP, Batch, ClassificationBatch, MLMBatch, TranslationBatch
+from normlab.data.cache import cache_root, digest, file_digest, load_arrays, save_arrays
+from normlab.data.corpora import (
+    Corpus,
+    DataError,
+    Mono,
+    Pairs,
+    Parallel,
+    locate,
+    locate_tokenizer_corpus,
+    read_split,
+    tokenizer_text,
+)
+from normlab.data.tokenizer import Tokenizer, settings_key, tokenizer_path, train_or_load
+
+log = logging.getLogger("normlab.data")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Ragged arrays
+
+
+@dataclasses.dataclass(frozen=True)
+class Ragged:
+    """Variable-length rows stored flat: row i is ``values[offsets[i]:offsets[i+1]]``."""
+
+    values: np.ndarray
+    offsets: np.ndarray  # (n + 1,) int64, offsets[0] == 0
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.values[self.offsets[i] : self.offsets[i + 1]]
+
+    def take(self, idx: np.ndarray) -> Ragged:
+        """A compact copy holding rows ``idx`` in that order."""
+        lengths = self.lengths[idx]
+        offsets = np.zeros(len(idx) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return Ragged(self.values[_gather_index(self.offsets[idx], lengths)], offsets)
+
+    def padded(self, idx: np.ndarray, *, prefix: int | None = None, suffix: int | None = None) -> np.ndarray:
+        """Rows ``idx`` as a (B, T) int64 matrix, ``prefix``/``suffix`` around each row, right-padded with PAD."""
+        lengths = self.lengths[idx]
+        p = int(prefix is not None)
+        width = int(lengths.max(initial=0)) + p + int(suffix is not None)
+        out = np.full((len(idx), width), PAD, dtype=np.int64)
+        if prefix is not None:
+            out[:, 0] = prefix
+        rows = np.repeat(np.arange(len(idx)), lengths)
+        cols = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths) + p
+        out[rows, cols] = self.values[_gather_index(self.offsets[idx], lengths)]
+        if suffix is not None:
+            out[np.arange(len(idx)), lengths + p] = suffix
+        return out
+
+    def text(self, i: int) -> str:
+        return self[i].tobytes().decode("utf-8")
+
+    @classmethod
+    def from_texts(cls, texts: Sequence[str]) -> Ragged:
+        """UTF-8 bytes of ``texts`` (the raw strings, kept for BLEU references)."""
+        encoded = [t.encode("utf-8") for t in texts]
+        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
+        return cls(np.frombuffer(b"".join(encoded), dtype=np.uint8), offsets)
+
+
+def _gather_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Flat indices of the runs ``[starts[k], starts[k] + lengths[k])``, concatenated."""
+    total = int(lengths.sum())
+    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total, dtype=np.int64)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Datasets
+
+
+class Dataset:
+    """Examples of one split: ``sizes[i]`` is the number of tokens example i costs in a batch.
+
+    ``epoch_batches`` and ``collate`` are the trainer's interface (see the module docstring).
+    """
+
+    sizes: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def num_tokens(self, i: int) -> int:
+        return int(self.sizes[i])
+
+    def _sort_keys(self) -> tuple[np.ndarray, ...]:
+        return ()
+
+    def epoch_batches(
+        self, epoch: int, seed: int, max_tokens: int, shuffle: bool = True, *, max_sentences: int = 0
+    ) -> list[np.ndarray]:
+        """The global batches of ``epoch`` as arrays of example indices, a pure function of ``(seed, epoch,
+        max_tokens, max_sentences)``: a resumed run skips the first k of the same list. ``shuffle=False`` for
+        evaluation; ``max_sentences`` (> 0) caps the examples per batch as well (BERT fine-tunes with 32)."""
+        return batching.epoch_batches(self.sizes, epoch=epoch, seed=seed, max_tokens=max_tokens, shuffle=shuffle,
+                                      keys=self._sort_keys(), max_sentences=max_sentences)  # fmt: skip
+
+    def collate(
+        self, indices: np.ndarray, *, rank: int = 0, world: int = 1, seed: int = 0, epoch: int = 0, step: int = 0
+    ) -> Batch:
+        """The tensors of rank ``rank``'s share of the global batch ``indices`` (:func:`batching.shard`).
+
+        Randomness (masked-LM masking) is a function of ``(seed, epoch, example index, token position)`` only,
+        so it is the same whether the run was resumed or not and whatever the world size; ``step`` does not
+        enter it (an example occurs once per epoch) and is accepted so that callers need not know that.
+        """
+        del step
+        return self._collate(batching.shard(np.asarray(indices, dtype=np.int64), self.sizes, rank, world), seed, epoch)
+
+    def _collate(self, indices: np.ndarray, seed: int, epoch: int) -> Batch:
+        raise NotImplementedError
+
+    def select(self, idx: np.ndarray) -> Dataset:
+        """A dataset of the examples ``idx`` (in that order)."""
+        raise NotImplementedError
+
+
+class TranslationDataset(Dataset):
+    """Sentence pairs: ``src = tokens + eos``, ``tgt_in = bos + tokens``, ``tgt_out = tokens + eos``
+    (batch.py). ``sizes = max(len(src), len(tgt_out))`` as fairseq's ``num_tokens``."""
+
+    def __init__(self, src: Ragged, tgt: Ragged, src_text: Ragged, tgt_text: Ragged) -> None:
+        self.src, self.tgt, self.src_text, self.tgt_text = src, tgt, src_text, tgt_text
+        self.src_sizes = src.lengths + 1
+        self.tgt_sizes = tgt.lengths + 1
+        self.sizes = np.maximum(self.src_sizes, self.tgt_sizes)
+
+    def _sort_keys(self) -> tuple[np.ndarray, ...]:
+        # after the budgeted size, group by target then source length: each side is padded to its own maximum
+        return (self.tgt_sizes, self.src_sizes)
+
+    def source(self, i: int) -> str:
+        """The raw source sentence of example i."""
+        return self.src_text.text(i)
+
+    def target(self, i: int) -> str:
+        """The raw target sentence of example i (the BLEU reference)."""
+        return self.tgt_text.text(i)
+
+    def source_tokens(self, i: int) -> np.ndarray:
+        return self.src[i].astype(np.int64)
+
+    def target_tokens(self, i: int) -> np.ndarray:
+        return self.tgt[i].astype(np.int64)
+
+    def _collate(self, indices: np.ndarray, seed: int, epoch: int) -> TranslationBatch:
+        tgt_out = self.tgt.padded(indices, suffix=EOS)
+        return TranslationBatch(
+            src=torch.from_numpy(self.src.padded(indices, suffix=EOS)),
+            tgt_in=torch.from_numpy(self.tgt.padded(indices, prefix=BOS)),
+            tgt_out=torch.from_numpy(tgt_out),
+            ids=torch.from_numpy(indices.copy()),
+            n_tokens=int(self.tgt_sizes[indices].sum()),
+        )
+
+    def select(self, idx: np.ndarray) -> TranslationDataset:
+        return TranslationDataset(*(r.take(idx) for r in (self.src, self.tgt, self.src_text, self.tgt_text)))
+
+
+class MLMDataset(Dataset):
+    """Running text packed into blocks ``[CLS] + block_size - 2 tokens + [SEP]`` (the paragraphs joined with
+    [SEP] between them; the last block may be shorter), masked as BERT at collate time."""
+
+    def __init__(self, stream: np.ndarray, bounds: np.ndarray, *, vocab_size: int, mask_prob: float) -> None:
+        self.blocks = Ragged(stream, bounds)
+        self.vocab_size, self.mask_prob = vocab_size, mask_prob
+        self.sizes = self.blocks.lengths + 2
+
+    def block(self, i: int) -> np.ndarray:
+        """Block i unmasked: ``[CLS] tokens [SEP]``."""
+        return np.concatenate([[CLS], self.blocks[i], [SEP]]).astype(np.int64)
+
+    def _collate(self, indices: np.ndarray, seed: int, epoch: int) -> MLMBatch:
+        tokens = self.blocks.padded(indices, prefix=CLS, suffix=SEP)
+        inputs, targets = tasks.mask_tokens(
+            tokens, indices, seed=seed, epoch=epoch, vocab_size=self.vocab_size, mask_prob=self.mask_prob
+        )
+        return MLMBatch(
+            tokens=torch.from_numpy(inputs),
+            segments=torch.zeros(inputs.shape, dtype=torch.long),
+            targets=torch.from_numpy(targets),
+            n_tokens=int((targets != PAD).sum()),
+        )
+
+    def select(self, idx: np.ndarray) -> MLMDataset:
+        blocks = self.blocks.take(idx)
+        return MLMDataset(blocks.values, blocks.offsets, vocab_size=self.vocab_size, mask_prob=self.mask_prob)
+
+
+class ClassificationDataset(Dataset):
+    """Labelled sentence pairs as ``[CLS] a [SEP] b [SEP]`` (``[CLS] word [SEP] a [SEP] b [SEP]`` for
+    word-in-context data, see :func:`tasks.pair_example`), truncated to ``max_len``."""
+
+    def __init__(self, a: Ragged, b: Ragged, word: Ragged | None, labels: np.ndarray, max_len: int) -> None:
+        self.a, self.b, self.word, self.labels, self.max_len = a, b, word, labels, max_len
+        self.sizes = tasks.pair_lengths(a.lengths, b.lengths, None if word is None else word.lengths, max_len)
+
+    def example(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(tokens, segments)`` of example i."""
+        word = None if self.word is None else self.word[i]
+        return tasks.pair_example(self.a[i], self.b[i], self.max_len, word)
+
+    def _collate(self, indices: np.ndarray, seed: int, epoch: int) -> ClassificationBatch:
+        width = int(self.sizes[indices].max())
+        tokens = np.full((len(indices), width), PAD, dtype=np.int64)
+        segments = np.zeros((len(indices), width), dtype=np.int64)
+        for row, i in enumerate(indices):
+            tok, seg = self.example(int(i))
+            tokens[row, : len(tok)] = tok
+            segments[row, : len(seg)] = seg
+        return ClassificationBatch(
+            tokens=torch.from_numpy(tokens),
+            segments=torch.from_numpy(segments),
+            labels=torch.from_numpy(self.labels[indices].astype(np.int64)),
+            ids=torch.from_numpy(indices.copy()),
+            n_tokens=len(indices),
+        )
+
+    def select(self, idx: np.ndarray) -> ClassificationDataset:
+        word = None if self.word is None else self.word.take(idx)
+        return ClassificationDataset(self.a.take(idx), self.b.take(idx), word, self.labels[idx], self.max_len)
+
+
+# --------------------------------------------------------------------------------------------------------
+# prepare
+
+
+@dataclasses.dataclass
+class Prepared:
+    """What :func:`prepare` returns: the tokenizer and the datasets of the splits that exist."""
+
+    cfg: DataConfig
+    tokenizer: Tokenizer
+    splits: dict[str, Dataset]  # "train", "valid" and, where the corpus has one, "test"
+    stats: dict[str, dict[str, Any]]  # per split: examples, tokens (sum of sizes), dropped_empty, dropped_long, ...
+    corpus: Corpus
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.cfg.labels)
+
+
+def _label(corpus: Corpus) -> str:
+    """A file-name-safe name for a corpus: the last part of its directory (the hash in the name does the rest)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", corpus.root.name)[:40] or "corpus"
+
+
+def _reading(corpus: Corpus, cfg: DataConfig) -> dict[str, Any]:
+    """The settings that decide what the readers return for ``corpus`` (part of every cache key)."""
+    spec: dict[str, Any] = {"task": corpus.task, "format": corpus.format}
+    if corpus.task == "translation":
+        spec["langs"] = [cfg.source_lang, cfg.target_lang]
+    elif corpus.task == "classification":
+        spec["labels"] = list(cfg.labels)
+    return spec
+
+
+def _tokenizer_lines(data: Parallel | Mono | Pairs, cfg: DataConfig) -> list[str]:
+    if isinstance(data, Parallel) and cfg.source_lang > cfg.target_lang:
+        # the same text in the same order for De->En and En->De: one joint vocabulary serves both directions
+        return data.tgt + data.src
+    return tokenizer_text(data)
+
+
+def _tokenizer_key(corpus: Corpus, cfg: DataConfig) -> str:
+    reading = _reading(corpus, cfg)
+    reading.pop("labels", None)  # the text a tokenizer learns from has no labels
+    if "langs" in reading:
+        reading["langs"] = sorted(reading["langs"])
+    files = [file_digest(p) for p in corpus.splits["train"]]
+    return digest("tokenizer", settings_key(), cfg.vocab_size, cfg.tokenizer_sentences, reading, files)
+
+
+def _binarize(data: Parallel | Mono | Pairs, tok: Tokenizer) -> dict[str, np.ndarray]:
+    arrays: dict[str, np.ndarray] = {}
+
+    def put(name: str, texts: Sequence[str]) -> None:
+        arrays[f"{name}_tokens"], arrays[f"{name}_offsets"] = tok.encode_arrays(texts)
+
+    if isinstance(data, Parallel):
+        put("src", data.src)
+        put("tgt", data.tgt)
+        for name, texts in (("src_text", data.src), ("tgt_text", data.tgt)):
+            raw = Ragged.from_texts(texts)
+            arrays[f"{name}_tokens"], arrays[f"{name}_offsets"] = raw.values, raw.offsets
+    elif isinstance(data, Mono):
+        put("text", data.text)
+    else:
+        put("a", data.a)
+        put("b", data.b)
+        if data.word is not None:
+            put("word", data.word)
+        arrays["labels"] = data.labels
+    return arrays
+
+
+def _ragged(arrays: dict[str, np.ndarray], name: str) -> Ragged:
+    return Ragged(arrays[f"{name}_tokens"], arrays[f"{name}_offsets"])
+
+
+def _dataset(
+    task: str, arrays: dict[str, np.ndarray], cfg: DataConfig, max_positions: int, vocab_size: int
+) -> tuple[Dataset, int]:
+    """The dataset of a cached split, and how many examples were dropped for exceeding ``max_positions``."""
+    if task == "translation":
+        ds = TranslationDataset(_ragged(arrays, "src"), _ragged(arrays, "tgt"), _ragged(arrays, "src_text"),
+                                _ragged(arrays, "tgt_text"))  # fmt: skip
+        keep = np.flatnonzero((ds.src_sizes <= max_positions) & (ds.tgt_sizes <= max_positions))
+        if len(keep) < len(ds):
+            return ds.select(keep), len(ds) - len(keep)
+        return ds, 0
+    if task == "mlm":
+        text = _ragged(arrays, "text")
+        stream = tasks.join_with_separator(text.values, text.offsets)
+        bounds = tasks.block_bounds(len(stream), cfg.block_size)
+        return MLMDataset(stream, bounds, vocab_size=vocab_size, mask_prob=cfg.mask_prob), 0
+    word = _ragged(arrays, "word") if "word_tokens" in arrays else None
+    max_len = min(cfg.block_size, max_positions)
+    return ClassificationDataset(_ragged(arrays, "a"), _ragged(arrays, "b"), word, arrays["labels"], max_len), 0
+
+
+def prepare(data_cfg: DataConfig, max_positions: int) -> Prepared:
+    """Build or load the tokenizer and the binarized splits of ``data_cfg`` for a model of ``max_positions``.
+
+    Translation pairs with a side longer than ``max_positions`` (eos included) are dropped and counted;
+    ``train_subset`` / ``valid_subset`` keep the first N examples after that. Raises :class:`DataError` (one
+    line, nothing written) for a corpus it cannot use.
+    """
+    cfg = data_cfg
+    t0 = time.perf_counter()
+    if cfg.task == "mlm" and cfg.block_size > max_positions:
+        raise DataError(f"DataConfig.block_size={cfg.block_size} exceeds the model's max_positions={max_positions}")
+    corpus = locate(cfg)
+    root = cache_root(cfg)
+
+    # the tokenizer: a given model file, or one trained on a corpus' train split (this one by default)
+    tok: Tokenizer | None = None
+    tok_corpus: Corpus | None = None
+    if cfg.tokenizer.endswith(".model"):
+        tok = Tokenizer.load(cfg.tokenizer)
+        tok_id = tok.digest
+    else:
+        tok_corpus = locate_tokenizer_corpus(cfg, cfg.tokenizer) if cfg.tokenizer else corpus
+        tok_id = _tokenizer_key(tok_corpus, cfg)
+        if tokenizer_path(root, tok_id).is_file():
+            tok = Tokenizer.load(tokenizer_path(root, tok_id))
+
+    reading = _reading(corpus, cfg)
+    paths = {
+        split: root / "splits" / f"{_label(corpus)}-{split}-"
+        f"{digest('split', reading, [file_digest(p) for p in files], tok_id)}.npz"
+        for split, files in corpus.splits.items()
+    }
+    missing = [split for split, path in paths.items() if not path.is_file()]
+
+    # read and check everything still needed before writing anything
+    texts = {split: read_split(corpus, split, cfg) for split in missing}
+    if tok is None:
+        assert tok_corpus is not None
+        if tok_corpus is corpus and "train" in texts:
+            tok_lines = _tokenizer_lines(texts["train"], cfg)
+        else:
+            tok_lines = _tokenizer_lines(read_split(tok_corpus, "train", cfg, text_only=True), cfg)
+        tok = train_or_load(root, tok_id, lambda: tok_lines, cfg.vocab_size, cfg.tokenizer_sentences)
+    for split in missing:
+        data = texts.pop(split)
+        examples = len(data.a if isinstance(data, Pairs) else data.src if isinstance(data, Parallel) else data.text)
+        files = [str(p) for p in corpus.splits[split]]
+        meta = {"examples": examples, "dropped_empty": data.dropped_empty, "files": files}
+        save_arrays(paths[split], _binarize(data, tok), meta)
+        log.info("binarized %s %s: %d examples -> %s", corpus.name, split, meta["examples"], paths[split])
+
+    splits: dict[str, Dataset] = {}
+    stats: dict[str, dict[str, Any]] = {}
+    for split, path in paths.items():
+        arrays, meta = load_arrays(path)
+        ds, dropped_long = _dataset(corpus.task, arrays, cfg, max_positions, tok.vocab_size)
+        if dropped_long:
+            log.warning("%s %s: dropped %d of %d examples longer than max_positions=%d", corpus.name, split,
+                        dropped_long, dropped_long + len(ds), max_positions)  # fmt: skip
+        if meta["dropped_empty"]:  # logged by the reader when it read the file; repeated on every cached load
+            level = logging.INFO if corpus.task == "mlm" else logging.WARNING  # empty lines separate paragraphs
+            log.log(level, "%s %s: %d empty examples were dropped when reading", corpus.name, split,
+                    meta["dropped_empty"])  # fmt: skip
+        subset = {"train": cfg.train_subset, "valid": cfg.valid_subset}.get(split, 0)
+        if subset and subset < len(ds):
+            ds = ds.select(np.arange(subset))
+        splits[split] = ds
+        stats[split] = {"examples": len(ds), "tokens": int(ds.sizes.sum()), "dropped_empty": meta["dropped_empty"],
+                        "dropped_long": dropped_long, "cache": str(path)}  # fmt: skip
+        if isinstance(ds, TranslationDataset):  # "tokens" is the batching size max(src, tgt); here each side
+            stats[split].update(source_tokens=int(ds.src_sizes.sum()), target_tokens=int(ds.tgt_sizes.sum()))
+    log.info("prepared %s in %.2f s", corpus.name, time.perf_counter() - t0)
+    return Prepared(cfg=cfg, tokenizer=tok, splits=splits, stats=stats, corpus=corpus)
+
+
+__all__ = ["prepare", "Prepared", "Dataset", "TranslationDataset", "MLMDataset", "ClassificationDataset", "Ragged"]

@@ -1,0 +1,292 @@
+"""The paper's experiments, one Python function per figure, each returning its grid of runs (STYLE.md
+example 4). A run appears in several figures when the paper reuses it (Figure 4's Post-LN with warm-up is
+Figure 2's); the grid runner runs it once.
+
+Every function is a pure function of the :class:`~normlab.experiments.scales.Scale` and a :class:`Context`
+(how many updates an epoch has at this scale, measured from the data), so the grid can be listed, tested and
+compared without running anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from normlab.config import DataConfig, ModelConfig, OptimConfig, ScheduleConfig, TrainConfig
+from normlab.experiments.scales import PAPER, Scale, scaled_updates
+
+__all__ = [
+    "Context",
+    "RunSpec",
+    "Mapping",
+    "fig2_warmup_ablation",
+    "fig4_pre_vs_post",
+    "fig5_bert",
+    "fig5_finetune",
+    "fig6_small_lr",
+    "FIGURES",
+    "all_runs",
+    "mappings",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """What the grid depends on besides the scale."""
+
+    translation_updates_per_epoch: int  # updates in one epoch of the scale's translation data
+    corpus: str = ""  # translation corpus ('' = the vendored de-en; a directory for the user's IWSLT14 files)
+    mlm_corpus: str = ""  # pre-training corpus ('' = the vendored en-mono)
+    cache_dir: str = ""  # the data cache ('' = the default)
+    device: str = "auto"
+    precision: str = "auto"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    name: str  # directory name, unique within the grid
+    figures: tuple[str, ...]  # the figures it belongs to
+    label: str  # legend label, as the paper names the curve
+    config: TrainConfig
+    kind: Literal["translation", "mlm", "finetune"] = "translation"
+    parent: str | None = None  # finetune: the pre-training run it starts from
+    parent_update: int | None = None  # finetune: the pre-training checkpoint (update number)
+    finetune_task: str | None = None  # finetune: paraphrase / wic
+
+
+@dataclasses.dataclass(frozen=True)
+class Mapping:
+    """A setting of the paper translated to this scale, for the report."""
+
+    what: str
+    paper: str
+    here: str
+
+
+# -------------------------------------------------------------------------------------------------------------
+# Translation (Figures 2, 4, 6)
+
+
+def _translation_total(scale: Scale, ctx: Context) -> int:
+    return scale.translation.epochs * ctx.translation_updates_per_epoch
+
+
+def _paper_iwslt_total() -> int:
+    return PAPER["iwslt_updates_per_epoch"] * PAPER["iwslt_epochs"]
+
+
+def warmup_here(paper_warmup: int, scale: Scale, ctx: Context) -> int:
+    """The paper's T_warmup (in IWSLT updates) at this scale; 0 stays 0 (no warm-up)."""
+    if scale.name == "paper" or paper_warmup <= 1:
+        return paper_warmup
+    return scaled_updates(paper_warmup, _paper_iwslt_total(), _translation_total(scale, ctx))
+
+
+def _translation(scale: Scale, ctx: Context, *, placement: str, optim: OptimConfig, schedule: ScheduleConfig,
+                 seed: int = 1) -> TrainConfig:  # fmt: skip
+    t = scale.translation
+    model = ModelConfig(
+        placement=placement, d_model=t.d_model, d_ffn=t.d_ffn, n_heads=t.n_heads, encoder_layers=t.layers,
+        decoder_layers=t.layers, dropout=t.dropout, vocab_size=t.vocab_size, max_positions=t.max_positions,
+    )  # fmt: skip
+    data = DataConfig(task="translation", corpus=ctx.corpus, vocab_size=t.vocab_size, train_subset=t.train_subset,
+                      valid_subset=t.valid_subset, max_tokens=t.max_tokens, cache_dir=ctx.cache_dir)  # fmt: skip
+    return TrainConfig(model=model, data=data, optim=optim, schedule=schedule, max_epochs=t.epochs,
+                       label_smoothing=0.1, seed=seed, device=ctx.device, precision=ctx.precision,
+                       keep_last=1)  # fmt: skip
+
+
+def _lr(x: float) -> str:
+    return f"{x:.0e}".replace("e-0", "e-")
+
+
+def _adam(lr: float) -> OptimConfig:
+    return OptimConfig(name="adam", lr=lr, betas=(0.9, 0.98))  # Section 3.2: beta = (0.9, 0.98)
+
+
+def _post_inverse_sqrt(scale: Scale, ctx: Context, opt: str, lr: float, paper_warmup: int) -> RunSpec:
+    """A Figure 2 run: Post-LN, warm-up of paper_warmup IWSLT updates (1 = none), then inverse square root."""
+    warm = warmup_here(paper_warmup, scale, ctx)
+    optim = _adam(lr) if opt == "adam" else OptimConfig(name="sgd", lr=lr)
+    cfg = _translation(scale, ctx, placement="post", optim=optim,
+                       schedule=ScheduleConfig(warmup_updates=warm, decay="inverse_sqrt"))  # fmt: skip
+    w = "w/o warm-up" if paper_warmup <= 1 else f"T_warmup={paper_warmup}"
+    name = f"post-{opt}-{_lr(lr)}-" + ("nowarm" if paper_warmup <= 1 else f"w{paper_warmup}")
+    return RunSpec(name, ("fig2",), f"Post-LN, {opt.capitalize() if opt == 'adam' else 'SGD'}, lr {_lr(lr)}, {w}", cfg)
+
+
+def fig2_warmup_ablation(scale: Scale, ctx: Context) -> list[RunSpec]:
+    """Figure 2: Post-LN with Adam, lr_max in {5e-4, 1e-3} x T_warmup in {1 (none), 500, 4000}, and with SGD,
+    lr_max in {5e-3, 1e-3} with and without warm-up (4000); an inverse square root after every warm-up."""
+    adam = [_post_inverse_sqrt(scale, ctx, "adam", lr, w) for lr in (5e-4, 1e-3) for w in (1, 500, 4000)]
+    sgd = [_post_inverse_sqrt(scale, ctx, "sgd", lr, w) for lr in (5e-3, 1e-3) for w in (1, 4000)]
+    return adam + sgd
+
+
+def _pre_step_decay(scale: Scale, ctx: Context) -> ScheduleConfig:
+    """The paper's Pre-LN IWSLT schedule: constant 5e-4, x 0.1 from epoch 8 (no warm-up)."""
+    if scale.name == "paper":
+        return ScheduleConfig(decay="constant", step_epochs=(8,), step_factor=0.1)
+    at = scaled_updates(7 * PAPER["iwslt_updates_per_epoch"], _paper_iwslt_total(), _translation_total(scale, ctx))
+    return ScheduleConfig(decay="constant", step_updates=(at,), step_factor=0.1)
+
+
+def fig4_pre_vs_post(scale: Scale, ctx: Context) -> list[RunSpec]:
+    """Figure 4 (IWSLT): Pre-LN without warm-up (5e-4, x 0.1 at epoch 8) against Post-LN with 4,000 warm-up
+    updates at the same lr_max; RAdam with linear decay and no warm-up for both placements."""
+    post = dataclasses.replace(_post_inverse_sqrt(scale, ctx, "adam", 5e-4, 4000), figures=("fig4",))
+    pre = RunSpec("pre-adam-5e-4-nowarm-step", ("fig4",), "Pre-LN, Adam, lr 5e-4, w/o warm-up (x0.1 at epoch 8)",
+                  _translation(scale, ctx, placement="pre", optim=_adam(5e-4), schedule=_pre_step_decay(scale, ctx)))
+    radam = [
+        RunSpec(f"{p}-radam-5e-4-nowarm-linear", ("fig4",), f"{p.capitalize()}-LN, RAdam, lr 5e-4, w/o warm-up",
+                _translation(scale, ctx, placement=p, optim=OptimConfig(name="radam", lr=5e-4, betas=(0.9, 0.98)),
+                             schedule=ScheduleConfig(decay="linear")))
+        for p in ("post", "pre")
+    ]  # fmt: skip
+    return [post, pre, *radam]
+
+
+def fig6_small_lr(scale: Scale, ctx: Context) -> list[RunSpec]:
+    """Figure 6 / Appendix H: Post-LN at a fixed 1e-4 without warm-up, beside Post-LN at lr_max 1e-3 without
+    and with warm-up (the paper's blue and green curves)."""
+    small = RunSpec("post-adam-1e-4-const", ("fig6",), "Post-LN, Adam, fixed lr 1e-4, w/o warm-up",
+                    _translation(scale, ctx, placement="post", optim=_adam(1e-4),
+                                 schedule=ScheduleConfig(decay="constant")))  # fmt: skip
+    refs = [dataclasses.replace(_post_inverse_sqrt(scale, ctx, "adam", 1e-3, w), figures=("fig6",)) for w in (1, 4000)]
+    return [small, *refs]
+
+
+# -------------------------------------------------------------------------------------------------------------
+# BERT (Figure 5)
+
+
+def _mlm_total(scale: Scale) -> int:
+    return scale.mlm.updates
+
+
+def bert_warmup_here(scale: Scale) -> int:
+    if scale.name == "paper":
+        return PAPER["bert_warmup"]
+    return scaled_updates(PAPER["bert_warmup"], PAPER["bert_updates"], _mlm_total(scale))
+
+
+def _mlm(scale: Scale, ctx: Context, *, placement: str, lr: float, warmup: int) -> TrainConfig:
+    m = scale.mlm
+    # BERT-shaped, so that a Post-LN run exports to Hugging Face's BertForMaskedLM (normlab/hf.py)
+    model = ModelConfig(
+        placement=placement, d_model=m.d_model, d_ffn=m.d_ffn, n_heads=m.n_heads, encoder_layers=m.layers,
+        decoder_layers=0, vocab_size=m.vocab_size, max_positions=max(m.block_size, 64), positional="learned",
+        scale_embedding=False, embedding_norm=True, type_vocab_size=2, activation="gelu", dropout=0.1,
+    )  # fmt: skip
+    data = DataConfig(task="mlm", corpus=ctx.mlm_corpus, vocab_size=m.vocab_size, block_size=m.block_size,
+                      train_subset=m.train_subset, valid_subset=m.valid_subset, max_tokens=m.max_tokens,
+                      cache_dir=ctx.cache_dir)  # fmt: skip
+    every = max(1, m.updates // m.evals)
+    # Devlin et al.: Adam with decoupled weight decay 0.01, beta2 = 0.999; the paper keeps their settings
+    optim = OptimConfig(name="adamw", lr=lr, betas=(0.9, 0.999), weight_decay=0.01)
+    return TrainConfig(model=model, data=data, optim=optim, schedule=ScheduleConfig(warmup_updates=warmup,
+                       decay="linear"), max_epochs=10_000, max_updates=m.updates, label_smoothing=0.0,
+                       eval_every=every, save_every=every, keep_last=1, keep_every=every, device=ctx.device,
+                       precision=ctx.precision)  # fmt: skip
+
+
+def fig5_bert(scale: Scale, ctx: Context) -> list[RunSpec]:
+    """Figure 5(a): Post-LN BERT (lr 1e-4, 10k warm-up, linear decay) against Pre-LN (3e-4, no warm-up, linear
+    decay), and Post-LN at 3e-4, which the paper found to diverge."""
+    w = bert_warmup_here(scale)
+    return [
+        RunSpec("bert-post-1e-4", ("fig5",), "Post-LN BERT, lr 1e-4, warm-up", _mlm(scale, ctx, placement="post",
+                lr=1e-4, warmup=w), kind="mlm"),
+        RunSpec("bert-pre-3e-4", ("fig5",), "Pre-LN BERT, lr 3e-4, w/o warm-up", _mlm(scale, ctx, placement="pre",
+                lr=3e-4, warmup=0), kind="mlm"),
+        RunSpec("bert-post-3e-4", ("fig5",), "Post-LN BERT, lr 3e-4, warm-up", _mlm(scale, ctx, placement="post",
+                lr=3e-4, warmup=w), kind="mlm"),
+    ]  # fmt: skip
+
+
+def finetune_points(scale: Scale) -> list[int]:
+    """The pre-training updates whose checkpoints are fine-tuned: evenly spaced evaluation points."""
+    every = max(1, scale.mlm.updates // scale.mlm.evals)
+    points = list(range(every, scale.mlm.updates + 1, every))
+    if scale.finetune.checkpoints >= len(points):
+        return points
+    step = len(points) / scale.finetune.checkpoints
+    return [points[min(len(points) - 1, round((k + 1) * step) - 1)] for k in range(scale.finetune.checkpoints)]
+
+
+def fig5_finetune(scale: Scale, ctx: Context, parents: list[RunSpec] | None = None) -> list[RunSpec]:
+    """Figure 5(b, c): each pre-training run's checkpoints fine-tuned on the two pair tasks, over seeds.
+    (The run that the paper found to diverge, Post-LN at 3e-4, is not fine-tuned.)"""
+    from normlab.experiments.finetuning import finetune_config
+
+    parents = parents or [r for r in fig5_bert(scale, ctx) if r.name != "bert-post-3e-4"]
+    specs = []
+    for parent in parents:
+        for update in finetune_points(scale):
+            for task in scale.finetune.tasks:
+                for seed in range(1, scale.finetune.seeds + 1):
+                    cfg = finetune_config(parent.config, task, scale.finetune, seed, ctx)
+                    specs.append(RunSpec(f"ft-{parent.name}-u{update}-{task}-s{seed}", ("fig5",),
+                                         f"{parent.label} @ {update}: {task}", cfg, kind="finetune",
+                                         parent=parent.name, parent_update=update, finetune_task=task))  # fmt: skip
+    return specs
+
+
+FIGURES = {
+    "fig2": fig2_warmup_ablation,
+    "fig4": fig4_pre_vs_post,
+    "fig5": fig5_bert,
+    "fig6": fig6_small_lr,
+}
+
+
+def all_runs(scale: Scale, ctx: Context, figures: tuple[str, ...] = ("fig2", "fig4", "fig5", "fig6")) -> list[RunSpec]:
+    """The grid of the chosen figures, each run once (figures merged), in the order they are listed; the
+    fine-tuning runs of Figure 5 come last (they start from the pre-training runs' checkpoints)."""
+    merged: dict[str, RunSpec] = {}
+    for fig in figures:
+        for spec in FIGURES[fig](scale, ctx):
+            if spec.name in merged:
+                old = merged[spec.name]
+                if old.config != spec.config:
+                    raise AssertionError(f"two different runs named {spec.name}")
+                merged[spec.name] = dataclasses.replace(old, figures=tuple(dict.fromkeys(old.figures + spec.figures)))
+            else:
+                merged[spec.name] = spec
+    runs = list(merged.values())
+    if "fig5" in figures:
+        runs += fig5_finetune(scale, ctx, [r for r in runs if r.kind == "mlm" and r.name != "bert-post-3e-4"])
+    return runs
+
+
+def mappings(scale: Scale, ctx: Context) -> list[Mapping]:
+    """How the paper's schedule settings were translated to this scale (the report's table)."""
+    total = _translation_total(scale, ctx)
+    paper_total = _paper_iwslt_total()
+    out = [
+        Mapping("IWSLT run length", f"~{PAPER['iwslt_epochs']} epochs x ~{PAPER['iwslt_updates_per_epoch']:,} "
+                f"updates = {paper_total:,} updates (read off Figures 2, 4, 6)",
+                f"{scale.translation.epochs} epochs x {ctx.translation_updates_per_epoch:,} updates = {total:,}"),
+    ]  # fmt: skip
+    for w in (500, 4000):
+        here = warmup_here(w, scale, ctx)
+        out.append(Mapping(f"T_warmup={w}", f"{w:,} updates ({100 * w / paper_total:.1f}% of the run)",
+                           f"{here:,} updates ({100 * here / max(total, 1):.1f}% of the run)"))  # fmt: skip
+    sched = _pre_step_decay(scale, ctx)
+    at = f"from epoch {sched.step_epochs[0]}" if sched.step_epochs else f"after update {sched.step_updates[0]:,}"
+    out.append(Mapping("Pre-LN step decay x0.1", "from epoch 8 (after 7 of ~30 epochs)", at))
+    bw = bert_warmup_here(scale)
+    out.append(Mapping("BERT run", f"{PAPER['bert_updates']:,} updates, T_warmup={PAPER['bert_warmup']:,} (1%)",
+                       f"{scale.mlm.updates:,} updates, T_warmup={bw:,} ({100 * bw / scale.mlm.updates:.1f}%)"))
+    ft = scale.finetune
+    out.append(Mapping("fine-tuning", "batch 16/32, lr 1e-5..1e-4, 3-8 epochs searched; 6 seeds, 95% CI",
+                       f"batch {ft.batch_sentences}, lr {ft.lr:g}, {ft.epochs} epoch(s), {ft.seeds} seed(s) per "
+                       f"point, {ft.checkpoints} pre-training checkpoints"))  # fmt: skip
+    t = scale.translation
+    out.append(Mapping("translation model", "6-6 layers, d=512, FFN 1024, 4 heads, 10k BPE, 4,096 tokens/batch",
+                       f"{t.layers}-{t.layers} layers, d={t.d_model}, FFN {t.d_ffn}, {t.n_heads} heads, "
+                       f"{t.vocab_size:,} BPE, {t.max_tokens:,} tokens/batch"))  # fmt: skip
+    out.append(Mapping("decoding", "beam 5, length penalty 1.2, full validation set",
+                       f"beam {t.beam}, length penalty {t.lenpen}, "
+                       f"{t.bleu_sentences or 'all'} validation sentences"))  # fmt: skip
+    return out

@@ -1,0 +1,260 @@
+"""The grid runner: every run in its own directory, in a process of its own.
+
+``OUT/runs/NAME/`` is an ordinary ``normlab train`` run directory; ``OUT/configs/NAME.yaml`` the config it was
+started with; ``OUT/logs/NAME.log`` its output. Running the grid again
+
+* skips a run whose ``summary.json`` says ``completed`` or ``diverged`` (a diverged run is a result),
+* resumes a run that has a checkpoint (it was killed),
+* starts over a run killed before its first checkpoint,
+* records a run that fails (an exit code other than 0 or 3) as ``failed`` with the end of its log, and goes on.
+
+``jobs`` runs go in parallel, each with ``threads`` CPU threads (small models train several times faster as
+two one-thread processes than as one two-thread process on 2 cores). Locally, each job is a long-lived worker
+process that trains one run after another (importing torch and building an optimizer cost ~8 s per process:
+more than a small run itself); ``launcher="torchrun"`` hands each run to ``torchrun --standalone
+--nproc_per_node N`` instead. Fine-tuning runs wait for their pre-training run. Workers and children die with
+the grid process (PR_SET_PDEATHSIG), so a killed grid leaves no orphan writing into its runs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from normlab.experiments.figures import RunSpec
+from normlab.train.checkpoint import latest_checkpoint
+
+__all__ = ["RunOutcome", "run_grid", "run_status", "FINISHED"]
+
+FINISHED = ("completed", "diverged")
+
+
+@dataclasses.dataclass
+class RunOutcome:
+    name: str
+    status: str  # completed / diverged / failed / skipped (a parent failed) / cached (finished before)
+    seconds: float = 0.0
+    error: str = ""
+
+
+def run_status(run_dir: Path) -> str | None:
+    """The status in ``summary.json`` (``running`` while a run is in progress or was killed), or None."""
+    path = run_dir / "summary.json"
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("status")
+    except (json.JSONDecodeError, OSError):
+        return None
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _torchrun_command(config_path: Path, run_dir: Path, resume: bool, nproc: int) -> list[str]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
+           "-m", "normlab", "train", "--config", str(config_path), "--out", str(run_dir), "--quiet"]  # fmt: skip
+    return cmd + (["--resume"] if resume else [])
+
+
+def _worker_init(threads: int) -> None:
+    _die_with_parent()
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _train_in_worker(config: dict[str, Any], run_dir: str, resume: bool, log_path: str) -> int:
+    """One run inside a worker process; its output goes to the run's log. Returns the exit code the
+    ``normlab train`` command would have returned (0, 2, 3; 1 for an unexpected error)."""
+    import contextlib
+    import logging
+    import traceback
+
+    from normlab.config import ConfigError, TrainConfig
+    from normlab.train.run import train
+    from normlab.train.trainer import EXIT_DIVERGED
+
+    with open(log_path, "a", encoding="utf-8") as log, contextlib.redirect_stderr(log), contextlib.redirect_stdout(log):
+        handler = logging.StreamHandler(log)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        root = logging.getLogger()
+        root.addHandler(handler)
+        root.setLevel(logging.WARNING)
+        try:
+            summary = train(TrainConfig.from_dict(config), run_dir, resume=resume, quiet=True)
+            return EXIT_DIVERGED if summary["status"] == "diverged" else 0
+        except ConfigError as e:
+            print(f"normlab train: error: {e}", file=log)
+            return 2
+        except Exception:  # noqa: BLE001 - recorded as a failed run; the grid goes on
+            traceback.print_exc(file=log)
+            return 1
+        finally:
+            root.removeHandler(handler)
+
+
+def _finetune_source(spec: RunSpec, out: Path) -> Path:
+    return out / "runs" / str(spec.parent) / "checkpoints" / f"update_{spec.parent_update:08d}"
+
+
+def run_grid(
+    specs: list[RunSpec],
+    out: str | Path,
+    *,
+    jobs: int = 1,
+    threads: int | None = None,
+    launcher: str = "local",
+    nproc: int = 1,
+    say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+) -> dict[str, RunOutcome]:
+    """Run ``specs`` (see the module docstring); returns each run's outcome."""
+    out = Path(out)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    (out / "configs").mkdir(exist_ok=True)
+    (out / "logs").mkdir(exist_ok=True)
+    threads = threads or max(1, (os.cpu_count() or 1) // max(jobs, 1))
+    outcomes: dict[str, RunOutcome] = {}
+    pending: list[RunSpec] = []
+    for spec in specs:
+        if run_status(out / "runs" / spec.name) in FINISHED:
+            outcomes[spec.name] = RunOutcome(spec.name, "cached")
+        else:
+            pending.append(spec)
+    total, done = len(specs), len(outcomes)
+    if done:
+        say(f"grid: {done} of {total} runs already finished in {out}; {len(pending)} to run")
+    running: dict[str, tuple[Any, float, RunSpec]] = {}  # a Popen (torchrun) or a Future (local worker)
+    t_grid = time.perf_counter()
+    pool = None
+    if launcher == "local" and pending:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # forkserver: workers start from a clean interpreter, not a copy of this process
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("forkserver"),
+                                   initializer=_worker_init, initargs=(threads,))  # fmt: skip
+
+    def parent_state(spec: RunSpec) -> str:
+        if spec.parent is None:
+            return "ready"
+        st = run_status(out / "runs" / spec.parent)
+        if spec.parent in outcomes and outcomes[spec.parent].status in ("failed", "skipped"):
+            return "failed"
+        if st == "diverged":
+            return "failed"
+        if st == "completed" and spec.parent not in running:
+            return "ready" if _finetune_source(spec, out).exists() else "failed"
+        return "wait"
+
+    def start(spec: RunSpec) -> None:
+        run_dir = out / "runs" / spec.name
+        resume = latest_checkpoint(run_dir / "checkpoints") is not None
+        if not resume and run_dir.exists():
+            shutil.rmtree(run_dir)  # killed before its first checkpoint: nothing worth keeping
+        cfg = spec.config
+        if spec.kind == "finetune":
+            cfg = cfg.replace(init_from=str(_finetune_source(spec, out)))
+        config_path = out / "configs" / f"{spec.name}.yaml"
+        config_path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")
+        log_path = out / "logs" / f"{spec.name}.log"
+        with open(log_path, "a", encoding="utf-8") as log:
+            log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {'resume' if resume else 'start'} ===\n")
+        if pool is not None:
+            job: Any = pool.submit(_train_in_worker, cfg.to_dict(), str(run_dir), resume, str(log_path))
+        else:
+            env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+            with open(log_path, "a", encoding="utf-8") as log:
+                job = subprocess.Popen(_torchrun_command(config_path, run_dir, resume, nproc), stdout=log,
+                                       stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)  # fmt: skip
+        running[spec.name] = (job, time.perf_counter(), spec)
+        say(f"[{done + len(running):>3}/{total}] {'resume' if resume else 'start '} {spec.name}")
+
+    def finish(name: str, code: int) -> None:
+        nonlocal done
+        proc, t0, spec = running.pop(name)
+        seconds = time.perf_counter() - t0
+        status = run_status(out / "runs" / name)
+        if code == 0 and status == "completed":
+            outcome = RunOutcome(name, "completed", seconds)
+        elif code == 3 and status == "diverged":
+            outcome = RunOutcome(name, "diverged", seconds)
+        else:
+            tail = (out / "logs" / f"{name}.log").read_text(encoding="utf-8", errors="replace").splitlines()[-8:]
+            outcome = RunOutcome(name, "failed", seconds, f"exit code {code}: " + " | ".join(tail))
+        outcomes[name] = outcome
+        done += 1
+        elapsed = time.perf_counter() - t_grid
+        say(f"[{done:>3}/{total}] {outcome.status:<9} {name} ({seconds:.0f} s; grid {elapsed / 60:.1f} min)")
+
+    try:
+        while pending or running:
+            progressed = False
+            for spec in list(pending):
+                if len(running) >= jobs:
+                    break
+                state = parent_state(spec)
+                if state == "wait":
+                    continue
+                pending.remove(spec)
+                progressed = True
+                if state == "failed":
+                    outcomes[spec.name] = RunOutcome(spec.name, "skipped", error=f"pre-training run {spec.parent} "
+                                                     "did not finish, or lacks the checkpoint")  # fmt: skip
+                    done += 1
+                    say(f"[{done:>3}/{total}] skipped   {spec.name} (its pre-training run did not finish)")
+                    continue
+                start(spec)
+            for name, (job, _, _) in list(running.items()):
+                code = _poll(job)
+                if code is not None:
+                    finish(name, code)
+                    progressed = True
+            if not progressed:
+                if not running and pending:  # nothing runs and nothing can start: a dependency never finished
+                    for spec in pending:
+                        outcomes[spec.name] = RunOutcome(spec.name, "skipped", error=f"{spec.parent} not in the grid")
+                    break
+                time.sleep(0.2)
+    finally:
+        for job, _, _ in running.values():
+            if isinstance(job, subprocess.Popen):
+                job.kill()
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):  # a running run is not cancellable
+                proc.kill()
+    return outcomes
+
+
+def _poll(job: Any) -> int | None:
+    """The exit code of a finished run, None while it runs (a worker that died counts as a failure)."""
+    if isinstance(job, subprocess.Popen):
+        return job.poll()
+    if not job.done():
+        return None
+    try:
+        return job.result()
+    except Exception:  # noqa: BLE001 - e.g. BrokenProcessPool: the worker was killed
+        return 1
+
+
+def outcome_dict(outcome: RunOutcome) -> dict[str, Any]:
+    return dataclasses.asdict(outcome)

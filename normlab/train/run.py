@@ -1,0 +1,88 @@
+"""``normlab train``: one run from a YAML config (plus ``--set`` overrides) into a run directory.
+
+Python: ``train(cfg, out)``. From the shell::
+
+    normlab train --config run.yaml --set optim.lr=1e-3 --out runs/post-lr1e-3
+    normlab train --out runs/post-lr1e-3 --resume          # continue it (after a kill, or with more epochs)
+    torchrun --nproc_per_node 4 -m normlab train --config run.yaml --out runs/ddp
+
+Exit codes: 0 completed, 2 configuration error (one line, nothing written), 3 diverged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from normlab.config import ConfigError, TrainConfig, apply_overrides, load_yaml
+from normlab.train.distributed import init_distributed, shutdown
+from normlab.train.trainer import EXIT_DIVERGED, Trainer, prepare_run_dir
+
+__all__ = ["train", "resolve_config", "add_arguments", "run"]
+
+log = logging.getLogger("normlab.train")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML run config: sections model, data, optim, schedule and top-level keys")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a field, e.g. --set model.placement=pre --set optim.lr=1e-3 --set max_epochs=5")
+    p.add_argument("--out", required=True, help="run directory (config, metrics, checkpoints, TensorBoard)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
+
+
+def resolve_config(config_path: str | None, overrides: list[str], out: str | Path, resume: bool) -> TrainConfig:
+    """The run's configuration: the YAML file (or, on ``--resume`` without one, the run's saved config) with
+    the overrides applied; strictly checked."""
+    data: dict[str, Any] = {}
+    if config_path:
+        with open(config_path, encoding="utf-8") as f:
+            data = load_yaml(f.read()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{config_path}: expected a mapping of config sections")
+    elif resume and (Path(out) / "config.yaml").exists():
+        data = load_yaml((Path(out) / "config.yaml").read_text(encoding="utf-8"))
+    return TrainConfig.from_dict(apply_overrides(data, overrides))
+
+
+def _fit_to_data(cfg: TrainConfig, data: Any) -> TrainConfig:
+    """The model's vocabulary and classes come from the data: the tokenizer's size and the label set."""
+    model = cfg.model.replace(vocab_size=data.vocab_size)
+    if cfg.data.task == "classification":
+        model = model.replace(num_classes=data.num_classes)
+    if model != cfg.model:
+        log.info("model.vocab_size=%d (the tokenizer's)", model.vocab_size)
+    return cfg.replace(model=model)
+
+
+def train(
+    cfg: TrainConfig, out: str | Path, *, resume: bool = False, progress: bool | None = None, quiet: bool = False
+) -> dict[str, Any]:
+    """Prepare the data, build the model, and train; returns the run's summary (also in ``out/summary.json``)."""
+    from normlab.data import prepare
+
+    prepare_run_dir(out, cfg, resume)  # before anything is written (prepare only fills the data cache)
+    data = prepare(cfg.data, cfg.model.max_positions)
+    cfg = _fit_to_data(cfg, data)
+    if "train" not in data.splits:
+        raise ConfigError(f"{data.corpus.root}: no train split")
+    dist = init_distributed(cfg.device)
+    try:
+        trainer = Trainer(cfg, out, data.splits["train"], data.splits.get("valid"), dist=dist, progress=progress,
+                          quiet=quiet)
+        return trainer.fit(resume=resume)
+    finally:
+        shutdown(dist)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    cfg = resolve_config(args.config, args.set, args.out, args.resume)
+    summary = train(cfg, args.out, resume=args.resume, quiet=args.quiet)
+    if summary["status"] == "diverged":
+        return EXIT_DIVERGED
+    return 0

@@ -1,0 +1,98 @@
+"""Learning-rate schedules: pure functions ``t -> lr`` of the update number t = 1, 2, ... (STYLE.md example 5).
+
+Update t is the t-th optimizer step; ``lr(t)`` is the rate that step uses. So the first update runs at
+``lr(1)``, never at 0 (nanoGPT once shipped a zero rate at step 0); ``lr(0)`` is defined only for plotting.
+
+Each schedule is built from small pieces that compose:
+
+* :func:`warmup` wraps another schedule with the paper's eq. (1), lr(t) = t / T_warmup * lr_max for
+  t <= T_warmup; T_warmup = 0 or 1 means no warm-up (Figure 2's "1");
+* :func:`inverse_sqrt`: lr_max * sqrt(T_warmup) / sqrt(t) (fairseq's ``inverse_sqrt``, used after warm-up in
+  all of the paper's Figure 2 runs);
+* :func:`linear`: from lr_max at T_warmup to ``end_lr`` at the last update (BERT; the paper's Pre-LN BERT:
+  from 3e-4, no warm-up);
+* :func:`constant` (Figure 6: a fixed 1e-4);
+* :func:`step` multiplies by a factor after each boundary (the paper's Pre-LN IWSLT run: 5e-4, x 0.1 at
+  epoch 8); :func:`switch` continues with another schedule after a boundary (its WMT runs: decay at epoch 6,
+  then an inverse square root).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable, Sequence
+
+from normlab.config import ScheduleConfig
+
+Schedule = Callable[[int], float]
+
+__all__ = ["Schedule", "constant", "inverse_sqrt", "linear", "warmup", "step", "switch", "build_schedule", "epoch_boundary"]
+
+
+def constant(lr: float) -> Schedule:
+    """lr(t) = lr."""
+    return lambda t: lr
+
+
+def inverse_sqrt(lr_max: float, warmup_updates: int = 0) -> Schedule:
+    """lr(t) = lr_max * sqrt(T_warmup) / sqrt(t) for t >= T_warmup (fairseq ``inverse_sqrt``); with no warm-up
+    (T_warmup = 0 or 1), lr_max / sqrt(t)."""
+    anchor = max(warmup_updates, 1)
+    return lambda t: lr_max * math.sqrt(anchor / max(t, 1))
+
+
+def linear(lr_max: float, start: int, end: int, end_lr: float = 0.0) -> Schedule:
+    """Straight line from (start, lr_max) to (end, end_lr); constant outside [start, end]."""
+    if end <= start:
+        raise ValueError(f"linear decay needs end > start, got start={start}, end={end}")
+    return lambda t: lr_max + (end_lr - lr_max) * (min(max(t, start), end) - start) / (end - start)
+
+
+def warmup(lr_max: float, warmup_updates: int, then: Schedule) -> Schedule:
+    """Paper eq. (1): lr(t) = t / T_warmup * lr_max for t <= T_warmup, then ``then(t)``."""
+    if warmup_updates <= 1:
+        return then
+    return lambda t: t / warmup_updates * lr_max if t <= warmup_updates else then(t)
+
+
+def step(base: Schedule, boundaries: Sequence[int], factor: float) -> Schedule:
+    """lr(t) = base(t) * factor^k, k = the number of boundaries b with t > b."""
+    bounds = sorted(boundaries)
+    return lambda t: base(t) * factor ** bisect.bisect_left(bounds, t)
+
+
+def switch(first: Schedule, boundary: int, then: Schedule) -> Schedule:
+    """``first`` up to and including update ``boundary``, ``then`` after it."""
+    return lambda t: first(t) if t <= boundary else then(t)
+
+
+def epoch_boundary(epoch: int, updates_per_epoch: int) -> int:
+    """Epoch e (1-based) starts after (e - 1) * updates_per_epoch updates."""
+    return (epoch - 1) * updates_per_epoch
+
+
+def build_schedule(cfg: ScheduleConfig, lr_max: float, total_updates: int, updates_per_epoch: int) -> Schedule:
+    """The schedule a :class:`ScheduleConfig` describes, for a run of ``total_updates`` updates.
+
+    Epoch boundaries are turned into update numbers with ``updates_per_epoch`` (the number of updates of an
+    epoch of the training data), so the result is still a pure function of t.
+    """
+    if cfg.warmup_updates > total_updates:
+        raise ValueError(f"warm-up of {cfg.warmup_updates} updates is longer than the run ({total_updates} updates)")
+    w = cfg.warmup_updates
+    if cfg.decay == "inverse_sqrt":
+        after = inverse_sqrt(lr_max, w)
+    elif cfg.decay == "linear":
+        after = linear(lr_max, w, max(total_updates, w + 1), cfg.end_lr)
+    else:
+        after = constant(lr_max)
+    schedule = warmup(lr_max, w, after)
+    bounds = sorted(
+        set(cfg.step_updates) | {epoch_boundary(e, updates_per_epoch) for e in cfg.step_epochs}
+    )
+    if bounds and cfg.after_step == "inverse_sqrt":
+        b0 = bounds[0]
+        lr_b0 = schedule(b0)
+        schedule = switch(schedule, b0, lambda t: lr_b0 * math.sqrt(b0 / t))
+    return step(schedule, bounds, cfg.step_factor) if bounds else schedule

@@ -1,0 +1,109 @@
+"""Checkpoints: safetensors + JSON, atomic, rotation keeps the best, loading restores everything exactly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from normlab.config import OptimConfig
+from normlab.model import Seq2Seq
+from normlab.train import checkpoint as ck
+from normlab.train.optim import build_optimizer
+from tests.conftest import tiny_config
+
+
+def _trained(seed=0):
+    torch.manual_seed(seed)
+    model = Seq2Seq(tiny_config(share_embeddings="all"))
+    opt = build_optimizer(model, OptimConfig(lr=1e-3))
+    src = torch.randint(1, 50, (2, 5))
+    model(src, src).logsumexp(-1).mean().backward()
+    opt.step()
+    return model, opt
+
+
+def test_round_trip_is_exact(tmp_path):
+    model, opt = _trained()
+    torch.manual_seed(123)
+    path = ck.save_checkpoint(tmp_path, 7, model, opt, {"epoch": 2, "note": "x"})
+    expected_draw = torch.rand(3)
+    assert sorted(p.name for p in path.iterdir()) == ["model.safetensors", "optimizer.safetensors", "state.json"]
+    model2, opt2 = _trained(seed=1)
+    state = ck.load_checkpoint(path, model2, opt2, restore_rng=True)
+    assert torch.equal(torch.rand(3), expected_draw)  # the RNG continues where it was saved
+    assert state["update"] == 7 and state["epoch"] == 2 and state["note"] == "x"
+    for (n, a), (_, b) in zip(model.state_dict().items(), model2.state_dict().items()):
+        assert torch.equal(a, b), n
+    s1, s2 = opt.state_dict(), opt2.state_dict()
+    assert s1["param_groups"] == s2["param_groups"]
+    for i in s1["state"]:
+        for k in s1["state"][i]:
+            assert torch.equal(torch.as_tensor(s1["state"][i][k]), torch.as_tensor(s2["state"][i][k]))
+    # tied weights stay tied after loading
+    assert model2.output_projection.weight is model2.encoder.embed_tokens.weight
+
+
+def test_no_pickle_anywhere(tmp_path):
+    model, opt = _trained()
+    path = ck.save_checkpoint(tmp_path, 1, model, opt, {})
+    json.loads((path / "state.json").read_text())
+    for f in ("model.safetensors", "optimizer.safetensors"):
+        head = (path / f).read_bytes()[:16]
+        assert not head.startswith(b"\x80"), "pickle protocol header"
+        assert not head.startswith(b"PK"), "torch.save zip archive"
+
+
+def test_rotation_keeps_last_k_and_best(tmp_path):
+    model, opt = _trained()
+    for u in (1, 2, 3, 4):
+        p = ck.save_checkpoint(tmp_path, u, model, opt, {})
+        if u == 2:
+            ck.mark_best(p)
+        ck.rotate(tmp_path, keep_last=2)
+    assert [p.name for p in ck.list_checkpoints(tmp_path)] == ["update_00000003", "update_00000004"]
+    assert ck.read_state(tmp_path / "best")["update"] == 2
+
+
+def test_interrupted_save_is_invisible(tmp_path):
+    model, opt = _trained()
+    ck.save_checkpoint(tmp_path, 1, model, opt, {})
+    (tmp_path / ".tmp-abc").mkdir()  # what a kill during a save leaves behind
+    (tmp_path / ".tmp-abc" / "model.safetensors").write_bytes(b"half")
+    assert [p.name for p in ck.list_checkpoints(tmp_path)] == ["update_00000001"]
+    ck.rotate(tmp_path, keep_last=5)
+    assert not (tmp_path / ".tmp-abc").exists()
+
+
+def test_resolve(tmp_path):
+    model, opt = _trained()
+    with pytest.raises(ck.CheckpointError, match="no checkpoint found"):
+        ck.resolve_checkpoint(tmp_path, "best")
+    ckpts = tmp_path / "checkpoints"
+    for u in (3, 9):
+        ck.save_checkpoint(ckpts, u, model, opt, {})
+    assert ck.resolve_checkpoint(tmp_path, "best").name == "update_00000009"  # no best yet: the last
+    assert ck.resolve_checkpoint(tmp_path, "3").name == "update_00000003"
+    ck.mark_best(ckpts / "update_00000003")
+    assert ck.resolve_checkpoint(tmp_path, "best").name == "best"
+    with pytest.raises(ck.CheckpointError, match=r"no checkpoint at update 4 \(have: 3, 9\)"):
+        ck.resolve_checkpoint(tmp_path, "4")
+    with pytest.raises(ck.CheckpointError, match="'best', 'last' or an update number"):
+        ck.resolve_checkpoint(tmp_path, "newest")
+
+
+def test_wrong_model_is_an_error(tmp_path):
+    model, opt = _trained()
+    path = ck.save_checkpoint(tmp_path, 1, model, opt, {})
+    for other in (Seq2Seq(tiny_config(encoder_layers=3)), Seq2Seq(tiny_config(d_ffn=48))):
+        with pytest.raises(ck.CheckpointError, match="does not fit the model"):
+            ck.load_checkpoint(path, other)
+
+
+def test_keep_every_spares_multiples(tmp_path):
+    model, opt = _trained()
+    for u in (2, 3, 4, 5, 6, 7):
+        ck.save_checkpoint(tmp_path, u, model, opt, {})
+        ck.rotate(tmp_path, keep_last=1, keep_every=3)
+    assert [p.name for p in ck.list_checkpoints(tmp_path)] == ["update_00000003", "update_00000006", "update_00000007"]

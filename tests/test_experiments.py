@@ -1,0 +1,114 @@
+"""The paper's experiments as functions: the grids they return, and how settings are scaled."""
+
+from __future__ import annotations
+
+import pytest
+
+from normlab.config import ConfigError
+from normlab.experiments.figures import (
+    Context,
+    all_runs,
+    fig2_warmup_ablation,
+    fig4_pre_vs_post,
+    fig5_bert,
+    fig6_small_lr,
+    finetune_points,
+    mappings,
+)
+from normlab.experiments.scales import PAPER, SCALES, get_scale, scaled_updates
+
+CTX = Context(translation_updates_per_epoch=100)
+
+
+def test_fig2_is_the_papers_grid():
+    runs = fig2_warmup_ablation(get_scale("paper"), Context(translation_updates_per_epoch=1100))
+    adam = {(r.config.optim.lr, r.config.schedule.warmup_updates) for r in runs if r.config.optim.name == "adam"}
+    assert adam == {(lr, w) for lr in (5e-4, 1e-3) for w in (1, 500, 4000)}
+    sgd = {(r.config.optim.lr, r.config.schedule.warmup_updates) for r in runs if r.config.optim.name == "sgd"}
+    assert sgd == {(lr, w) for lr in (5e-3, 1e-3) for w in (1, 4000)}
+    assert all(r.config.schedule.decay == "inverse_sqrt" and r.config.model.placement == "post" for r in runs)
+    assert all(r.config.optim.betas == (0.9, 0.98) for r in runs if r.config.optim.name == "adam")
+    m = runs[0].config.model
+    assert (m.encoder_layers, m.decoder_layers, m.d_model, m.d_ffn, m.n_heads) == (6, 6, 512, 1024, 4)
+    assert runs[0].config.data.max_tokens == 4096 and runs[0].config.label_smoothing == 0.1
+
+
+def test_fig4_pre_ln_schedule_at_paper_and_small_scale():
+    paper = {r.name: r for r in fig4_pre_vs_post(get_scale("paper"), Context(translation_updates_per_epoch=1100))}
+    pre = paper["pre-adam-5e-4-nowarm-step"].config
+    assert pre.model.placement == "pre" and pre.schedule.warmup_updates == 0
+    assert pre.schedule.step_epochs == (8,) and pre.schedule.step_factor == 0.1 and pre.schedule.decay == "constant"
+    radam = paper["post-radam-5e-4-nowarm-linear"].config
+    assert radam.optim.name == "radam" and radam.schedule.decay == "linear" and radam.schedule.warmup_updates == 0
+    quick = {r.name: r for r in fig4_pre_vs_post(get_scale("quick"), CTX)}
+    total = get_scale("quick").translation.epochs * 100
+    step = quick["pre-adam-5e-4-nowarm-step"].config.schedule.step_updates[0]
+    assert step == round(7 / 30 * total)  # the same fraction of the run as epoch 8 of ~30
+
+
+@pytest.mark.parametrize("scale", ["smoke", "quick", "cpu"])
+def test_warmup_is_the_same_fraction_of_the_run(scale):
+    s = get_scale(scale)
+    runs = {r.name: r for r in fig2_warmup_ablation(s, CTX)}
+    total = s.translation.epochs * 100
+    paper_total = PAPER["iwslt_updates_per_epoch"] * PAPER["iwslt_epochs"]
+    w4000 = runs["post-adam-5e-4-w4000"].config.schedule.warmup_updates
+    assert w4000 == max(2, round(4000 / paper_total * total))
+    assert runs["post-adam-5e-4-w500"].config.schedule.warmup_updates >= 2  # never silently "no warm-up"
+    assert runs["post-adam-5e-4-nowarm"].config.schedule.warmup_updates == 1
+
+
+def test_scaled_updates():
+    assert scaled_updates(4000, 33000, 330) == 40
+    assert scaled_updates(500, 33000, 33) == 2  # rounded to 0, kept at the least
+    assert scaled_updates(1, 33000, 330) == 1 and scaled_updates(0, 33000, 330) == 0
+
+
+def test_fig5_and_fig6():
+    bert = {r.name: r.config for r in fig5_bert(get_scale("paper"), CTX)}
+    assert bert["bert-post-1e-4"].schedule.warmup_updates == 10_000 and bert["bert-post-1e-4"].optim.lr == 1e-4
+    assert bert["bert-pre-3e-4"].schedule.warmup_updates == 0 and bert["bert-pre-3e-4"].optim.lr == 3e-4
+    assert bert["bert-post-3e-4"].model.placement == "post" and bert["bert-post-3e-4"].optim.lr == 3e-4
+    assert all(c.schedule.decay == "linear" and c.data.task == "mlm" for c in bert.values())
+    base = bert["bert-pre-3e-4"].model
+    assert (base.encoder_layers, base.d_model, base.n_heads, base.d_ffn) == (12, 768, 12, 3072)
+    six = {r.name: r.config for r in fig6_small_lr(get_scale("quick"), CTX)}
+    small = six["post-adam-1e-4-const"]
+    assert small.optim.lr == 1e-4 and small.schedule.decay == "constant" and small.schedule.warmup_updates == 0
+
+
+def test_all_runs_merges_shared_runs_and_orders_finetuning_last():
+    runs = all_runs(get_scale("quick"), CTX)
+    names = [r.name for r in runs]
+    assert len(names) == len(set(names))
+    shared = {r.name: r.figures for r in runs}
+    assert shared["post-adam-5e-4-w4000"] == ("fig2", "fig4")
+    assert shared["post-adam-1e-3-nowarm"] == ("fig2", "fig6")
+    kinds = [r.kind for r in runs]
+    assert kinds.index("finetune") > max(i for i, k in enumerate(kinds) if k != "finetune")
+    ft = [r for r in runs if r.kind == "finetune"]
+    s = get_scale("quick")
+    assert len(ft) == 2 * s.finetune.checkpoints * len(s.finetune.tasks) * s.finetune.seeds
+    assert {r.parent for r in ft} == {"bert-post-1e-4", "bert-pre-3e-4"}  # the diverging 3e-4 run is not fine-tuned
+    assert all(r.parent_update in finetune_points(s) for r in ft)
+    assert all(r.config.data.tokenizer == "en-mono" for r in ft)  # the pre-training vocabulary
+
+
+def test_finetune_points_are_checkpoints_the_mlm_run_keeps():
+    for name in SCALES:
+        s = get_scale(name)
+        bert = fig5_bert(s, CTX)[0].config
+        points = finetune_points(s)
+        assert len(points) == min(s.finetune.checkpoints, s.mlm.evals)
+        assert all(p % bert.keep_every == 0 and p <= bert.max_updates for p in points)
+
+
+def test_mappings_state_every_translation():
+    rows = {m.what: m for m in mappings(get_scale("quick"), CTX)}
+    assert "T_warmup=4000" in rows and "12.1% of the run" in rows["T_warmup=4000"].paper
+    assert "Pre-LN step decay x0.1" in rows and "BERT run" in rows and "fine-tuning" in rows
+
+
+def test_unknown_scale():
+    with pytest.raises(ConfigError, match="unknown scale 'huge'"):
+        get_scale("huge")

@@ -1,0 +1,91 @@
+"""Schedules against tables of values, including t = 0 and t = 1 (the first update never runs at lr 0)."""
+
+import math
+
+import pytest
+
+from normlab.config import ConfigError, ScheduleConfig
+from normlab.train.schedules import build_schedule, constant, inverse_sqrt, linear, step, switch, warmup
+
+LR = 5e-4
+
+
+def table(schedule, ts):
+    return [schedule(t) for t in ts]
+
+
+def test_warmup_then_inverse_sqrt_paper_eq1():
+    s = build_schedule(ScheduleConfig(warmup_updates=4000), LR, 100_000, 1000)
+    assert table(s, [0, 1, 2, 2000, 4000]) == pytest.approx([0.0, LR / 4000, 2 * LR / 4000, LR / 2, LR])
+    assert table(s, [4001, 16_000, 64_000]) == pytest.approx([LR * math.sqrt(4000 / 4001), LR / 2, LR / 4])
+
+
+@pytest.mark.parametrize("w", [0, 1])
+def test_no_warmup_is_0_or_1(w):
+    s = build_schedule(ScheduleConfig(warmup_updates=w), LR, 1000, 100)
+    assert table(s, [0, 1, 4, 100]) == pytest.approx([LR, LR, LR / 2, LR / 10])  # lr(0) is the clamp of t=1
+    assert s(1) > 0
+
+
+def test_warmup_500_first_update_not_zero():
+    s = build_schedule(ScheduleConfig(warmup_updates=500), 1e-3, 10_000, 100)
+    assert s(1) == pytest.approx(2e-6) and s(500) == pytest.approx(1e-3) and s(2000) == pytest.approx(5e-4)
+
+
+def test_linear_decay_bert():
+    # the paper's Pre-LN BERT: linear decay from 3e-4, no warm-up; reaches 0 at the last update
+    s = build_schedule(ScheduleConfig(decay="linear"), 3e-4, 1000, 100)
+    assert table(s, [0, 1, 500, 1000]) == pytest.approx([3e-4, 3e-4 * 999 / 1000, 1.5e-4, 0.0])
+    # Post-LN BERT: warm-up then linear decay
+    s = build_schedule(ScheduleConfig(decay="linear", warmup_updates=100), 1e-4, 1100, 100)
+    assert table(s, [1, 100, 600, 1100]) == pytest.approx([1e-6, 1e-4, 5e-5, 0.0])
+
+
+def test_constant_figure6():
+    s = build_schedule(ScheduleConfig(decay="constant"), 1e-4, 10, 5)
+    assert table(s, [0, 1, 10]) == [1e-4, 1e-4, 1e-4]
+
+
+def test_step_decay_at_epoch_8_pre_ln_iwslt():
+    # 5e-4, x 0.1 from the start of epoch 8 (epochs of 1000 updates): updates 1..7000 at 5e-4
+    s = build_schedule(ScheduleConfig(decay="constant", step_epochs=(8,)), LR, 20_000, 1000)
+    assert table(s, [1, 7000, 7001, 15_000]) == pytest.approx([LR, LR, LR / 10, LR / 10])
+
+
+def test_step_then_inverse_sqrt_wmt():
+    # decay at epoch 6 then inverse square root, continuous apart from the factor
+    s = build_schedule(ScheduleConfig(decay="constant", step_epochs=(6,), after_step="inverse_sqrt"), 7e-4, 20_000, 1000)
+    assert s(5000) == pytest.approx(7e-4)
+    assert s(5001) == pytest.approx(7e-5 * math.sqrt(5000 / 5001))
+    assert s(20_000) == pytest.approx(7e-5 * math.sqrt(5000 / 20_000))
+
+
+def test_step_updates_footnote():
+    # footnote 1: 7.5e-4, decayed at update 8000, then inverse square root
+    s = build_schedule(ScheduleConfig(decay="constant", step_updates=(8000,), after_step="inverse_sqrt"), 7.5e-4, 40_000, 500)
+    assert s(8000) == pytest.approx(7.5e-4) and s(32_000) == pytest.approx(7.5e-5 / 2)
+
+
+def test_pieces_compose():
+    s = step(warmup(1.0, 4, inverse_sqrt(1.0, 4)), [8], 0.5)
+    assert table(s, [1, 4, 16]) == pytest.approx([0.25, 1.0, 0.25])
+    s = switch(constant(1.0), 3, linear(1.0, 3, 5))
+    assert table(s, [3, 4, 5, 9]) == pytest.approx([1.0, 0.5, 0.0, 0.0])
+    with pytest.raises(ValueError):
+        linear(1.0, 5, 5)
+
+
+def test_warmup_longer_than_run():
+    with pytest.raises(ValueError, match="longer than the run"):
+        build_schedule(ScheduleConfig(warmup_updates=4000), LR, 1000, 100)
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [({"warmup_updates": -1}, "warmup_updates"), ({"step_epochs": (1,)}, "step_epochs"),
+     ({"step_updates": (5, 3)}, "step_updates"), ({"step_factor": 0}, "step_factor"),
+     ({"after_step": "inverse_sqrt"}, "after_step")],
+)  # fmt: skip
+def test_invalid_schedule_configs(kwargs, field):
+    with pytest.raises(ConfigError, match=field):
+        ScheduleConfig(**kwargs)
