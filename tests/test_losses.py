@@ -146,12 +146,18 @@ def test_loss_only_backward_and_shared_weight():
             torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-6)
 
 
-def test_no_grad_and_mean_and_all_padding():
+def test_no_grad_and_mean_and_all_padding(monkeypatch):
+    import normlab.train.losses as losses
+
     h, w, b, t = _problem()
+    seen = []
+    run_head = losses._run_head
+    monkeypatch.setattr(losses, "_run_head", lambda *a, **k: seen.append(k["grads"]) or run_head(*a, **k))
     with torch.no_grad():
         ref = label_smoothed_nll_loss(F.linear(h, w), t, reduction="mean")
         got = linear_label_smoothed_nll_loss(h.requires_grad_(True), w, t, reduction="mean", chunk_size=6)
     torch.testing.assert_close(got, ref)
+    assert seen == [None], "evaluation must not compute gradients"
     zero, _ = linear_label_smoothed_nll_loss(h, w, torch.full_like(t, PAD))
     assert zero.item() == 0.0
 

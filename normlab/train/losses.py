@@ -322,7 +322,9 @@ def linear_label_smoothed_nll_loss(
     n = t.shape[0]
     chunk = chunk_size or default_chunk_size(V, h.device)
     cd = _compute_dtype(h)
-    loss, nll = _LinearLabelSmoothedCE.apply(h, weight, bias, t, conf, eps_i, chunk, cd, impl == "chunked")
+    # under no_grad (evaluation) autograd still reports needs_input_grad: never precompute gradients there
+    precompute = impl == "chunked" and torch.is_grad_enabled()
+    loss, nll = _LinearLabelSmoothedCE.apply(h, weight, bias, t, conf, eps_i, chunk, cd, precompute)
     if reduction == "mean":
         loss, nll = loss / max(n, 1), nll / max(n, 1)
     return loss, nll
@@ -350,9 +352,8 @@ def translation_loss(
     if impl == "plain":
         return label_smoothed_nll_loss(model(src, tgt_in), tgt_out, epsilon)
     feats = model(src, tgt_in, features_only=True)
-    return linear_label_smoothed_nll_loss(
-        feats, model.output_projection.weight, tgt_out, epsilon, impl=impl, chunk_size=chunk_size
-    )
+    weight = getattr(model, "module", model).output_projection.weight  # through a DDP wrapper too
+    return linear_label_smoothed_nll_loss(feats, weight, tgt_out, epsilon, impl=impl, chunk_size=chunk_size)
 
 
 def masked_lm_loss(
