@@ -299,8 +299,11 @@ def measure_peak_memory(e: Entry, batch, dtype, device) -> int:
     return pm.peak
 
 
-def run_dtype(entries: list[Entry], dname: str, w: Workload, device, args) -> None:
+def run_dtype(entries: list[Entry], dname: str, w: Workload, device, args) -> list[float]:
+    """Alternate the models' updates; after each round also measure the matmul peak, so that peak and models
+    see the same load on a shared machine. Returns the per-round peaks (FLOP/s)."""
     dtype = DTYPES[dname]
+    peaks = []
     batch = make_batch(w, device)
     active = [e for e in entries if dname in e.dtypes]
     rounds = args.warmup + args.updates
@@ -315,18 +318,22 @@ def run_dtype(entries: list[Entry], dname: str, w: Workload, device, args) -> No
             dt = clock() - t0
             if r >= args.warmup:
                 e.times.setdefault(dname, []).append(dt)
+        if r >= args.warmup:
+            peaks.append(matmul_peak_flops(dtype, device, budget_s=1.5, clock=clock))
         done = "warm-up" if r < args.warmup else "timed"
         print(f"#   {dname} round {r + 1}/{rounds} ({done}) done, load average {os.getloadavg()[0]:.1f}", flush=True)
     if not args.no_memory:
         for e in active:
             e.peak[dname] = measure_peak_memory(e, batch, dtype, device)
+    return peaks
 
 
 def report(entries: list[Entry], dname: str, w: Workload, flops: int, peak_flops: float) -> None:
     active = [e for e in entries if dname in e.times]
     if not active:
         return
-    print(f"\n## {dname}: matmul peak {peak_flops / 1e9:.0f} GFLOP/s measured; one update = {flops / 1e12:.3f} "
+    print(f"\n## {dname}: matmul peak {peak_flops / 1e9:.0f} GFLOP/s (median of one measurement per round); "
+          f"one update = {flops / 1e12:.3f} "
           f"TFLOP; ceiling at that peak = {w.tokens * peak_flops / flops:,.0f} tokens/s")  # fmt: skip
     print(f"{'model':34s} {'tokens/s':>9s} {'ms/update (min-max)':>24s} {'peak MiB':>9s} {'% of peak':>9s}  notes")
     for e in active:
@@ -381,6 +388,8 @@ def run_real_loop(placement: str, dname: str, w: Workload, device, args) -> dict
     from normlab.config import DataConfig, ScheduleConfig
     from normlab.train.trainer import Trainer
 
+    if device.type == "cpu":
+        tune_malloc()  # as `normlab train` does on the CPU (normlab/train/run.py); process-wide from here on
     n_updates = args.warmup + args.updates + 1
     cfg = TrainConfig(
         model=w.model_config(placement), data=DataConfig(max_tokens=w.batch * max(w.src_len, w.tgt_len)),
@@ -417,7 +426,8 @@ def report_real_loop(results: dict[tuple[str, str], dict[str, float]], entries: 
     if not results:
         return
     print("\n## normlab's Trainer on the same workload (synthetic pairs through its data pipeline, metrics.jsonl "
-          "+ TensorBoard logging, schedule, gradient-norm logging): the figure users see")  # fmt: skip
+          "+ TensorBoard logging, schedule, gradient-norm logging; on the CPU with glibc malloc tuned as "
+          "`normlab train` does, unlike the bare steps above unless --malloc tuned): the figure users see")  # fmt: skip
     print(f"{'model':18s} {'dtype':5s} {'loop tokens/s':>13s} {'ms/update (min-max)':>24s} {'bare step':>10s} "
           f"{'gap':>6s} {'trainer log':>12s}")  # fmt: skip
     bare = {e.name: e for e in entries}
@@ -488,6 +498,11 @@ def main(argv: list[str] | None = None) -> int:
           f"dropout {w.dropout}, label smoothing {w.epsilon}; {args.warmup} warm-up + {args.updates} timed "
           f"updates per model, alternating; load average {os.getloadavg()[0]:.1f} at start")  # fmt: skip
     print(f"# clock: {'main-thread CPU time (1 thread)' if args.clock == 'cpu' else 'wall'}; malloc: {malloc_note}")
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if device.type == "cpu" and args.clock == "wall" and load > 0.5 * cores:
+        print(f"# WARNING: load average {load:.1f} on {cores} cores: other processes share this CPU. With more "
+              f"than one thread every OpenMP parallel region waits for a descheduled thread, which slows models "
+              f"with many small operators most; --clock cpu gives the robust comparison.")  # fmt: skip
 
     flops = seq2seq_update_flops(w.model_config("post"), w.batch, w.src_len, w.tgt_len)
     peaks = {}
@@ -519,7 +534,8 @@ def main(argv: list[str] | None = None) -> int:
         print("nothing to measure")
         return 1
     for dname in dtypes:
-        run_dtype(entries, dname, w, device, args)
+        round_peaks = run_dtype(entries, dname, w, device, args)
+        peaks[dname] = statistics.median(round_peaks + [peaks[dname]])
     loops: dict[tuple[str, str], dict[str, float]] = {}
     if args.real_loop:
         for dname in dtypes:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import platform
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -58,6 +59,14 @@ def test_peak_memory_counts_storages_once_and_frees():
     assert pm.peak == 6000
     assert pm.current == 4400
     del c
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
+def test_tune_malloc_in_a_fresh_process():
+    # process-wide, so not in the test process itself
+    code = "from normlab.train.throughput import tune_malloc; import torch; print(tune_malloc()); torch.ones(1 << 24)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True"]
 
 
 def test_mask_dropout_statistics_and_gradient():
@@ -121,8 +130,9 @@ def _benchmark_module():
     return mod
 
 
-def test_benchmark_runs_end_to_end_at_tiny_size(capsys):
+def test_benchmark_runs_end_to_end_at_tiny_size(capsys, monkeypatch):
     bench = _benchmark_module()
+    monkeypatch.setattr(bench, "tune_malloc", lambda: False)  # process-wide: not in the test process
     w = bench.Workload(layers=1, batch=2, src_len=6, tgt_len=5, d_model=32, d_ffn=64, heads=4, vocab=60)
     args = argparse.Namespace(
         normlab_loss="chunked", normlab_adam="trainer", peer_adam="default", warmup=1, updates=2,
@@ -132,7 +142,7 @@ def test_benchmark_runs_end_to_end_at_tiny_size(capsys):
     names = ["normlab-post", "normlab-pre:loss=plain,adam=foreach", "torch.nn", "hf-mbart", "hf-marian", "x-transformers"]
     entries = [e for e in (bench.build(n, w, device, args) for n in names) if e is not None]
     assert [e.name for e in entries][:3] == names[:3]
-    bench.run_dtype(entries, "fp32", w, device, args)
+    assert len(bench.run_dtype(entries, "fp32", w, device, args)) == 2  # one matmul peak per timed round
     flops = seq2seq_update_flops(w.model_config("post"), w.batch, w.src_len, w.tgt_len)
     bench.report(entries, "fp32", w, flops, peak_flops=1e10)
     out = capsys.readouterr().out

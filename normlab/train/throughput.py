@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import platform
 import statistics
 import sys
 import time
@@ -15,7 +16,6 @@ import weakref
 from collections.abc import Callable, Iterable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
@@ -55,7 +55,7 @@ def tune_malloc() -> bool:
     per update, torch.nn 4.39 -> 3.77 s, x-transformers 4.40 -> 3.79 s. Process-wide, and the process's RSS
     no longer shrinks; returns False (and does nothing) where the C library is not glibc.
     """
-    if not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
@@ -185,17 +185,3 @@ class PeakMemory(TorchDispatchMode):
             if isinstance(t, Tensor):
                 self._track(t)
         return out
-
-
-def _smoke() -> None:  # pragma: no cover - a manual check: python -m normlab.train.throughput
-    for dt in (torch.float32, torch.bfloat16):
-        print(dt, f"{matmul_peak_flops(dt) / 1e9:.1f} GFLOP/s")
-    x = torch.randn(1000, 1000)
-    with PeakMemory(resident=[x]) as pm:
-        y = F.relu(x @ x)
-        del y
-    print("peak MB", pm.peak / 2**20)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    _smoke()
