@@ -152,7 +152,8 @@ def test_benchmark_runs_end_to_end_at_tiny_size(capsys, monkeypatch):
     with pytest.raises(SystemExit, match="unknown option"):
         bench.build("normlab-post:speed=11", w, device, args)
     # the same workload through the Trainer: every update has exactly the benchmark's target tokens
-    loop = bench.run_real_loop("post", "fp32", w, device, args)
-    assert loop["median"] > 0 and loop["trainer_tokens_per_s"] > 0
-    bench.report_real_loop({("post", "fp32"): loop}, entries, w)
+    loop = bench.run_real_loop("post", "fp32", w, device, args, bare=entries[0])
+    assert loop["median"] > 0 and loop["trainer_tokens_per_s"] > 0 and loop["bare_median"] > 0
+    assert len(entries[0].times["fp32"]) == 2, "the paired bare updates are not the alternating run's"
+    bench.report_real_loop({("post", "fp32"): loop}, w)
     assert "gap" in capsys.readouterr().out
