@@ -508,6 +508,12 @@ class TrainConfig(Strict):
     max_updates: int = field(0, help="stop after this many updates; 0 = only max_epochs")
     accumulate: int = field(1, help="batches per update (gradient accumulation; fairseq's update_freq)")
     label_smoothing: float = field(0.1, help="epsilon of the label-smoothed cross entropy (translation; paper: 0.1)")
+    loss_impl: Literal["chunked", "recompute", "plain"] = field(
+        "chunked",
+        help="translation loss: chunked (output projection + loss in chunks of positions, gradients in the same "
+        "pass; the fastest, no (N, V) logits kept), recompute (chunks recomputed in backward; least memory) or "
+        "plain (full logits); the same values and gradients (normlab/train/losses.py)",
+    )
     seed: int = field(1, help="seeds initialisation, data order, dropout and masking")
     precision: Literal["auto", "bf16", "fp32"] = field(
         "auto", help="auto: bf16 autocast where the device supports it (CUDA, CPUs with AVX-512 BF16/AMX), else fp32"

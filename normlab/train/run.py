@@ -87,6 +87,11 @@ def train(
     if "train" not in data.splits:
         raise ConfigError(f"{data.corpus.root}: no train split")
     dist = init_distributed(cfg.device)
+    if dist.device.type == "cpu":
+        # this process only trains: let glibc keep freed activations for reuse (6-14% faster updates, issue 9)
+        from normlab.train.throughput import tune_malloc
+
+        tune_malloc()
     try:
         valid = data.splits.get("valid")
         extra = _bleu_hook(cfg, data.tokenizer, valid, dist.is_main) if cfg.valid_bleu and valid is not None else None

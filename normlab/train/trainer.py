@@ -284,7 +284,7 @@ class Trainer:
             sync = contextlib.nullcontext() if (last or not d.enabled) else self.net.no_sync()
             with sync:
                 with self._autocast():
-                    sums = compute_loss(self.net, batch.to(self.device), cfg.label_smoothing)
+                    sums = compute_loss(self.net, batch.to(self.device), cfg.label_smoothing, cfg.loss_impl)
                 # DDP averages gradients over ranks; scale so that the result is sum / global tokens
                 (sums.loss * (d.world / n_global)).backward()
             loss_sum += sums.loss.item()
@@ -324,7 +324,7 @@ class Trainer:
             batch = data.collate(idx, rank=d.rank, world=d.world, seed=cfg.seed, epoch=0, step=step)
             with self._autocast():
                 # the model itself, not the DDP wrapper: evaluation has no backward
-                sums = compute_loss(self.model, batch.to(self.device), cfg.label_smoothing)
+                sums = compute_loss(self.model, batch.to(self.device), cfg.label_smoothing, cfg.loss_impl)
             loss += sums.loss.item()
             nll += sums.nll.item()
             n += sums.n_tokens
