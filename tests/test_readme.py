@@ -24,6 +24,11 @@ COVERED: dict[str, str] = {
     ".venv/bin/normlab analyze --scale paper --out runs/analysis-paper": "tests/test_analysis.py::test_analyze_command_end_to_end",
     ".venv/bin/normlab diagnose --set placement=post --set encoder_layers=12 --set decoder_layers=12": "tests/test_diagnose.py::test_diagnose_command",
     "make reproduce": "tests/test_reproduce.py::test_smoke_reproduce_writes_the_report",
+    # translate/evaluate need a trained run; the tests train a tiny one and run the same commands on it
+    'echo "Das ist ein Haus." | .venv/bin/normlab translate --run runs/pre': "tests/test_translate_cli.py::test_translate_streams_in_order",
+    ".venv/bin/normlab translate --run runs/pre --input news.de --checkpoint last --beam 1":
+        "tests/test_translate_cli.py::test_translate_streams_in_order",
+    ".venv/bin/normlab evaluate --run runs/pre --split test": "tests/test_translate_cli.py::test_evaluate_writes_json",
     "normlab train --config run.yaml --set model.placement=pre --set optim.lr=5e-4 --out runs/pre":
         "tests/test_train_cli.py::test_resume_and_config_file",
     "normlab train --out runs/pre --resume --set max_epochs=30": "tests/test_train_cli.py::test_resume_and_config_file",

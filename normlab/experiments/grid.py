@@ -60,7 +60,7 @@ def run_status(run_dir: Path) -> str | None:
         return None
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:  # runs in the child between fork and exec
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
@@ -74,7 +74,7 @@ def _torchrun_command(config_path: Path, run_dir: Path, resume: bool, nproc: int
 
 
 def _worker_init(threads: int) -> None:
-    _die_with_parent()
+    die_with_parent()
     os.environ["OMP_NUM_THREADS"] = str(threads)
     # Waiting OpenMP threads sleep instead of spinning: with several jobs on few cores, spinning threads steal
     # the cores the other jobs compute on (measured: a diagnosis took 22 s instead of 2.1 s).
@@ -193,7 +193,7 @@ def run_grid(
             env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
             with open(log_path, "a", encoding="utf-8") as log:
                 job = subprocess.Popen(_torchrun_command(config_path, run_dir, resume, nproc), stdout=log,
-                                       stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)  # fmt: skip
+                                       stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent)  # fmt: skip
         running[spec.name] = (job, time.perf_counter(), spec)
         say(f"[{done + len(running):>3}/{total}] {'resume' if resume else 'start '} {spec.name}")
 

@@ -26,7 +26,7 @@ import torch
 from normlab import __version__
 from normlab.config import ConfigError
 from normlab.experiments.figures import Context, all_runs, mappings
-from normlab.experiments.grid import run_grid
+from normlab.experiments.grid import die_with_parent, run_grid
 from normlab.experiments.results import collect
 from normlab.experiments.scales import Scale, get_scale
 from normlab.report.claims import evaluate_claims
@@ -83,25 +83,36 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _analysis(scale: Scale, out: Path, threads: int) -> tuple[dict[str, Any] | None, dict[str, Path], str]:
-    """Figure 3 and the lemmas through ``normlab analyze`` (skipped when its analysis.json exists)."""
-    target = out / "analysis"
-    if not (target / "analysis.json").exists():
-        _say(f"analysis: normlab analyze --scale {scale.analysis} (Figure 3, Theorem 1, Lemmas 2-3)")
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-        cmd = [sys.executable, "-m", "normlab", "analyze", "--scale", scale.analysis, "--out", str(target)]
-        log = out / "logs" / "analysis.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "w", encoding="utf-8") as f:
-            code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
-        if code != 0:
-            _say(f"analysis failed (exit code {code}); see {log}")
-            return None, {}, ""
-    from normlab.analysis.run import summary_lines
+class _Analysis:
+    """Figure 3 and the lemmas through ``normlab analyze``, in a process of its own beside the training grid
+    (one thread: it time-shares the cores with the grid's jobs); skipped when its analysis.json exists."""
 
-    data = json.loads((target / "analysis.json").read_text(encoding="utf-8"))
-    images = {f"fig3-{p.stem}": p for p in sorted(target.glob("*.png"))}
-    return data["claims"], images, "\n".join(summary_lines(data))
+    def __init__(self, scale: Scale, out: Path) -> None:
+        self.target = out / "analysis"
+        self.log = out / "logs" / "analysis.log"
+        self.proc: subprocess.Popen | None = None
+        if (self.target / "analysis.json").exists():
+            return
+        _say(f"analysis: normlab analyze --scale {scale.analysis} (Figure 3, Theorem 1, Lemmas 2-3), beside the grid")
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE")
+        cmd = [sys.executable, "-m", "normlab", "analyze", "--scale", scale.analysis, "--out", str(self.target)]
+        with open(self.log, "w", encoding="utf-8") as f:
+            self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
+                                         preexec_fn=die_with_parent)  # fmt: skip
+
+    def result(self) -> tuple[dict[str, Any] | None, dict[str, Path], str]:
+        if self.proc is not None:
+            code = self.proc.wait()
+            if code != 0:
+                _say(f"analysis failed (exit code {code}); see {self.log}")
+                return None, {}, ""
+            _say("analysis: done")
+        from normlab.analysis.run import summary_lines
+
+        data = json.loads((self.target / "analysis.json").read_text(encoding="utf-8"))
+        images = {f"fig3-{p.stem}": p for p in sorted(self.target.glob("*.png"))}
+        return data["claims"], images, "\n".join(summary_lines(data))
 
 
 def reproduce(
@@ -131,12 +142,12 @@ def reproduce(
     jobs = jobs or (1 if cuda else cores)
     threads = threads or max(1, cores // jobs)
     _say(f"normlab reproduce --scale {scale.name} -> {out} ({jobs} job(s) x {threads} thread(s))")
+    # The analysis needs no data: it starts first and overlaps the tokenizer training as well as the grid.
+    analysis_job = _Analysis(scale, out) if "fig3" in figures else None
     ctx = make_context(scale, figures, corpus=corpus, device=device, precision=precision)
     specs = all_runs(scale, ctx, tuple(f for f in figures if f != "fig3"))
-    analysis, analysis_images, analysis_text = (None, {}, "")
-    if "fig3" in figures:
-        analysis, analysis_images, analysis_text = _analysis(scale, out, cores if not cuda else 1)
     outcomes = run_grid(specs, out, jobs=jobs, threads=threads, launcher=launcher, nproc=nproc, say=_say)
+    analysis, analysis_images, analysis_text = analysis_job.result() if analysis_job else (None, {}, "")
     results = collect(specs, out, outcomes)
     if analysis is not None:
         results["analysis"] = analysis
