@@ -136,3 +136,27 @@ def test_evidence_quotes_the_numbers():
     assert "log-depth +0.02" in claims["C3"]["evidence"]
     assert all(c["rule"] and c["source"] for c in claims.values())
     assert math.isclose(claims["C12"]["numbers"]["mean_gap"], (0.1 + 0.05 + 0.05 - 0.01) / 4)
+
+
+def test_c12_needs_a_gap_beyond_seed_noise():
+    results = paper_like()
+    pre, post = results["finetune"]["bert-pre-3e-4"], results["finetune"]["bert-post-1e-4"]
+    for task in pre:
+        for update in pre[task]:
+            a, b = pre[task][update]["mean"], post[task][update]["mean"]
+            pre[task][update]["seeds"] = [a - 0.01, a + 0.01]
+            post[task][update]["seeds"] = [b - 0.01, b + 0.01]
+    claims = {c["id"]: c for c in evaluate_claims(results)}
+    assert claims["C12"]["verdict"] == HOLDS and "clear of" in claims["C12"]["evidence"]
+    for task in pre:  # the same means, but seeds that spread over 40 points: the gap is noise
+        for update in pre[task]:
+            a = pre[task][update]["mean"]
+            pre[task][update]["seeds"] = [a - 0.2, a + 0.2]
+    claims = {c["id"]: c for c in evaluate_claims(results)}
+    assert claims["C12"]["verdict"] == FAILS and "within 2 standard errors" in claims["C12"]["evidence"]
+
+
+def test_c13_needs_a_clear_margin_over_the_large_rate():
+    results = paper_like()
+    results["runs"]["post-adam-1e-4-const"] = curve(7.5, 7.2, 6.95)  # 0.7% better than 7.0: noise, not "trains"
+    assert verdicts(results)["C13"] == FAILS

@@ -24,6 +24,15 @@ COVERED: dict[str, str] = {
     ".venv/bin/normlab analyze --scale paper --out runs/analysis-paper": "tests/test_analysis.py::test_analyze_command_end_to_end",
     ".venv/bin/normlab diagnose --set placement=post --set encoder_layers=12 --set decoder_layers=12": "tests/test_diagnose.py::test_diagnose_command",
     "make reproduce": "tests/test_reproduce.py::test_smoke_reproduce_writes_the_report",
+    # Speed: the peers are an optional extra; the benchmark's code path runs at a tiny size in the suite
+    ".venv/bin/pip install -e '.[bench]'": "tests/test_throughput.py::test_benchmark_runs_end_to_end_at_tiny_size",
+    ".venv/bin/python benchmarks/train_throughput.py --quick": "tests/test_throughput.py::test_benchmark_runs_end_to_end_at_tiny_size",
+    ".venv/bin/python benchmarks/train_throughput.py": "tests/test_throughput.py::test_benchmark_runs_end_to_end_at_tiny_size",
+    ".venv/bin/normlab reproduce --scale quick": "tests/test_reproduce.py::test_smoke_reproduce_writes_the_report",
+    ".venv/bin/normlab reproduce --scale cpu --out reproduce/cpu": "tests/test_reproduce.py::test_smoke_reproduce_writes_the_report",
+    ".venv/bin/normlab reproduce --scale paper --corpus ~/iwslt14-de-en":
+        "tests/test_reproduce.py::test_figure_subset_on_a_users_own_files",
+    ".venv/bin/normlab reproduce --scale quick --figures fig3,fig4": "tests/test_reproduce.py::test_figure_subset_on_a_users_own_files",
     # translate/evaluate need a trained run; the tests train a tiny one and run the same commands on it
     'echo "Das ist ein Haus." | .venv/bin/normlab translate --run runs/pre': "tests/test_translate_cli.py::test_translate_streams_in_order",
     ".venv/bin/normlab translate --run runs/pre --input news.de --checkpoint last --beam 1":

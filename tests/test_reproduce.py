@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -40,6 +41,10 @@ def test_smoke_reproduce_writes_the_report(tmp_path, data_cache):
     for section in ("Claims", "How the paper", "Figure 2", "Figure 3", "Figure 4", "Figure 5", "Figure 6", "Runs"):
         assert section in page, section
     assert page.count("data:image/png;base64,") >= 5  # self-contained: the figures are inside the page
+    md = (out / "report" / "REPORT.md").read_text()
+    assert all(f"| {i} |" in md for i in claims) and "## Runs" in md
+    for link in re.findall(r"\]\(([^)]+\.png)\)", md):  # the Markdown links the PNGs, relative to itself
+        assert (out / "report" / link).is_file(), link
     # re-running does no work: everything is cached
     again = subprocess.run([sys.executable, "-m", "normlab", "reproduce", "--scale", "smoke", "--out", str(out)],
                            cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)  # fmt: skip
@@ -48,6 +53,26 @@ def test_smoke_reproduce_writes_the_report(tmp_path, data_cache):
     assert json.loads((out / "report" / "results.json").read_text())["meta"]["outcomes"]["cached"] == len(
         results["runs"]
     )
+
+
+def test_figure_subset_on_a_users_own_files(tmp_path, small_corpora):
+    """``--figures`` runs only what those figures need, and ``--corpus`` takes fairseq-style train.de/train.en
+    files; claims whose runs were not asked for say so instead of guessing."""
+    out = tmp_path / "repro"
+    env = dict(ENV, NORMLAB_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-m", "normlab", "reproduce", "--scale", "smoke", "--figures", "fig6",
+                           "--corpus", str(small_corpora["de-en-raw"]), "--out", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((out / "report" / "results.json").read_text())
+    assert sorted(results["runs"]) == ["post-adam-1e-3-nowarm", "post-adam-1e-3-w4000", "post-adam-1e-4-const"]
+    assert all(r["status"] == "completed" for r in results["runs"].values()), results["runs"]
+    verdicts = {c["id"]: c["verdict"] for c in results["claims"]}
+    assert verdicts["C13"] != "not run at this scale" and verdicts["C1"] == verdicts["C11"] == "not run at this scale"
+    assert str(small_corpora["de-en-raw"]) in (out / "configs" / "post-adam-1e-4-const.yaml").read_text()
+    bad = subprocess.run([sys.executable, "-m", "normlab", "reproduce", "--scale", "smoke", "--figures", "fig7",
+                          "--out", str(tmp_path / "bad")], cwd=ROOT, env=env, capture_output=True, text=True)  # fmt: skip
+    assert bad.returncode == 2 and "fig7" in bad.stderr and not (tmp_path / "bad" / "report").exists()
 
 
 GRID_SCRIPT = """

@@ -31,6 +31,7 @@ from normlab.experiments.results import collect
 from normlab.experiments.scales import Scale, get_scale
 from normlab.report.claims import evaluate_claims
 from normlab.report.html import write_html
+from normlab.report.markdown import write_markdown
 from normlab.report.plots import plot_all
 
 __all__ = ["reproduce", "add_arguments", "run", "make_context"]
@@ -179,6 +180,7 @@ def reproduce(
     report.mkdir(parents=True, exist_ok=True)
     (report / "results.json").write_text(json.dumps(results, indent=1, default=_json_default), encoding="utf-8")
     write_html(results, images, report / "index.html")
+    write_markdown(results, images, report / "REPORT.md")
     _say(f"report: {report / 'index.html'} ({wall / 60:.1f} min)")
     for c in results["claims"]:
         _say(f"  {c['id']:>4} {c['verdict']:<22} {c['claim']}")
