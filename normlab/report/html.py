@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_html"]
+__all__ = ["write_html", "format_number", "verdict_counts"]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;
@@ -35,19 +35,28 @@ def _verdict_class(v: str) -> str:
     return {"holds": "holds", "does not hold": "fails"}.get(v, "notrun")
 
 
-def _num(x: Any, fmt: str = ".3f") -> str:
+def format_number(x: Any, fmt: str = ".3f") -> str:
+    """A table cell's number: "–" when absent, "inf" for a diverged run's loss (shared with REPORT.md)."""
     if x is None:
         return "–"
     if isinstance(x, float):
         return "inf" if math.isinf(x) else format(x, fmt)
-    return _e(x)
+    return str(x)
+
+
+def verdict_counts(claims: list[dict[str, Any]]) -> dict[str, int]:
+    return {v: sum(c["verdict"] == v for c in claims) for v in ("holds", "does not hold", "not run at this scale")}
+
+
+def _num(x: Any, fmt: str = ".3f") -> str:
+    return _e(format_number(x, fmt))
 
 
 def write_html(results: dict[str, Any], images: dict[str, Path], path: Path) -> Path:
     """Write the report page; ``images`` maps a figure id (fig2, fig3a, ...) to a PNG, embedded in the page."""
     meta = results.get("meta", {})
     claims = results.get("claims", [])
-    counts = {v: sum(c["verdict"] == v for c in claims) for v in ("holds", "does not hold", "not run at this scale")}
+    counts = verdict_counts(claims)
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>normlab reproduce: "
         f"{_e(meta.get('scale', ''))}</title><style>{_CSS}</style></head><body>",

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 from typing import Any
+
+from normlab.report.html import format_number, verdict_counts
 
 __all__ = ["write_markdown"]
 
@@ -16,18 +17,14 @@ def _cell(x: Any) -> str:
 
 
 def _num(x: Any, fmt: str = ".3f") -> str:
-    if x is None:
-        return "–"
-    if isinstance(x, float):
-        return "inf" if math.isinf(x) else format(x, fmt)
-    return _cell(x)
+    return _cell(format_number(x, fmt))
 
 
 def write_markdown(results: dict[str, Any], images: dict[str, Path], path: Path) -> Path:
     """Write the claims table (verdict, evidence, rule), the runs table and links to ``images``."""
     meta = results.get("meta", {})
     claims = results.get("claims", [])
-    counts = {v: sum(c["verdict"] == v for c in claims) for v in ("holds", "does not hold", "not run at this scale")}
+    counts = verdict_counts(claims)
     lines = [
         "# On Layer Normalization in the Transformer Architecture — reproduction",
         "",
