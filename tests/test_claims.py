@@ -160,3 +160,23 @@ def test_c13_needs_a_clear_margin_over_the_large_rate():
     results = paper_like()
     results["runs"]["post-adam-1e-4-const"] = curve(7.5, 7.2, 6.95)  # 0.7% better than 7.0: noise, not "trains"
     assert verdicts(results)["C13"] == FAILS
+
+
+def test_c13_two_diverged_runs_do_not_hold():
+    results = paper_like()
+    results["runs"]["post-adam-1e-4-const"] = {"status": "diverged", "evals": []}
+    results["runs"]["post-adam-1e-3-nowarm"] = {"status": "diverged", "evals": []}
+    claims = {c["id"]: c for c in evaluate_claims(results)}
+    assert claims["C13"]["verdict"] == FAILS and "nan" not in claims["C13"]["evidence"]
+
+
+def test_c12_a_point_with_one_seed_keeps_the_noise_check():
+    results = paper_like()
+    pre, post = results["finetune"]["bert-pre-3e-4"], results["finetune"]["bert-post-1e-4"]
+    for task in pre:
+        for update in pre[task]:
+            pre[task][update]["seeds"] = [pre[task][update]["mean"] - 0.2, pre[task][update]["mean"] + 0.2]
+            post[task][update]["seeds"] = [post[task][update]["mean"]] * 2
+    pre["wic"]["100"]["seeds"] = [pre["wic"]["100"]["mean"]]  # one seed failed at one point
+    claims = {c["id"]: c for c in evaluate_claims(results)}
+    assert claims["C12"]["verdict"] == FAILS and "within 2 standard errors" in claims["C12"]["evidence"]

@@ -88,11 +88,27 @@ def test_python_blocks_run(code, capsys):
     assert capsys.readouterr().out
 
 
+def _parses(line: str) -> None:
+    """A normlab command line (after a pipe, or after ``-m normlab``) parses with normlab's own parser."""
+    from normlab.cli import build_parser
+
+    argv = shlex.split(line.split("|")[-1])
+    if "normlab" in argv and argv[0] != "make" and not argv[0].endswith("normlab"):
+        argv = argv[argv.index("normlab") :]  # torchrun ... -m normlab train ...
+    if not argv or not argv[0].endswith("normlab"):
+        return
+    try:
+        build_parser().parse_args(argv[1:])
+    except SystemExit as e:
+        pytest.fail(f"README command does not parse ({e.code}): {line}")
+
+
 @pytest.mark.parametrize("line", _shell_lines())
 def test_shell_lines(line):
     if line in COVERED:
         path, _, name = COVERED[line].partition("::")
         assert f"def {name}(" in (ROOT / path).read_text(encoding="utf-8"), f"{line}: {COVERED[line]} is missing"
+        _parses(line)  # the long job is not run, but its flags must exist
         return
     argv = shlex.split(line)
     if argv[0] == "make":

@@ -15,6 +15,7 @@ on (no verdicts here): see :func:`claims_numbers`.
 from __future__ import annotations
 
 import json
+import os
 import math
 import platform
 import sys
@@ -311,7 +312,10 @@ def run_analysis(
 
         result["figures"] = write_figures(result, out)
         text = json.dumps(_json_ready(result), indent=1, allow_nan=False)
-        (out / "analysis.json").write_text(text + "\n", encoding="utf-8")
+        # atomic: `normlab reproduce` skips the analysis when analysis.json exists, so never a truncated one
+        tmp = out / "analysis.json.tmp"
+        tmp.write_text(text + "\n", encoding="utf-8")
+        os.replace(tmp, out / "analysis.json")
     return result
 
 

@@ -67,6 +67,12 @@ def die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
+def child_preexec() -> Callable[[], None] | None:
+    """``preexec_fn`` for a child that must not outlive the grid: Linux only (prctl). Windows has no
+    ``preexec_fn`` at all, and macOS no parent-death signal; there the grid's own shutdown stops its children."""
+    return die_with_parent if sys.platform.startswith("linux") else None
+
+
 def _torchrun_command(config_path: Path, run_dir: Path, resume: bool, nproc: int) -> list[str]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
            "-m", "normlab", "train", "--config", str(config_path), "--out", str(run_dir), "--quiet"]  # fmt: skip
@@ -193,7 +199,7 @@ def run_grid(
             env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
             with open(log_path, "a", encoding="utf-8") as log:
                 job = subprocess.Popen(_torchrun_command(config_path, run_dir, resume, nproc), stdout=log,
-                                       stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent)  # fmt: skip
+                                       stderr=subprocess.STDOUT, env=env, preexec_fn=child_preexec())  # fmt: skip
         running[spec.name] = (job, time.perf_counter(), spec)
         say(f"[{done + len(running):>3}/{total}] {'resume' if resume else 'start '} {spec.name}")
 

@@ -4,8 +4,8 @@
     normlab reproduce --scale paper --corpus ~/iwslt14   # the paper's settings on your IWSLT14 files, on GPUs
     normlab reproduce --scale cpu --jobs 2               # a night on 2 cores
 
-Writes ``OUT/report/index.html`` and ``OUT/report/results.json``. Re-running skips finished runs and resumes a
-killed one (see grid.py); ``--figures`` restricts the work to some figures.
+Writes ``OUT/report/index.html``, ``OUT/report/REPORT.md`` and ``OUT/report/results.json``. Re-running skips
+finished runs and resumes a killed one (see grid.py); ``--figures`` restricts the work to some figures.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -26,7 +27,7 @@ import torch
 from normlab import __version__
 from normlab.config import ConfigError
 from normlab.experiments.figures import Context, all_runs, mappings
-from normlab.experiments.grid import die_with_parent, run_grid
+from normlab.experiments.grid import child_preexec, run_grid
 from normlab.experiments.results import collect
 from normlab.experiments.scales import Scale, get_scale
 from normlab.report.claims import evaluate_claims
@@ -85,10 +86,11 @@ def _say(line: str) -> None:
 
 
 class _Analysis:
-    """Figure 3 and the lemmas through ``normlab analyze``, in a process of its own beside the training grid
-    (one thread: it time-shares the cores with the grid's jobs); skipped when its analysis.json exists."""
+    """Figure 3 and the lemmas through ``normlab analyze``, in a process of its own beside the training grid;
+    skipped when its analysis.json exists (written atomically). ``threads``: 1 beside a grid (it time-shares
+    the cores with the grid's jobs), all cores when it runs alone (``--figures fig3``)."""
 
-    def __init__(self, scale: Scale, out: Path) -> None:
+    def __init__(self, scale: Scale, out: Path, *, threads: int, device: str) -> None:
         self.target = out / "analysis"
         self.log = out / "logs" / "analysis.log"
         self.proc: subprocess.Popen | None = None
@@ -96,11 +98,18 @@ class _Analysis:
             return
         _say(f"analysis: normlab analyze --scale {scale.analysis} (Figure 3, Theorem 1, Lemmas 2-3), beside the grid")
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE")
-        cmd = [sys.executable, "-m", "normlab", "analyze", "--scale", scale.analysis, "--out", str(self.target)]
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
+        cmd = [sys.executable, "-m", "normlab", "analyze", "--scale", scale.analysis, "--out", str(self.target),
+               "--threads", str(threads), "--set", f"device={device}"]  # fmt: skip
         with open(self.log, "w", encoding="utf-8") as f:
             self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
-                                         preexec_fn=die_with_parent)  # fmt: skip
+                                         preexec_fn=child_preexec())  # fmt: skip
+
+    def stop(self) -> None:
+        """Stop the analysis (the grid failed or was interrupted); a rerun starts it again."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
     def result(self) -> tuple[dict[str, Any] | None, dict[str, Path], str]:
         if self.proc is not None:
@@ -144,10 +153,17 @@ def reproduce(
     threads = threads or max(1, cores // jobs)
     _say(f"normlab reproduce --scale {scale.name} -> {out} ({jobs} job(s) x {threads} thread(s))")
     # The analysis needs no data: it starts first and overlaps the tokenizer training as well as the grid.
-    analysis_job = _Analysis(scale, out) if "fig3" in figures else None
-    ctx = make_context(scale, figures, corpus=corpus, device=device, precision=precision)
-    specs = all_runs(scale, ctx, tuple(f for f in figures if f != "fig3"))
-    outcomes = run_grid(specs, out, jobs=jobs, threads=threads, launcher=launcher, nproc=nproc, say=_say)
+    alone = all(f == "fig3" for f in figures)
+    analysis_job = (_Analysis(scale, out, threads=cores if alone else 1, device=device)
+                    if "fig3" in figures else None)  # fmt: skip
+    try:
+        ctx = make_context(scale, figures, corpus=corpus, device=device, precision=precision)
+        specs = all_runs(scale, ctx, tuple(f for f in figures if f != "fig3"))
+        outcomes = run_grid(specs, out, jobs=jobs, threads=threads, launcher=launcher, nproc=nproc, say=_say)
+    except BaseException:  # a bad corpus, Ctrl-C: the analysis must not run on as an orphan
+        if analysis_job:
+            analysis_job.stop()
+        raise
     analysis, analysis_images, analysis_text = analysis_job.result() if analysis_job else (None, {}, "")
     results = collect(specs, out, outcomes)
     if analysis is not None:
@@ -156,7 +172,10 @@ def reproduce(
     results["mappings"] = [m.__dict__ for m in mappings(scale, ctx)]
     results["claims"] = evaluate_claims(results)
     report = out / "report"
-    images = {**plot_all(results, report), **analysis_images}
+    images = plot_all(results, report)
+    report.mkdir(parents=True, exist_ok=True)
+    for key, png in analysis_images.items():  # beside the other figures, so that the report folder stands alone
+        images[key] = Path(shutil.copyfile(png, report / f"{key}.png"))
     wall = time.perf_counter() - t0
     prior = _prior_wall(report / "results.json")
     results["meta"] = {
