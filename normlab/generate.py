@@ -204,6 +204,29 @@ def _mask_log_probs(lp: Tensor, step: int, row_max_len: Tensor, min_len: int, eo
     return lp
 
 
+def _start(
+    batch_size: int,
+    slots: int,
+    src_lengths: Tensor | None,
+    max_len_a: float,
+    max_len_b: int,
+    max_len_cap: int | None,
+    min_len: int,
+    pad: int,
+    device: torch.device | str | None,
+) -> tuple[torch.device, Tensor, _Finished]:
+    """What beam and greedy search both start from: the device (``src_lengths``' when not given), each
+    sentence's maximum length (checked against ``min_len``) and an empty store of ``slots`` finished
+    hypotheses per sentence."""
+    if device is None:
+        device = src_lengths.device if src_lengths is not None else torch.device("cpu")
+    device = torch.device(device)
+    max_len = max_lengths(batch_size, src_lengths, max_len_a, max_len_b, max_len_cap, device)
+    if bool(max_len.lt(min_len).any()):
+        raise ValueError(f"a maximum length ({int(max_len.min())}) is below min_len={min_len}")
+    return device, max_len, _Finished.empty(batch_size, slots, int(max_len.max()) + 1, pad, device)
+
+
 def beam_search(
     step_fn: StepFn,
     init_cache: Any,
@@ -236,14 +259,8 @@ def beam_search(
     nbest = K if nbest is None else nbest
     if not 1 <= nbest <= K:
         raise ValueError(f"nbest must be in [1, beam_size={K}], got {nbest}")
-    if device is None:
-        device = src_lengths.device if src_lengths is not None else torch.device("cpu")
-    device = torch.device(device)
-    max_len = max_lengths(batch_size, src_lengths, max_len_a, max_len_b, max_len_cap, device)
-    if bool(max_len.lt(min_len).any()):
-        raise ValueError(f"a maximum length ({int(max_len.min())}) is below min_len={min_len}")
-    L = int(max_len.max()) + 1
-    fin = _Finished.empty(batch_size, K, L, pad, device)
+    device, max_len, fin = _start(batch_size, K, src_lengths, max_len_a, max_len_b, max_len_cap, min_len, pad, device)
+    L = fin.tokens.shape[2]  # the longest maximum length, EOS included
     beams = _Beams(
         sent=torch.arange(batch_size, device=device),
         max_len=max_len,
@@ -331,14 +348,8 @@ def greedy_search(
     """Greedy decoding: the arg-max token at each step, with the same constraints as :func:`beam_search`
     (it returns what ``beam_search(beam_size=1)`` returns; ``lenpen`` only scales the reported score).
     Sentences that emitted EOS leave the batch."""
-    if device is None:
-        device = src_lengths.device if src_lengths is not None else torch.device("cpu")
-    device = torch.device(device)
-    max_len = max_lengths(batch_size, src_lengths, max_len_a, max_len_b, max_len_cap, device)
-    if bool(max_len.lt(min_len).any()):
-        raise ValueError(f"a maximum length ({int(max_len.min())}) is below min_len={min_len}")
-    L = int(max_len.max()) + 1
-    fin = _Finished.empty(batch_size, 1, L, pad, device)
+    device, max_len, fin = _start(batch_size, 1, src_lengths, max_len_a, max_len_b, max_len_cap, min_len, pad, device)
+    L = fin.tokens.shape[2]  # the longest maximum length, EOS included
     sent = torch.arange(batch_size, device=device)
     last = torch.full((batch_size,), bos, dtype=torch.long, device=device)
     cum = torch.zeros(batch_size, device=device)
