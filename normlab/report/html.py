@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_html", "format_number", "verdict_counts"]
+__all__ = ["write_html", "format_number", "verdict_counts", "RUN_COLUMNS", "run_cells"]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;
@@ -46,6 +46,19 @@ def format_number(x: Any, fmt: str = ".3f") -> str:
 
 def verdict_counts(claims: list[dict[str, Any]]) -> dict[str, int]:
     return {v: sum(c["verdict"] == v for c in claims) for v in ("holds", "does not hold", "not run at this scale")}
+
+
+RUN_COLUMNS = ("run", "figures", "status", "updates", "final valid loss (nats)", "BLEU", "accuracy", "tokens/s",
+               "wall (s)")  # fmt: skip
+
+
+def run_cells(r: dict[str, Any]) -> list[str]:
+    """The runs table's cells after the run's name (RUN_COLUMNS[1:]), unescaped; shared with REPORT.md."""
+    last = r["evals"][-1] if r["evals"] else {}
+    status = r["status"] + (f" at update {r.get('diverged_at_update')}" if r["status"] == "diverged" else "")
+    return [", ".join(r["figures"]), status, format_number(r.get("updates")), format_number(last.get("nll")),
+            format_number(last.get("bleu"), ".2f"), format_number(last.get("accuracy"), ".3f"),
+            format_number(r.get("tokens_per_s"), ".0f"), format_number(r.get("seconds"), ".0f")]  # fmt: skip
 
 
 def _num(x: Any, fmt: str = ".3f") -> str:
@@ -102,17 +115,14 @@ def write_html(results: dict[str, Any], images: dict[str, Path], path: Path) -> 
             parts.append(_img(images[k]))
         if fig == "fig3" and results.get("analysis_summary"):
             parts.append(f"<pre class='small'>{_e(results['analysis_summary'])}</pre>")
-    parts.append("<h2>Runs</h2><table><tr><th>run</th><th>figures</th><th>status</th><th>updates</th>"
-                 "<th>final valid loss (nats)</th><th>BLEU</th><th>accuracy</th><th>tokens/s</th><th>wall (s)</th></tr>")
+    parts.append("<h2>Runs</h2><table><tr>" + "".join(f"<th>{_e(c)}</th>" for c in RUN_COLUMNS) + "</tr>")
     for r in results.get("runs", {}).values():
-        last = r["evals"][-1] if r["evals"] else {}
-        status = r["status"] + (f" at update {r.get('diverged_at_update')}" if r["status"] == "diverged" else "")
-        err = f"<div class='small'>{_e(r['error'][:300])}</div>" if r.get("error") else ""
+        cells = [_e(c) for c in run_cells(r)]
+        if r.get("error"):  # under the status
+            cells[1] += f"<div class='small'>{_e(r['error'][:300])}</div>"
         parts.append(
-            f"<tr><td>{_e(r['name'])}<div class='small'>{_e(r['label'])}</div></td><td>{_e(', '.join(r['figures']))}</td>"
-            f"<td>{_e(status)}{err}</td><td>{_num(r.get('updates'))}</td><td>{_num(last.get('nll'))}</td>"
-            f"<td>{_num(last.get('bleu'), '.2f')}</td><td>{_num(last.get('accuracy'), '.3f')}</td>"
-            f"<td>{_num(r.get('tokens_per_s'), '.0f')}</td><td>{_num(r.get('seconds'), '.0f')}</td></tr>"
+            f"<tr><td>{_e(r['name'])}<div class='small'>{_e(r['label'])}</div></td>"
+            + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
         )
     parts.append("</table>")
     parts.append("<p class='small'>Everything on this page is computed from <code>results.json</code> beside it "

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from normlab.report.html import format_number, verdict_counts
+from normlab.report.html import RUN_COLUMNS, format_number, run_cells, verdict_counts
 
 __all__ = ["write_markdown"]
 
@@ -42,14 +42,9 @@ def write_markdown(results: dict[str, Any], images: dict[str, Path], path: Path)
               for c in claims]  # fmt: skip
     lines += ["", "Rules (normlab/report/claims.py):", ""]
     lines += [f"- {c['id']}: {c['rule']}" for c in claims]
-    lines += ["", "## Runs", "", "| run | figures | status | updates | final valid loss (nats) | BLEU | accuracy "
-              "| tokens/s | wall (s) |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += ["", "## Runs", "", "| " + " | ".join(RUN_COLUMNS) + " |", "|" + "---|" * len(RUN_COLUMNS)]
     for r in results.get("runs", {}).values():
-        last = r["evals"][-1] if r["evals"] else {}
-        status = r["status"] + (f" at update {r.get('diverged_at_update')}" if r["status"] == "diverged" else "")
-        lines.append(f"| {r['name']} | {', '.join(r['figures'])} | {_cell(status)} | {_num(r.get('updates'))} | "
-                     f"{_num(last.get('nll'))} | {_num(last.get('bleu'), '.2f')} | {_num(last.get('accuracy'), '.3f')} "
-                     f"| {_num(r.get('tokens_per_s'), '.0f')} | {_num(r.get('seconds'), '.0f')} |")  # fmt: skip
+        lines.append("| " + " | ".join(_cell(c) for c in [r["name"], *run_cells(r)]) + " |")
     if images:
         lines += ["", "## Figures", ""]
         for k, p in sorted(images.items()):
