@@ -164,25 +164,29 @@ def c2_lemma2_pre(results: dict[str, Any]) -> Verdict:
                    {"per_layer": layers})
 
 
+def _depth_scan(results: dict[str, Any], claim: str, placement: str) -> tuple[float, list[float], str]:
+    """Figure 3(c,d) for C3/C4: the fitted slope, the mean norms, and the evidence's opening listing them."""
+    slope = float(_analysis(results, claim, "slope"))
+    means = _analysis(results, claim, "mean")
+    depths = _analysis(results, claim, "depths")
+    listing = f"{placement} decoder ||dL/dW^2,L||_F at depths {depths}: {', '.join(f'{m:.3g}' for m in means)}"
+    return slope, means, listing
+
+
 @_guard
 def c3_post_flat(results: dict[str, Any]) -> Verdict:
-    slope = float(_analysis(results, "C3", "slope"))
-    means = _analysis(results, "C3", "mean")
-    depths = _analysis(results, "C3", "depths")
+    slope, means, listing = _depth_scan(results, "C3", "Post-LN")
     verdict = HOLDS if abs(slope) <= FLAT_SLOPE else FAILS
-    return Verdict(verdict, f"Post-LN decoder ||dL/dW^2,L||_F at depths {depths}: {', '.join(f'{m:.3g}' for m in means)} "
-                   f"(paper: about 1.6); slope of log-norm vs log-depth {slope:+.2f} (Theorem 1: 0; flat if |slope| "
-                   f"<= {FLAT_SLOPE})", {"slope": slope, "mean": means})  # fmt: skip
+    return Verdict(verdict, f"{listing} (paper: about 1.6); slope of log-norm vs log-depth {slope:+.2f} (Theorem 1: 0; "
+                   f"flat if |slope| <= {FLAT_SLOPE})", {"slope": slope, "mean": means})  # fmt: skip
 
 
 @_guard
 def c4_pre_falls(results: dict[str, Any]) -> Verdict:
-    slope = float(_analysis(results, "C4", "slope"))
-    means = _analysis(results, "C4", "mean")
-    depths = _analysis(results, "C4", "depths")
+    slope, means, listing = _depth_scan(results, "C4", "Pre-LN")
     verdict = HOLDS if slope <= FALLING_SLOPE else FAILS
-    return Verdict(verdict, f"Pre-LN decoder ||dL/dW^2,L||_F at depths {depths}: {', '.join(f'{m:.3g}' for m in means)}; "
-                   f"slope {slope:+.2f} (Theorem 1: -0.5; falling if <= {FALLING_SLOPE})", {"slope": slope, "mean": means})
+    return Verdict(verdict, f"{listing}; slope {slope:+.2f} (Theorem 1: -0.5; falling if <= {FALLING_SLOPE})",
+                   {"slope": slope, "mean": means})
 
 
 @_guard
