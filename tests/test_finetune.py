@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +23,7 @@ from normlab.config import TrainConfig, load_yaml
 from normlab.finetune import FinetuneConfig, epoch_curve, finetune
 from normlab.model import PairClassifier
 from normlab.pretrained import locate_pretrained
+from tests.clirun import normlab, sets
 from tests.conftest import SMALL_VOCAB, _vendored_lines
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,16 +32,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SHRINK = ["model.d_model=64", "model.n_heads=2", "model.d_ffn=128", "model.max_positions=128", "model.dropout=0.0",
           "model.attention_dropout=0.0", "data.block_size=64", "data.max_tokens=2048", "save_every=0", "keep_every=0",
           "precision=fp32"]  # fmt: skip
-
-
-def normlab(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "normlab", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=env, timeout=600)  # fmt: skip
-
-
-def sets(*items: str) -> list[str]:
-    return [a for item in items for a in ("--set", item)]
 
 
 def pretrain(config: str, corpus: Path, cache: Path, out: Path, *extra: str) -> None:

@@ -3,29 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.clirun import normlab, sets
 from tests.conftest import SMALL_VOCAB
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model.d_model=32", "model.n_heads=2", "model.d_ffn=64", "model.encoder_layers=2",
         "model.decoder_layers=2", "model.max_positions=128"]  # fmt: skip
-
-
-def normlab(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "normlab", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=env, timeout=600)  # fmt: skip
-
-
-def sets(*items: str) -> list[str]:
-    return [a for item in items for a in ("--set", item)]
 
 
 def data_sets(task: str, corpus: Path, cache: Path, *extra: str) -> list[str]:

@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.clirun import normlab
 from tests.conftest import SMALL_VOCAB
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def normlab(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "normlab", *args], input=stdin, capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=600)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
