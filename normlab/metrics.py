@@ -36,9 +36,11 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 from sacrebleu.metrics import BLEU
 
-__all__ = ["BleuScores", "bleu", "moses_available", "accuracy", "t_quantile", "MeanCI", "mean_ci"]
+__all__ = ["BleuScores", "bleu", "moses_available", "accuracy", "t_quantile", "MeanCI", "mean_ci", "unigram_entropy",
+           "majority_share"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,3 +244,24 @@ def mean_ci(values: Sequence[float], confidence: float = 0.95) -> MeanCI:
     sd = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
     half = t_quantile((1.0 + confidence) / 2.0, n - 1) * sd / math.sqrt(n)
     return MeanCI(mean=mean, half_width=half, sd=sd, n=n, confidence=confidence)
+
+
+def unigram_entropy(tokens: Sequence[int] | np.ndarray) -> float:
+    """Entropy, in nats, of the empirical distribution of ``tokens``: the cross-entropy per token of the best
+    predictor that ignores all context, fitted to exactly these tokens. A model's validation loss at or above it
+    means the model has learned no more than token frequencies (the "unigram plateau" every model crosses first);
+    report/claims.py gates the training claims on it."""
+    counts = np.bincount(np.asarray(tokens, dtype=np.int64).ravel())
+    counts = counts[counts > 0]
+    if counts.size == 0:
+        raise ValueError("unigram_entropy of no tokens")
+    p = counts / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+
+def majority_share(labels: Sequence[int] | np.ndarray) -> float:
+    """The share of the most frequent label: the accuracy of always predicting it."""
+    counts = np.bincount(np.asarray(labels, dtype=np.int64).ravel())
+    if counts.sum() == 0:
+        raise ValueError("majority_share of no labels")
+    return float(counts.max() / counts.sum())

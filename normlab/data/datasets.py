@@ -183,6 +183,11 @@ class TranslationDataset(Dataset):
     def target_tokens(self, i: int) -> np.ndarray:
         return self.tgt[i].astype(np.int64)
 
+    def all_targets(self) -> np.ndarray:
+        """Every predicted token of the split (each sentence's tokens and its EOS), the loss's denominator."""
+        rows = [self.tgt[i] for i in range(len(self))]
+        return np.concatenate(rows + [np.full(len(self), EOS)]).astype(np.int64)
+
     def _collate(self, indices: np.ndarray, seed: int, epoch: int) -> TranslationBatch:
         tgt_out = self.tgt.padded(indices, suffix=EOS)
         return TranslationBatch(
@@ -205,6 +210,11 @@ class MLMDataset(Dataset):
         self.blocks = Ragged(stream, bounds)
         self.vocab_size, self.mask_prob = vocab_size, mask_prob
         self.sizes = self.blocks.lengths + 2
+
+    def all_targets(self) -> np.ndarray:
+        """Every token that masking can pick as a target (the blocks' text tokens; masking chooses positions
+        uniformly, so the masked targets follow this distribution in expectation)."""
+        return np.concatenate([self.blocks[i] for i in range(len(self))] or [np.zeros(0)]).astype(np.int64)
 
     def block(self, i: int) -> np.ndarray:
         """Block i unmasked: ``[CLS] tokens [SEP]``."""

@@ -53,6 +53,7 @@ class RunSpec:
     parent: str | None = None  # finetune: the pre-training run it starts from
     parent_update: int | None = None  # finetune: the pre-training checkpoint (update number)
     finetune_task: str | None = None  # finetune: paraphrase / wic
+    group: str = ""  # the run of the paper this is one seed of ('' = the name itself); runs are named GROUP-sK
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,19 +69,33 @@ class Mapping:
 # Translation (Figures 2, 4, 6)
 
 
-def _translation_total(scale: Scale, ctx: Context) -> int:
-    return scale.translation.epochs * ctx.translation_updates_per_epoch
-
-
 def _paper_iwslt_total() -> int:
     return PAPER["iwslt_updates_per_epoch"] * PAPER["iwslt_epochs"]
 
 
+def _translation_total(scale: Scale, ctx: Context) -> int:
+    return scale.translation.updates or scale.translation.epochs * ctx.translation_updates_per_epoch
+
+
+def _short(scale: Scale) -> bool:
+    """The short-run schedule (scales.py): lr_max kept after the warm-up, warm-ups in updates."""
+    return scale.translation.schedule == "short"
+
+
 def warmup_here(paper_warmup: int, scale: Scale, ctx: Context) -> int:
-    """The paper's T_warmup (in IWSLT updates) at this scale; 0 stays 0 (no warm-up)."""
+    """The paper's T_warmup (in IWSLT updates) at this scale; 0 or 1 stays (no warm-up). With the short schedule
+    T_warmup=4000 becomes the scale's ``warmup`` updates and 500 the same share of it; otherwise the same
+    fraction of the run as in the paper."""
     if scale.name == "paper" or paper_warmup <= 1:
         return paper_warmup
+    if _short(scale) and scale.translation.warmup:
+        return max(2, round(scale.translation.warmup * paper_warmup / 4000))
     return scaled_updates(paper_warmup, _paper_iwslt_total(), _translation_total(scale, ctx))
+
+
+def _decay(scale: Scale, paper: str) -> str:
+    """The paper's decay after the warm-up, or none (constant) with the short schedule."""
+    return "constant" if _short(scale) else paper
 
 
 def _translation(scale: Scale, ctx: Context, *, placement: str, optim: OptimConfig, schedule: ScheduleConfig,
@@ -94,7 +109,8 @@ def _translation(scale: Scale, ctx: Context, *, placement: str, optim: OptimConf
                       valid_subset=t.valid_subset, max_tokens=t.max_tokens, cache_dir=ctx.cache_dir)  # fmt: skip
     # BLEU after every epoch, as the paper plots it (Figures 2, 4); bleu_sentences = 0 means the whole valid set
     bleu = t.bleu_sentences or 10**9
-    return TrainConfig(model=model, data=data, optim=optim, schedule=schedule, max_epochs=t.epochs,
+    return TrainConfig(model=model, data=data, optim=optim, schedule=schedule,
+                       max_epochs=10_000 if t.updates else t.epochs, max_updates=t.updates, eval_every=t.eval_every,
                        label_smoothing=0.1, seed=seed, device=ctx.device, precision=ctx.precision,
                        keep_last=1, valid_bleu=bleu, beam=t.beam, lenpen=t.lenpen)  # fmt: skip
 
@@ -112,8 +128,8 @@ def _post_inverse_sqrt(scale: Scale, ctx: Context, opt: str, lr: float, paper_wa
     warm = warmup_here(paper_warmup, scale, ctx)
     optim = _adam(lr) if opt == "adam" else OptimConfig(name="sgd", lr=lr)
     cfg = _translation(scale, ctx, placement="post", optim=optim,
-                       schedule=ScheduleConfig(warmup_updates=warm, decay="inverse_sqrt"))  # fmt: skip
-    w = "w/o warm-up" if paper_warmup <= 1 else f"T_warmup={paper_warmup}"
+                       schedule=ScheduleConfig(warmup_updates=warm, decay=_decay(scale, "inverse_sqrt")))  # fmt: skip
+    w = "w/o warm-up" if paper_warmup <= 1 else f"T_warmup={paper_warmup}" + (f" (here {warm})" if warm != paper_warmup else "")
     name = f"post-{opt}-{_lr(lr)}-" + ("nowarm" if paper_warmup <= 1 else f"w{paper_warmup}")
     return RunSpec(name, ("fig2",), f"Post-LN, {opt.capitalize() if opt == 'adam' else 'SGD'}, lr {_lr(lr)}, {w}", cfg)
 
@@ -127,7 +143,10 @@ def fig2_warmup_ablation(scale: Scale, ctx: Context) -> list[RunSpec]:
 
 
 def _pre_step_decay(scale: Scale, ctx: Context) -> ScheduleConfig:
-    """The paper's Pre-LN IWSLT schedule: constant 5e-4, x 0.1 from epoch 8 (no warm-up)."""
+    """The paper's Pre-LN IWSLT schedule: constant 5e-4, x 0.1 from epoch 8 (no warm-up); constant throughout
+    with the short schedule."""
+    if _short(scale):
+        return ScheduleConfig(decay="constant")
     if scale.name == "paper":
         return ScheduleConfig(decay="constant", step_epochs=(8,), step_factor=0.1)
     at = scaled_updates(7 * PAPER["iwslt_updates_per_epoch"], _paper_iwslt_total(), _translation_total(scale, ctx))
@@ -143,7 +162,7 @@ def fig4_pre_vs_post(scale: Scale, ctx: Context) -> list[RunSpec]:
     radam = [
         RunSpec(f"{p}-radam-5e-4-nowarm-linear", ("fig4",), f"{p.capitalize()}-LN, RAdam, lr 5e-4, w/o warm-up",
                 _translation(scale, ctx, placement=p, optim=OptimConfig(name="radam", lr=5e-4, betas=(0.9, 0.98)),
-                             schedule=ScheduleConfig(decay="linear")))
+                             schedule=ScheduleConfig(decay=_decay(scale, "linear"))))
         for p in ("post", "pre")
     ]  # fmt: skip
     return [post, pre, *radam]
@@ -232,7 +251,8 @@ def fig5_finetune(scale: Scale, ctx: Context, parents: list[RunSpec] | None = No
                     cfg = finetune_config(parent.config, task, scale.finetune, seed, per_epoch)
                     specs.append(RunSpec(f"ft-{parent.name}-u{update}-{task}-s{seed}", ("fig5",),
                                          f"{parent.label} @ {update}: {task}", cfg, kind="finetune",
-                                         parent=parent.name, parent_update=update, finetune_task=task))  # fmt: skip
+                                         parent=parent.name, parent_update=update, finetune_task=task,
+                                         group=f"ft-{parent.group or parent.name}-u{update}-{task}"))  # fmt: skip
     return specs
 
 
@@ -257,28 +277,62 @@ def all_runs(scale: Scale, ctx: Context, figures: tuple[str, ...] = ("fig2", "fi
                 merged[spec.name] = dataclasses.replace(old, figures=tuple(dict.fromkeys(old.figures + spec.figures)))
             else:
                 merged[spec.name] = spec
-    runs = list(merged.values())
+    runs = [r for r in merged.values() if _selected(scale, r)]
+    parents = [r for r in runs if r.kind == "mlm" and r.name != "bert-post-3e-4"]
+    runs = [seeded for r in runs for seeded in with_seeds(r, scale.seeds)]
     if "fig5" in figures:
-        runs += fig5_finetune(scale, ctx, [r for r in runs if r.kind == "mlm" and r.name != "bert-post-3e-4"])
+        # fine-tuning starts from the first seed of each pre-training run; its own seeds measure its noise
+        runs += fig5_finetune(scale, ctx, [dataclasses.replace(p, name=f"{p.name}-s1", group=p.name) for p in parents])
     return runs
+
+
+def _selected(scale: Scale, spec: RunSpec) -> bool:
+    """Whether the scale runs this run of the paper (``runs`` of its translation / mlm section; () = all)."""
+    chosen = scale.translation.runs if spec.kind == "translation" else scale.mlm.runs
+    return not chosen or spec.name in chosen
+
+
+def with_seeds(spec: RunSpec, seeds: int) -> list[RunSpec]:
+    """``spec`` once per training seed, named ``NAME-s1``, ``NAME-s2``, ... (group ``NAME``)."""
+    return [dataclasses.replace(spec, name=f"{spec.name}-s{k}", group=spec.name,
+                                config=dataclasses.replace(spec.config, seed=k))
+            for k in range(1, max(1, seeds) + 1)]  # fmt: skip
 
 
 def mappings(scale: Scale, ctx: Context) -> list[Mapping]:
     """How the paper's schedule settings were translated to this scale (the report's table)."""
     total = _translation_total(scale, ctx)
     paper_total = _paper_iwslt_total()
+    t = scale.translation
+    length = (f"{total:,} updates ({total / max(ctx.translation_updates_per_epoch, 1):.2f} epochs of "
+              f"{ctx.translation_updates_per_epoch:,} updates)" if t.updates else
+              f"{t.epochs} epochs x {ctx.translation_updates_per_epoch:,} updates = {total:,}")  # fmt: skip
     out = [
         Mapping("IWSLT run length", f"~{PAPER['iwslt_epochs']} epochs x ~{PAPER['iwslt_updates_per_epoch']:,} "
-                f"updates = {paper_total:,} updates (read off Figures 2, 4, 6)",
-                f"{scale.translation.epochs} epochs x {ctx.translation_updates_per_epoch:,} updates = {total:,}"),
+                f"updates = {paper_total:,} updates (read off Figures 2, 4, 6)", length),
+        Mapping("seeds", "one run per setting (6 seeds for fine-tuning)",
+                f"{scale.seeds} per training run; effects counted beyond 2 standard errors of the seed means"),
     ]  # fmt: skip
+    if t.runs:
+        out.append(Mapping("runs", "every setting of Figures 2, 4, 6", "only " + ", ".join(t.runs) +
+                           " (the decisive contrasts; the other claims are not run at this scale)"))
     for w in (500, 4000):
         here = warmup_here(w, scale, ctx)
+        how = " (a number of updates, not a fraction of the run: see scales.py)" if _short(scale) else ""
         out.append(Mapping(f"T_warmup={w}", f"{w:,} updates ({100 * w / paper_total:.1f}% of the run)",
-                           f"{here:,} updates ({100 * here / max(total, 1):.1f}% of the run)"))  # fmt: skip
-    sched = _pre_step_decay(scale, ctx)
-    at = f"from epoch {sched.step_epochs[0]}" if sched.step_epochs else f"after update {sched.step_updates[0]:,}"
-    out.append(Mapping("Pre-LN step decay x0.1", "from epoch 8 (after 7 of ~30 epochs)", at))
+                           f"{here:,} updates ({100 * here / max(total, 1):.1f}% of the run){how}"))  # fmt: skip
+    if _short(scale):
+        out.append(Mapping("decay after the warm-up", "inverse square root (Figure 2), linear (RAdam), x0.1 at "
+                           "epoch 8 (Pre-LN)", "none: every run keeps lr_max (a short run measures early training; "
+                           "a compressed decay would remove the learning rate before any model leaves the plateau)"))
+        out.append(Mapping("evaluation", "after every epoch", f"every {t.eval_every} updates on {t.valid_subset or 'all'} "
+                           "validation pairs"))  # fmt: skip
+    else:
+        sched = _pre_step_decay(scale, ctx)
+        at = f"from epoch {sched.step_epochs[0]}" if sched.step_epochs else f"after update {sched.step_updates[0]:,}"
+        out.append(Mapping("Pre-LN step decay x0.1", "from epoch 8 (after 7 of ~30 epochs)", at))
+    if "fig5" not in scale.figures:
+        return out + _model_rows(scale)
     bw = bert_warmup_here(scale)
     out.append(Mapping("BERT run", f"{PAPER['bert_updates']:,} updates, T_warmup={PAPER['bert_warmup']:,} (1%)",
                        f"{scale.mlm.updates:,} updates, T_warmup={bw:,} ({100 * bw / scale.mlm.updates:.1f}%)"))
@@ -286,7 +340,12 @@ def mappings(scale: Scale, ctx: Context) -> list[Mapping]:
     out.append(Mapping("fine-tuning", "batch 16/32, lr 1e-5..1e-4, 3-8 epochs searched; 6 seeds, 95% CI",
                        f"batch {ft.batch_sentences}, lr {ft.lr:g}, {ft.epochs} epoch(s), {ft.seeds} seed(s) per "
                        f"point, {ft.checkpoints} pre-training checkpoints"))  # fmt: skip
+    return out + _model_rows(scale)
+
+
+def _model_rows(scale: Scale) -> list[Mapping]:
     t = scale.translation
+    out = []
     out.append(Mapping("translation model", "6-6 layers, d=512, FFN 1024, 4 heads, 10k BPE, 4,096 tokens/batch",
                        f"{t.layers}-{t.layers} layers, d={t.d_model}, FFN {t.d_ffn}, {t.n_heads} heads, "
                        f"{t.vocab_size:,} BPE, {t.max_tokens:,} tokens/batch"))  # fmt: skip

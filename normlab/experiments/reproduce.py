@@ -2,7 +2,7 @@
 
     normlab reproduce --scale quick                      # the README's main job (make reproduce)
     normlab reproduce --scale paper --corpus ~/iwslt14   # the paper's settings on your IWSLT14 files, on GPUs
-    normlab reproduce --scale cpu --jobs 2               # a night on 2 cores
+    normlab reproduce --scale full                       # every figure, with the quick scale's gates and seeds
 
 Writes ``OUT/report/index.html``, ``OUT/report/REPORT.md`` and ``OUT/report/results.json``. Re-running skips
 finished runs and resumes a killed one (see grid.py); ``--figures`` restricts the work to some figures.
@@ -41,10 +41,12 @@ ALL_FIGURES = ("fig2", "fig3", "fig4", "fig5", "fig6")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scale", default="quick", choices=["smoke", "quick", "cpu", "paper"],
-                   help="smoke (seconds, tests), quick (< 30 min on 2 cores), cpu (a night), paper (GPUs)")
+    p.add_argument("--scale", default="quick", choices=["smoke", "quick", "full", "paper"],
+                   help="smoke (seconds, tests), quick (the decisive contrasts, ~45 min on 2 cores with native bf16), "
+                   "full (every figure; hours), paper (the paper's settings, GPUs)")
     p.add_argument("--out", help="output directory (default: reproduce/SCALE)")
-    p.add_argument("--figures", default=",".join(ALL_FIGURES), help=f"comma-separated subset of {ALL_FIGURES}")
+    p.add_argument("--figures", default="", help=f"comma-separated subset of {ALL_FIGURES} (default: the scale's)")
+    p.add_argument("--no-estimate", action="store_true", help="skip the probe that estimates the wall time")
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads per run (default: cores / jobs)")
     p.add_argument("--launcher", default="local", choices=["local", "torchrun"], help="how each run is started")
@@ -79,6 +81,37 @@ def make_context(
         finetune = {task: per_epoch(finetune_config(bert, task, scale.finetune, 1, 1)) for task in scale.finetune.tasks}
     return Context(translation_updates_per_epoch=translation, finetune_updates_per_epoch=finetune, corpus=corpus,
                    device=device, precision=precision)  # fmt: skip
+
+
+def baselines(scale: Scale, ctx: Context, figures: tuple[str, ...]) -> dict[str, Any]:
+    """What the gates of report/claims.py compare with, computed from the data the runs see: the unigram
+    entropy (nats) of the validation targets of the translation and pre-training data, and the majority-class
+    share of each fine-tuning task's validation labels."""
+    from normlab.config import OptimConfig, ScheduleConfig
+    from normlab.data import prepare
+    from normlab.experiments.figures import _translation, fig5_bert
+    from normlab.experiments.finetuning import finetune_config
+    from normlab.metrics import majority_share, unigram_entropy
+
+    out: dict[str, Any] = {}
+
+    def entropy(cfg: Any) -> dict[str, Any]:
+        targets = prepare(cfg.data, cfg.model.max_positions).splits["valid"].all_targets()
+        return {"unigram_entropy": unigram_entropy(targets), "tokens": int(targets.size),
+                "what": "entropy (nats) of the empirical token distribution of the validation targets"}
+
+    if any(f in figures for f in ("fig2", "fig4", "fig6")):
+        out["translation"] = entropy(_translation(scale, ctx, placement="post", optim=OptimConfig(),
+                                                  schedule=ScheduleConfig()))  # fmt: skip
+    if "fig5" in figures:
+        bert = fig5_bert(scale, ctx)[0].config
+        out["mlm"] = entropy(bert)
+        out["finetune"] = {}
+        for task in scale.finetune.tasks:
+            cfg = finetune_config(bert, task, scale.finetune, 1, 1)
+            labels = prepare(cfg.data, cfg.model.max_positions).splits["valid"].labels
+            out["finetune"][task] = {"majority": majority_share(labels), "examples": int(len(labels))}
+    return out
 
 
 def _say(line: str) -> None:
@@ -129,7 +162,7 @@ def reproduce(
     scale_name: str = "quick",
     out: str | Path | None = None,
     *,
-    figures: tuple[str, ...] = ALL_FIGURES,
+    figures: tuple[str, ...] = (),
     jobs: int = 0,
     threads: int = 0,
     launcher: str = "local",
@@ -137,11 +170,13 @@ def reproduce(
     corpus: str = "",
     device: str = "auto",
     precision: str = "auto",
+    probe: bool = True,
 ) -> dict[str, Any]:
-    """Run the grid of ``figures`` at ``scale_name`` into ``out`` and write the report; returns results.json's
-    content."""
+    """Run the grid of ``figures`` (default: the scale's) at ``scale_name`` into ``out`` and write the report;
+    returns results.json's content. ``probe``: print the estimated wall time first (see budget.py)."""
     t0 = time.perf_counter()
     scale = get_scale(scale_name)
+    figures = tuple(figures) or scale.figures
     unknown = [f for f in figures if f not in ALL_FIGURES]
     if unknown:
         raise ConfigError(f"--figures: unknown {unknown}; expected some of {list(ALL_FIGURES)}")
@@ -159,6 +194,13 @@ def reproduce(
     try:
         ctx = make_context(scale, figures, corpus=corpus, device=device, precision=precision)
         specs = all_runs(scale, ctx, tuple(f for f in figures if f != "fig3"))
+        if probe and specs:
+            from normlab.experiments.budget import estimate
+            from normlab.experiments.scales import QUICK_BUDGET
+
+            budget = QUICK_BUDGET["minutes"] if scale.name == "quick" else None
+            _say(estimate(specs, ctx, jobs=jobs, threads=threads, budget_minutes=budget).text())
+        base = baselines(scale, ctx, figures)
         outcomes = run_grid(specs, out, jobs=jobs, threads=threads, launcher=launcher, nproc=nproc, say=_say)
     except BaseException:  # a bad corpus, Ctrl-C: the analysis must not run on as an orphan
         if analysis_job:
@@ -166,6 +208,7 @@ def reproduce(
         raise
     analysis, analysis_images, analysis_text = analysis_job.result() if analysis_job else (None, {}, "")
     results = collect(specs, out, outcomes)
+    results["baselines"] = base
     if analysis is not None:
         results["analysis"] = analysis
         results["analysis_summary"] = analysis_text
@@ -223,6 +266,9 @@ def _json_default(x: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     figures = tuple(f.strip() for f in args.figures.split(",") if f.strip())
+    if args.figures.strip() and not figures:
+        raise ConfigError(f"--figures {args.figures!r} names no figure; expected some of {list(ALL_FIGURES)}")
     reproduce(args.scale, args.out, figures=figures, jobs=args.jobs, threads=args.threads, launcher=args.launcher,
-              nproc=args.nproc, corpus=args.corpus, device=args.device, precision=args.precision)  # fmt: skip
+              nproc=args.nproc, corpus=args.corpus, device=args.device, precision=args.precision,
+              probe=not args.no_estimate)  # fmt: skip
     return 0

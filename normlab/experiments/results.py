@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 from normlab.experiments.figures import RunSpec
 from normlab.experiments.grid import RunOutcome
 
-__all__ = ["run_record", "collect", "mean_ci95"]
+__all__ = ["run_record", "collect", "mean_ci95", "seed_curves"]
 
+_SEED = re.compile(r"-s\d+$")
 _TRAIN_POINTS = 200  # training-loss points kept per run (evenly spaced) for the plots
 
 
@@ -48,6 +50,8 @@ def run_record(spec: RunSpec, run_dir: Path, outcome: RunOutcome | None) -> dict
         status = outcome.status
     rec: dict[str, Any] = {
         "name": spec.name,
+        "group": spec.group or spec.name,
+        "seed": spec.config.seed,
         "label": spec.label,
         "figures": list(spec.figures),
         "kind": spec.kind,
@@ -61,8 +65,7 @@ def run_record(spec: RunSpec, run_dir: Path, outcome: RunOutcome | None) -> dict
         "config": spec.config.to_dict(),
     }
     if spec.kind == "finetune":
-        rec.update(parent=spec.parent, parent_update=spec.parent_update, task=spec.finetune_task,
-                   seed=spec.config.seed)  # fmt: skip
+        rec.update(parent=spec.parent, parent_update=spec.parent_update, task=spec.finetune_task)
     if status == "diverged":
         rec["diverged_at_update"] = summary.get("diverged_at_update")
     return rec
@@ -80,7 +83,8 @@ def mean_ci95(values: list[float]) -> dict[str, Any]:
 
 def _finetune_table(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """finetune[parent][task][update] = mean/CI of the final validation accuracy over seeds, plus the mean
-    accuracy after each fine-tuning epoch (the curve)."""
+    accuracy after each fine-tuning epoch (the curve); ``parent`` is the pre-training run's group (the paper's
+    run, e.g. bert-pre-3e-4, whichever of its seeds was fine-tuned)."""
     table: dict[str, Any] = {}
     for rec in runs.values():
         if rec["kind"] != "finetune" or rec["status"] not in ("completed", "cached"):
@@ -88,7 +92,8 @@ def _finetune_table(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
         accs = [e["accuracy"] for e in rec["evals"] if e.get("accuracy") is not None]
         if not accs:
             continue
-        cell = table.setdefault(rec["parent"], {}).setdefault(rec["task"], {}).setdefault(
+        parent = _SEED.sub("", rec["parent"])
+        cell = table.setdefault(parent, {}).setdefault(rec["task"], {}).setdefault(
             str(rec["parent_update"]), {"final": [], "per_epoch": []})
         cell["final"].append(accs[-1])
         cell["per_epoch"].append(accs)
@@ -102,6 +107,38 @@ def _finetune_table(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return table
 
 
+def seed_curves(members: list[dict[str, Any]], key: str = "nll") -> dict[str, Any]:
+    """The seed mean and standard deviation of ``key`` at each evaluation point (update) every finished seed
+    has (the report's curves with bands), and each seed's final value (diverged: None)."""
+    done = [r for r in members if r.get("status") in ("completed", "cached", "diverged")]
+    per_seed = [{int(e["update"]): (e["epoch"], e[key]) for e in r.get("evals", []) if e.get(key) is not None}
+                for r in done if r.get("status") != "diverged"]  # fmt: skip
+    common = sorted(set.intersection(*(set(p) for p in per_seed))) if per_seed else []
+    curve = []
+    for u in common:
+        vals = [p[u][1] for p in per_seed]
+        m = sum(vals) / len(vals)
+        sd = math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1)) if len(vals) > 1 else None
+        curve.append({"update": u, "epoch": per_seed[0][u][0], "mean": m, "sd": sd, "n": len(vals)})
+    finals = [None if r.get("status") == "diverged" else (r["evals"][-1].get(key) if r.get("evals") else None)
+              for r in done]  # fmt: skip
+    return {"curve": curve, "finals": finals, "seeds": len(done), "diverged": sum(r.get("status") == "diverged" for r in done)}
+
+
+def _groups(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """groups[GROUP] = the seeds of one run of the paper: members, label, figures, and the seed-mean curves of
+    the validation loss and (where measured) BLEU."""
+    members: dict[str, list[dict[str, Any]]] = {}
+    for rec in runs.values():
+        if rec["kind"] != "finetune":
+            members.setdefault(rec.get("group", rec["name"]), []).append(rec)
+    out = {}
+    for group, recs in members.items():
+        out[group] = {"runs": [r["name"] for r in recs], "label": recs[0]["label"], "figures": recs[0]["figures"],
+                      "kind": recs[0]["kind"], "nll": seed_curves(recs, "nll"), "bleu": seed_curves(recs, "bleu")}
+    return out
+
+
 def collect(specs: list[RunSpec], out: Path, outcomes: dict[str, RunOutcome]) -> dict[str, Any]:
     runs = {s.name: run_record(s, out / "runs" / s.name, outcomes.get(s.name)) for s in specs}
-    return {"runs": runs, "finetune": _finetune_table(runs)}
+    return {"runs": runs, "groups": _groups(runs), "finetune": _finetune_table(runs)}

@@ -8,7 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_html", "format_number", "verdict_counts", "RUN_COLUMNS", "run_cells"]
+__all__ = ["write_html", "format_number", "verdict_counts", "counts_sentence", "baseline_lines", "RUN_COLUMNS",
+           "run_cells"]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;
@@ -17,6 +18,7 @@ h1{font-size:1.6em;margin-bottom:.2em} h2{margin-top:1.8em;border-bottom:1px sol
 table{border-collapse:collapse;width:100%;font-size:.9em;margin:.6em 0} th,td{border:1px solid #ddd;padding:.35em .5em;
 vertical-align:top;text-align:left} th{background:#f4f4f4}
 .holds{background:#e3f5e1;font-weight:600} .fails{background:#fbe3e1;font-weight:600} .notrun{background:#eee;color:#555}
+.inconclusive{background:#fff4d6;font-weight:600}
 .meta{color:#555;font-size:.92em} img{max-width:100%;border:1px solid #eee;margin:.5em 0}
 code{background:#f4f4f4;padding:0 .25em} .small{font-size:.85em;color:#555}
 """
@@ -32,7 +34,7 @@ def _img(path: Path) -> str:
 
 
 def _verdict_class(v: str) -> str:
-    return {"holds": "holds", "does not hold": "fails"}.get(v, "notrun")
+    return {"holds": "holds", "does not hold": "fails", "inconclusive": "inconclusive"}.get(v, "notrun")
 
 
 def format_number(x: Any, fmt: str = ".3f") -> str:
@@ -45,10 +47,38 @@ def format_number(x: Any, fmt: str = ".3f") -> str:
 
 
 def verdict_counts(claims: list[dict[str, Any]]) -> dict[str, int]:
-    return {v: sum(c["verdict"] == v for c in claims) for v in ("holds", "does not hold", "not run at this scale")}
+    from normlab.report.claims import VERDICTS
+
+    return {v: sum(c["verdict"] == v for c in claims) for v in VERDICTS}
 
 
-RUN_COLUMNS = ("run", "figures", "status", "updates", "final valid loss (nats)", "BLEU", "accuracy", "tokens/s",
+def counts_sentence(claims: list[dict[str, Any]]) -> str:
+    """"N claims hold, N do not hold, N are inconclusive, N were not run at this scale" (shared with REPORT.md)."""
+    c = verdict_counts(claims)
+    return (f"{c['holds']} claims hold, {c['does not hold']} do not hold, {c['inconclusive']} are inconclusive "
+            f"(the test could not decide), {c['not run at this scale']} were not run at this scale.")
+
+
+def baseline_lines(results: dict[str, Any]) -> list[str]:
+    """The gates' reference numbers in words (shared with REPORT.md)."""
+    from normlab.report.claims import LEARN_MARGIN, NOISE_SE
+
+    base = results.get("baselines", {})
+    out = []
+    for kind, what in (("translation", "translation"), ("mlm", "masked-LM")):
+        if kind in base:
+            h = base[kind]["unigram_entropy"]
+            out.append(f"{what}: unigram entropy of the validation targets {h:.3f} nats ({base[kind]['tokens']:,} "
+                       f"tokens); a reference run learned if it ends at or below {h - LEARN_MARGIN:.3f} nats")
+    for task, b in base.get("finetune", {}).items():
+        out.append(f"fine-tuning {task}: majority class {100 * b['majority']:.1f}% of {b['examples']:,} validation "
+                   "pairs; the reference must beat it beyond its 95% interval")
+    if out:
+        out.append(f"an effect counts only beyond {NOISE_SE:g} standard errors of the difference of seed means")
+    return out
+
+
+RUN_COLUMNS = ("run", "seed", "figures", "status", "updates", "final valid loss (nats)", "BLEU", "accuracy", "tokens/s",
                "wall (s)")  # fmt: skip
 
 
@@ -56,7 +86,7 @@ def run_cells(r: dict[str, Any]) -> list[str]:
     """The runs table's cells after the run's name (RUN_COLUMNS[1:]), unescaped; shared with REPORT.md."""
     last = r["evals"][-1] if r["evals"] else {}
     status = r["status"] + (f" at update {r.get('diverged_at_update')}" if r["status"] == "diverged" else "")
-    return [", ".join(r["figures"]), status, format_number(r.get("updates")), format_number(last.get("nll")),
+    return [str(r.get("seed", "")), ", ".join(r["figures"]), status, format_number(r.get("updates")), format_number(last.get("nll")),
             format_number(last.get("bleu"), ".2f"), format_number(last.get("accuracy"), ".3f"),
             format_number(r.get("tokens_per_s"), ".0f"), format_number(r.get("seconds"), ".0f")]  # fmt: skip
 
@@ -78,22 +108,24 @@ def write_html(results: dict[str, Any], images: dict[str, Path], path: Path) -> 
         f"<br>normlab {_e(meta.get('normlab_version'))}, torch {_e(meta.get('torch'))}, {_e(meta.get('device'))}, "
         f"{_e(meta.get('threads'))}; wall time {_num(meta.get('wall_time_s', 0) / 60, '.1f')} min; "
         f"{_e(meta.get('finished'))}.</p>",
-        f"<p><b>{counts['holds']}</b> claims hold, <b>{counts['does not hold']}</b> do not hold, "
-        f"<b>{counts['not run at this scale']}</b> were not run at this scale.</p>",
-        "<h2>Claims</h2><table><tr><th>id</th><th>claim (paper)</th><th>verdict</th><th>evidence</th>"
-        "<th>rule</th></tr>",
+        f"<p>{_e(counts_sentence(claims))}</p>",
+        "<p class='small'><b>holds</b> / <b>does not hold</b>: the test could see the paper's effect (its reference "
+        "runs learned the task, the seeds measured the noise) and saw it, or saw its absence or reverse. "
+        "<b>inconclusive</b>: it could not decide, and the evidence says why.</p>",
+        "<h2>Claims</h2><table><tr><th>id</th><th>claim (paper)</th><th>verdict</th><th>gate: did the reference "
+        "learn?</th><th>effect (± 2 s.e.)</th><th>evidence</th><th>rule</th></tr>",
     ]
     for c in claims:
         parts.append(
             f"<tr><td>{_e(c['id'])}</td><td>{_e(c['claim'])}<div class='small'>{_e(c['source'])}</div></td>"
-            f"<td class='{_verdict_class(c['verdict'])}'>{_e(c['verdict'])}</td><td>{_e(c['evidence'])}</td>"
-            f"<td class='small'>{_e(c['rule'])}</td></tr>"
+            f"<td class='{_verdict_class(c['verdict'])}'>{_e(c['verdict'])}</td>"
+            f"<td class='small'>{_e(c.get('gate', ''))}</td><td>{_e(c.get('effect', ''))}</td>"
+            f"<td class='small'>{_e(c['evidence'])}</td><td class='small'>{_e(c['rule'])}</td></tr>"
         )
     parts.append("</table>")
-    if meta.get("scale") in ("smoke", "quick"):
-        parts.append("<p class='small'>At this scale the models are narrow and the runs short: a claim that does "
-                     "not hold here may hold at the <code>cpu</code> or <code>paper</code> scale, where the effects "
-                     "have room to appear. The verdicts are what was measured, nothing else.</p>")  # fmt: skip
+    lines = baseline_lines(results)
+    if lines:
+        parts.append("<h2>Gates</h2><ul>" + "".join(f"<li>{_e(x)}</li>" for x in lines) + "</ul>")
     parts.append("<h2>How the paper's settings map to this scale</h2><table><tr><th>setting</th><th>paper</th>"
                  "<th>here</th></tr>")
     for m in results.get("mappings", []):

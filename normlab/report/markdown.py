@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from normlab.report.html import RUN_COLUMNS, format_number, run_cells, verdict_counts
+from normlab.report.html import RUN_COLUMNS, baseline_lines, counts_sentence, format_number, run_cells
 
 __all__ = ["write_markdown"]
 
@@ -24,7 +24,6 @@ def write_markdown(results: dict[str, Any], images: dict[str, Path], path: Path)
     """Write the claims table (verdict, evidence, rule), the runs table and links to ``images``."""
     meta = results.get("meta", {})
     claims = results.get("claims", [])
-    counts = verdict_counts(claims)
     lines = [
         "# On Layer Normalization in the Transformer Architecture — reproduction",
         "",
@@ -32,14 +31,17 @@ def write_markdown(results: dict[str, Any], images: dict[str, Path], path: Path)
         f"torch {meta.get('torch')}, {meta.get('device')}, {meta.get('threads')}; wall time "
         f"{_num(meta.get('wall_time_s', 0) / 60, '.1f')} min; {meta.get('finished')}.",
         "",
-        f"**{counts['holds']}** claims hold, **{counts['does not hold']}** do not hold, "
-        f"**{counts['not run at this scale']}** were not run at this scale.",
+        counts_sentence(claims),
         "",
-        "| id | claim (paper) | verdict | evidence |",
-        "|---|---|---|---|",
+        "| id | claim (paper) | verdict | gate: did the reference learn? | effect (± 2 s.e.) |",
+        "|---|---|---|---|---|",
     ]
-    lines += [f"| {c['id']} | {_cell(c['claim'])} ({_cell(c['source'])}) | **{c['verdict']}** | {_cell(c['evidence'])} |"
-              for c in claims]  # fmt: skip
+    lines += [f"| {c['id']} | {_cell(c['claim'])} ({_cell(c['source'])}) | **{c['verdict']}** | "
+              f"{_cell(c.get('gate', ''))} | {_cell(c.get('effect', ''))} |" for c in claims]  # fmt: skip
+    if base := baseline_lines(results):
+        lines += ["", "Gates:", ""] + [f"- {x}" for x in base]
+    lines += ["", "## Evidence", ""]
+    lines += [f"- **{c['id']}** ({c['verdict']}): {c['evidence']}" for c in claims]
     lines += ["", "Rules (normlab/report/claims.py):", ""]
     lines += [f"- {c['id']}: {c['rule']}" for c in claims]
     lines += ["", "## Runs", "", "| " + " | ".join(RUN_COLUMNS) + " |", "|" + "---|" * len(RUN_COLUMNS)]

@@ -16,17 +16,7 @@ __all__ = ["plot_all"]
 LN2 = math.log(2)
 
 
-def _evals(run: dict[str, Any], key: str) -> tuple[list[float], list[float]]:
-    xs, ys = [], []
-    for e in run.get("evals", []):
-        if e.get(key) is not None:
-            xs.append(e["epoch"])
-            ys.append(e[key])
-    return xs, ys
-
-
-def _style(run: dict[str, Any]) -> dict[str, Any]:
-    name = run["name"]
+def _style(name: str) -> dict[str, Any]:
     style: dict[str, Any] = {"linestyle": "--" if "nowarm" in name or "const" in name else "-"}
     style["color"] = ("tab:orange" if name.startswith("pre") else "tab:blue")
     if "radam" in name:
@@ -37,38 +27,73 @@ def _style(run: dict[str, Any]) -> dict[str, Any]:
         style["color"] = "tab:red"
     if "1e-4-const" in name:
         style["color"] = "tab:pink"
+    if name.startswith("bert"):  # Figure 5: Pre-LN orange, Post-LN blue, Post-LN at 3e-4 (diverges) red
+        style["color"] = "tab:orange" if "-pre-" in name else "tab:red" if "3e-4" in name else "tab:blue"
+        style["linestyle"] = "-"
     style["marker"] = "o" if "1e-3" in name or "5e-3" in name else "s"
     style["markersize"] = 3
     return style
 
 
-def _panel(ax: Any, runs: list[dict[str, Any]], key: str, ylabel: str, title: str) -> bool:
+def _groups(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """results["groups"] (seed groups with their mean curves); for an older results.json without it, each run
+    as a group of one seed."""
+    if "groups" in results:
+        return results["groups"]
+    from normlab.experiments.results import seed_curves
+
+    out = {}
+    for name, run in results.get("runs", {}).items():
+        if run.get("kind") != "finetune":
+            out[name] = {"runs": [name], "label": run["label"], "figures": run["figures"], "kind": run["kind"],
+                         "nll": seed_curves([run], "nll"), "bleu": seed_curves([run], "bleu")}
+    return out
+
+
+def _panel(ax: Any, groups: dict[str, dict[str, Any]], key: str, ylabel: str, title: str) -> bool:
+    """Seed-mean curves of ``key`` against updates, with a band of one standard deviation over the seeds."""
     drawn = False
-    for run in runs:
-        xs, ys = _evals(run, key)
-        if key in ("loss", "nll"):
-            ys = [y / LN2 for y in ys]  # bits per token, as fairseq and the paper report
-        label = run["label"] + (" (diverged)" if run["status"] == "diverged" else "")
+    for name, g in groups.items():
+        stats = g[key]
+        pts = stats["curve"]
+        scale = 1 / LN2 if key == "nll" else 1.0  # bits per token, as fairseq and the paper report
+        xs = [p["update"] for p in pts]
+        ys = [p["mean"] * scale for p in pts]
+        n = stats["seeds"]
+        label = f"{g['label']} ({n} seed{'s' if n != 1 else ''}" + (f", {stats['diverged']} diverged" if
+                                                                    stats["diverged"] else "") + ")"  # fmt: skip
+        style = _style(name)
         if xs:
-            ax.plot(xs, ys, label=label, **_style(run))
+            ax.plot(xs, ys, label=label, **style)
+            sds = [p["sd"] for p in pts]
+            if all(sd is not None for sd in sds):
+                ax.fill_between(xs, [y - sd * scale for y, sd in zip(ys, sds)], [y + sd * scale for y, sd in zip(ys, sds)],
+                                color=style["color"], alpha=0.15, linewidth=0)  # fmt: skip
             drawn = True
-        elif run["status"] == "diverged":
-            ax.plot([], [], label=label, **_style(run))
-    ax.set_xlabel("epoch")
+        elif stats["diverged"]:
+            ax.plot([], [], label=label, **style)
+    ax.set_xlabel("updates")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     return drawn
 
 
-def _figure(runs: list[dict[str, Any]], path: Path, title: str, groups: list[tuple[str, list[dict[str, Any]]]]) -> Path:
-    fig, axes = plt.subplots(len(groups), 2, figsize=(11, 3.6 * len(groups)), squeeze=False)
-    for row, (name, members) in enumerate(groups):
-        _panel(axes[row][0], members, "loss", "validation loss (bits/token)", f"{name}: validation loss")
-        if not _panel(axes[row][1], members, "bleu", "BLEU", f"{name}: BLEU"):
+def _figure(path: Path, title: str, rows: list[tuple[str, dict[str, dict[str, Any]]]], entropy: float | None) -> Path:
+    fig, axes = plt.subplots(len(rows), 2, figsize=(11, 3.8 * len(rows)), squeeze=False)
+    for row, (name, members) in enumerate(rows):
+        ax = axes[row][0]
+        _panel(ax, members, "nll", "validation NLL (bits/token)", f"{name}: validation loss, seed mean ± 1 sd")
+        if entropy is not None:  # the gate of report/claims.py
+            from normlab.report.claims import LEARN_MARGIN
+
+            ax.axhline(entropy / LN2, color="grey", linewidth=0.8, linestyle=":", label="unigram entropy of the targets")
+            ax.axhline((entropy - LEARN_MARGIN) / LN2, color="black", linewidth=0.8, linestyle=":",
+                       label=f"learned: {LEARN_MARGIN:g} nats below it")  # fmt: skip
+        if not _panel(axes[row][1], members, "bleu", "BLEU", f"{name}: BLEU, seed mean ± 1 sd"):
             axes[row][1].text(0.5, 0.5, "BLEU not measured at this scale", ha="center", va="center",
                               transform=axes[row][1].transAxes)  # fmt: skip
-        axes[row][0].legend(fontsize=7)
+        ax.legend(fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -79,41 +104,37 @@ def _figure(runs: list[dict[str, Any]], path: Path, title: str, groups: list[tup
 def plot_all(results: dict[str, Any], out: Path) -> dict[str, Path]:
     """PNG files for Figures 2, 4, 5, 6 (Figure 3 comes from ``normlab analyze``)."""
     out.mkdir(parents=True, exist_ok=True)
-    runs = results.get("runs", {})
-    by_fig = lambda f: [r for r in runs.values() if f in r["figures"] and r["kind"] != "finetune"]  # noqa: E731
+    groups = _groups(results)
+    by_fig = lambda f: {k: g for k, g in groups.items() if f in g["figures"] and g["kind"] != "finetune"}  # noqa: E731
+    entropy = results.get("baselines", {}).get("translation", {}).get("unigram_entropy")
     paths = {}
     fig2 = by_fig("fig2")
     if fig2:
-        adam = [r for r in fig2 if "-adam-" in r["name"]]
-        sgd = [r for r in fig2 if "-sgd-" in r["name"]]
-        paths["fig2"] = _figure(fig2, out / "fig2.png", "Figure 2: Post-LN, warm-up ablation",
-                                [("Adam", adam), ("SGD", sgd)])  # fmt: skip
+        adam = {k: g for k, g in fig2.items() if "-adam-" in k}
+        sgd = {k: g for k, g in fig2.items() if "-sgd-" in k}
+        rows = [(n, m) for n, m in (("Adam", adam), ("SGD", sgd)) if m]
+        paths["fig2"] = _figure(out / "fig2.png", "Figure 2: Post-LN, warm-up ablation", rows, entropy)
     if by_fig("fig4"):
-        paths["fig4"] = _figure(by_fig("fig4"), out / "fig4.png", "Figure 4: Pre-LN vs Post-LN (and RAdam)",
-                                [("IWSLT-style De-En", by_fig("fig4"))])  # fmt: skip
+        paths["fig4"] = _figure(out / "fig4.png", "Figure 4: Pre-LN vs Post-LN (and RAdam)",
+                                [("IWSLT-style De-En", by_fig("fig4"))], entropy)  # fmt: skip
     if by_fig("fig6"):
-        paths["fig6"] = _figure(by_fig("fig6"), out / "fig6.png", "Figure 6: Post-LN at a fixed small learning rate",
-                                [("De-En", by_fig("fig6"))])  # fmt: skip
-    bert = [r for r in by_fig("fig5") if r["kind"] == "mlm"]
+        paths["fig6"] = _figure(out / "fig6.png", "Figure 6: Post-LN at a fixed small learning rate",
+                                [("De-En", by_fig("fig6"))], entropy)  # fmt: skip
+    bert = {k: g for k, g in by_fig("fig5").items() if g["kind"] == "mlm"}
     if bert:
-        paths["fig5"] = _fig5(bert, results.get("finetune", {}), out / "fig5.png")
+        paths["fig5"] = _fig5(bert, results.get("finetune", {}), out / "fig5.png",
+                              results.get("baselines", {}).get("mlm", {}).get("unigram_entropy"))
     return paths
 
 
-def _fig5(bert: list[dict[str, Any]], finetune: dict[str, Any], path: Path) -> Path:
+def _fig5(bert: dict[str, dict[str, Any]], finetune: dict[str, Any], path: Path, entropy: float | None) -> Path:
     tasks = sorted({t for parent in finetune.values() for t in parent})
     fig, axes = plt.subplots(1, 1 + len(tasks), figsize=(5 * (1 + len(tasks)), 3.8), squeeze=False)
     ax = axes[0][0]
-    for run in bert:
-        pts = [(e["update"], e["nll"] / LN2) for e in run["evals"] if e.get("nll") is not None]
-        style = {"color": "tab:orange" if "pre" in run["name"] else ("tab:red" if "3e-4" in run["name"] else
-                                                                     "tab:blue")}  # fmt: skip
-        label = run["label"] + (" (diverged)" if run["status"] == "diverged" else "")
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=label, **style)
+    _panel(ax, bert, "nll", "validation MLM loss (bits/token)", "(a) pre-training, seed mean ± 1 sd")
+    if entropy is not None:
+        ax.axhline(entropy / LN2, color="grey", linewidth=0.8, linestyle=":", label="unigram entropy")
     ax.set_xlabel("pre-training updates")
-    ax.set_ylabel("validation MLM loss (bits/token)")
-    ax.set_title("(a) pre-training", fontsize=9)
-    ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     for k, task in enumerate(tasks, start=1):
         ax = axes[0][k]

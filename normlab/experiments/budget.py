@@ -1,0 +1,152 @@
+"""How long a reproduce grid will take on this machine, measured before it starts.
+
+``normlab reproduce`` prints the estimate at the start, from a short probe: a few training updates of the
+scale's translation model on a batch of the scale's size, in the precision and thread count the grid will use
+(the matmul work of an update is fixed by the model and the batch, so the probe's time per update is the
+grid's), times the updates of the grid's runs, divided by the jobs that run in parallel, plus the validation
+passes. It also measures the machine's fp32 and bf16 matmul rates and warns, with both numbers, when the CPU
+has no native bf16 (no AMX or AVX-512 BF16): the quick scale's budget (scales.QUICK_BUDGET) assumes a CPU that
+has it, and an fp32-only CPU takes several times longer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Sequence
+
+import torch
+
+from normlab.config import TrainConfig
+from normlab.experiments.figures import Context, RunSpec
+
+__all__ = ["Estimate", "probe_update_seconds", "estimate", "native_bf16"]
+
+# A validation pass over V target tokens costs about a third of a training update on the same tokens (forward
+# only); the grid's runs validate every eval_every updates. BLEU decoding is counted as this many updates per
+# 100 sentences (greedy or beam search of a few dozen steps; measured with translate.validation_bleu at d=256).
+_BLEU_UPDATES_PER_100 = 4.0
+
+
+def native_bf16(device: torch.device) -> bool:
+    """bf16 matmuls in hardware: a CUDA GPU that supports them, or a CPU with AVX-512 BF16 or AMX."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def probe_update_seconds(cfg: TrainConfig, *, threads: int, updates: int = 3, sentence_len: int = 24) -> float:
+    """Seconds per training update of ``cfg``'s translation model on a random batch of ``cfg.data.max_tokens``
+    tokens (sentences of ``sentence_len``), with ``threads`` CPU threads: the median of ``updates`` timed
+    updates after one warm-up update."""
+    from normlab.model import build_model
+    from normlab.train.losses import translation_loss
+    from normlab.train.optim import build_optimizer
+    from normlab.train.trainer import autocast_dtype
+
+    device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+                          else "cpu")  # fmt: skip
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, threads))
+    try:
+        gen = torch.Generator().manual_seed(0)
+        model = build_model(cfg.model).to(device)
+        opt = build_optimizer(model, cfg.optim)
+        amp = autocast_dtype(cfg.precision, device)
+        batch = max(1, cfg.data.max_tokens // sentence_len)
+        v = cfg.model.vocab_size
+        src = torch.randint(8, v, (batch, sentence_len), generator=gen).to(device)
+        tgt = torch.randint(8, v, (batch, sentence_len), generator=gen).to(device)
+        times = []
+        for k in range(updates + 1):
+            t0 = time.perf_counter()
+            with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
+                loss, _ = translation_loss(model, src, tgt, tgt, cfg.label_smoothing)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if k:
+                times.append(time.perf_counter() - t0)
+        return sorted(times)[len(times) // 2]
+    finally:
+        torch.set_num_threads(before)
+
+
+@dataclasses.dataclass
+class Estimate:
+    seconds_per_update: float  # of the probe, at the grid's threads per job
+    updates: int  # training updates of the grid's translation and pre-training runs
+    seconds: float  # the estimated wall time of the grid
+    jobs: int
+    fp32_gflops: float
+    bf16_gflops: float
+    native_bf16: bool
+    warning: str = ""
+
+    def text(self) -> str:
+        line = (f"estimate: {self.updates:,} updates x {self.seconds_per_update:.2f} s (probe) / {self.jobs} job(s) "
+                f"+ validation = ~{self.seconds / 60:.0f} min on this machine (matmul fp32 {self.fp32_gflops:.0f} "
+                f"GFLOP/s, bf16 {self.bf16_gflops:.0f} GFLOP/s)")  # fmt: skip
+        return line + (f"\nWARNING: {self.warning}" if self.warning else "")
+
+
+def _updates(spec: RunSpec, ctx: Context) -> int:
+    c = spec.config
+    if c.max_updates:
+        return c.max_updates
+    if spec.kind == "finetune":
+        return c.max_epochs * ctx.finetune_updates_per_epoch.get(spec.finetune_task or "", 1)
+    return c.max_epochs * ctx.translation_updates_per_epoch
+
+
+def _weight(c: TrainConfig, ref: TrainConfig) -> float:
+    """The cost of one of ``c``'s updates in units of the probed one: tokens per batch x layers (matmul work
+    per token scales with depth at equal width; widths differ only between scales, not within one)."""
+    layers = lambda t: t.model.encoder_layers + t.model.decoder_layers  # noqa: E731
+    return (c.data.max_tokens / max(ref.data.max_tokens, 1)) * (layers(c) / max(layers(ref), 1))
+
+
+def estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int,
+             budget_minutes: float | None = None) -> Estimate:  # fmt: skip
+    """The grid's wall time on this machine from a probe of its first translation run (see the module's doc);
+    pre-training and fine-tuning updates are weighted by their tokens and layers against the probed one."""
+    from normlab.train.throughput import matmul_peak_flops
+
+    trans = [s for s in specs if s.kind == "translation"]
+    ref = (trans or list(specs))[0].config
+    device = torch.device("cuda" if ref.device == "cuda" or (ref.device == "auto" and torch.cuda.is_available())
+                          else "cpu")  # fmt: skip
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, min(threads * jobs, os.cpu_count() or 1)))
+    try:
+        fp32 = matmul_peak_flops(torch.float32, device, n=1024, budget_s=0.3) / 1e9
+        bf16 = matmul_peak_flops(torch.bfloat16, device, n=1024, budget_s=0.3) / 1e9
+    finally:
+        torch.set_num_threads(before)
+    per_update = probe_update_seconds(ref, threads=threads) if ref.model.decoder_layers else 0.0
+    updates = 0
+    work = 0.0  # in probed updates
+    for s in specs:
+        c = s.config
+        n = _updates(s, ctx)
+        updates += n
+        w = _weight(c, ref)
+        evals = n // c.eval_every if c.eval_every else min(c.max_epochs, max(1, n // max(ctx.translation_updates_per_epoch, 1)))
+        # a validation pass: (valid examples x ~25 tokens) forward-only, a third of an update's work per token
+        valid = evals * (c.data.valid_subset or 2000) * 25 / 3 / max(c.data.max_tokens, 1)
+        if s.kind == "translation" and c.valid_bleu:
+            valid += evals * min(c.valid_bleu, c.data.valid_subset or 2000) / 100 * _BLEU_UPDATES_PER_100
+        work += (n + valid) * w
+    seconds = work * per_update / max(1, jobs)
+    native = native_bf16(device)
+    warning = ""
+    if device.type == "cpu" and not native:
+        warning = (f"this CPU has no native bf16 (no AMX or AVX-512 BF16): bf16 matmuls run at {bf16:.1f} GFLOP/s "
+                   f"against {fp32:.0f} in fp32, so training runs in fp32. ")  # fmt: skip
+        if budget_minutes:
+            warning += (f"The scale's budget of {budget_minutes:g} minutes assumes a CPU with native bf16 (e.g. a "
+                        f"Xeon with AMX: ~2,000 GFLOP/s bf16); here it takes ~{seconds / 60:.0f} minutes.")
+    return Estimate(per_update, updates, seconds, jobs, fp32, bf16, native, warning)
