@@ -40,13 +40,13 @@ def test_fig4_pre_ln_schedule_at_paper_and_small_scale():
     assert pre.schedule.step_epochs == (8,) and pre.schedule.step_factor == 0.1 and pre.schedule.decay == "constant"
     radam = paper["post-radam-5e-4-nowarm-linear"].config
     assert radam.optim.name == "radam" and radam.schedule.decay == "linear" and radam.schedule.warmup_updates == 0
-    quick = {r.name: r for r in fig4_pre_vs_post(get_scale("quick"), CTX)}
-    total = get_scale("quick").translation.epochs * 100
-    step = quick["pre-adam-5e-4-nowarm-step"].config.schedule.step_updates[0]
+    smoke = {r.name: r for r in fig4_pre_vs_post(get_scale("smoke"), CTX)}
+    total = get_scale("smoke").translation.epochs * 100
+    step = smoke["pre-adam-5e-4-nowarm-step"].config.schedule.step_updates[0]
     assert step == round(7 / 30 * total)  # the same fraction of the run as epoch 8 of ~30
 
 
-@pytest.mark.parametrize("scale", ["smoke", "quick", "cpu"])
+@pytest.mark.parametrize("scale", ["smoke"])
 def test_warmup_is_the_same_fraction_of_the_run(scale):
     s = get_scale(scale)
     runs = {r.name: r for r in fig2_warmup_ablation(s, CTX)}
@@ -56,6 +56,35 @@ def test_warmup_is_the_same_fraction_of_the_run(scale):
     assert w4000 == max(2, round(4000 / paper_total * total))
     assert runs["post-adam-5e-4-w500"].config.schedule.warmup_updates >= 2  # never silently "no warm-up"
     assert runs["post-adam-5e-4-nowarm"].config.schedule.warmup_updates == 1
+
+
+@pytest.mark.parametrize("scale", ["quick", "full"])
+def test_short_schedule_keeps_lr_max_and_counts_warmup_in_updates(scale):
+    """The short-run schedule (scales.py): the warm-up standing for T_warmup=4000 is the scale's ``warmup``
+    updates whatever the run length, 500 the same share of it, and no run decays."""
+    s = get_scale(scale)
+    runs = {r.group: r for r in all_runs(s, CTX, ("fig2", "fig4"))}
+    assert runs["post-adam-5e-4-w4000"].config.schedule.warmup_updates == s.translation.warmup
+    if "post-adam-5e-4-w500" in runs:
+        assert runs["post-adam-5e-4-w500"].config.schedule.warmup_updates == round(s.translation.warmup / 8)
+    assert all(r.config.schedule.decay == "constant" and not r.config.schedule.step_updates for r in runs.values())
+    assert all(r.config.max_updates == s.translation.updates for r in runs.values())
+    assert runs["pre-adam-5e-4-nowarm-step"].config.schedule.warmup_updates == 0
+
+
+def test_quick_runs_the_decisive_contrasts_with_seeds_at_a_width_where_the_effect_lives():
+    s = get_scale("quick")
+    runs = all_runs(s, CTX, tuple(f for f in s.figures if f != "fig3"))
+    groups = {}
+    for r in runs:
+        groups.setdefault(r.group, []).append(r)
+    assert set(groups) == {"post-adam-5e-4-nowarm", "post-adam-5e-4-w4000", "pre-adam-5e-4-nowarm-step"}
+    assert all(sorted(r.config.seed for r in g) == [1, 2, 3] for g in groups.values())  # >= 3 seeds
+    assert all(r.name == f"{r.group}-s{r.config.seed}" for r in runs)
+    m = runs[0].config.model
+    assert (m.encoder_layers, m.decoder_layers, m.d_model, m.d_ffn) == (6, 6, 256, 512)  # depth 6-6, FFN = 2d
+    assert runs[0].config.data.max_tokens >= 2048
+    assert {r.config.optim.lr for r in runs} == {5e-4}
 
 
 def test_scaled_updates():
@@ -78,18 +107,19 @@ def test_fig5_and_fig6():
 
 
 def test_all_runs_merges_shared_runs_and_orders_finetuning_last():
-    runs = all_runs(get_scale("quick"), CTX)
+    s = get_scale("full")
+    runs = all_runs(s, CTX)
     names = [r.name for r in runs]
     assert len(names) == len(set(names))
     shared = {r.name: r.figures for r in runs}
-    assert shared["post-adam-5e-4-w4000"] == ("fig2", "fig4")
-    assert shared["post-adam-1e-3-nowarm"] == ("fig2", "fig6")
+    assert shared["post-adam-5e-4-w4000-s1"] == ("fig2", "fig4")
+    assert shared["post-adam-1e-3-nowarm-s3"] == ("fig2", "fig6")
     kinds = [r.kind for r in runs]
     assert kinds.index("finetune") > max(i for i, k in enumerate(kinds) if k != "finetune")
     ft = [r for r in runs if r.kind == "finetune"]
-    s = get_scale("quick")
     assert len(ft) == 2 * s.finetune.checkpoints * len(s.finetune.tasks) * s.finetune.seeds
-    assert {r.parent for r in ft} == {"bert-post-1e-4", "bert-pre-3e-4"}  # the diverging 3e-4 run is not fine-tuned
+    # fine-tuned from the first seed of each pre-training run; the diverging 3e-4 run is not fine-tuned
+    assert {r.parent for r in ft} == {"bert-post-1e-4-s1", "bert-pre-3e-4-s1"}
     assert all(r.parent_update in finetune_points(s) for r in ft)
     assert all(r.config.data.tokenizer == "en-mono" for r in ft)  # the pre-training vocabulary
 
@@ -104,9 +134,13 @@ def test_finetune_points_are_checkpoints_the_mlm_run_keeps():
 
 
 def test_mappings_state_every_translation():
-    rows = {m.what: m for m in mappings(get_scale("quick"), CTX)}
+    rows = {m.what: m for m in mappings(get_scale("smoke"), CTX)}
     assert "T_warmup=4000" in rows and "12.1% of the run" in rows["T_warmup=4000"].paper
     assert "Pre-LN step decay x0.1" in rows and "BERT run" in rows and "fine-tuning" in rows
+    quick = {m.what: m for m in mappings(get_scale("quick"), CTX)}
+    assert "not a fraction" in quick["T_warmup=4000"].here and "none" in quick["decay after the warm-up"].here
+    assert "3 per training run" in quick["seeds"].here and "only" in quick["runs"].here
+    assert "BERT run" not in quick  # Figure 5 is not run at the quick scale
 
 
 def test_unknown_scale():

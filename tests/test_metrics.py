@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
+import torch
 
 from normlab.metrics import accuracy, bleu, mean_ci, moses_available, t_cdf, t_quantile
 
@@ -137,3 +139,14 @@ def test_accuracy():
     assert accuracy([1, 0, 1, 1], [1, 1, 1, 0]) == 0.5
     with pytest.raises(ValueError):
         accuracy([1], [1, 0])
+
+
+def test_unigram_entropy_and_majority_share():
+    from normlab.metrics import majority_share, unigram_entropy
+
+    torch.testing.assert_close(unigram_entropy([5, 5, 7, 7]), math.log(2))
+    torch.testing.assert_close(unigram_entropy(np.array([3] * 9 + [4])), -(0.9 * math.log(0.9) + 0.1 * math.log(0.1)))
+    assert unigram_entropy([1, 1, 1]) == 0.0
+    assert majority_share([0, 1, 1, 1]) == 0.75
+    with pytest.raises(ValueError):
+        unigram_entropy([])

@@ -27,7 +27,7 @@ import torch
 from normlab import __version__
 from normlab.config import ConfigError
 from normlab.experiments.figures import Context, all_runs, mappings
-from normlab.experiments.grid import child_preexec, run_grid
+from normlab.experiments.grid import FINISHED, child_preexec, run_grid, run_status
 from normlab.experiments.results import collect
 from normlab.experiments.scales import Scale, get_scale
 from normlab.report.claims import evaluate_claims
@@ -194,12 +194,13 @@ def reproduce(
     try:
         ctx = make_context(scale, figures, corpus=corpus, device=device, precision=precision)
         specs = all_runs(scale, ctx, tuple(f for f in figures if f != "fig3"))
-        if probe and specs:
+        todo = [s for s in specs if run_status(out / "runs" / s.name) not in FINISHED]
+        if probe and todo:
             from normlab.experiments.budget import estimate
             from normlab.experiments.scales import QUICK_BUDGET
 
             budget = QUICK_BUDGET["minutes"] if scale.name == "quick" else None
-            _say(estimate(specs, ctx, jobs=jobs, threads=threads, budget_minutes=budget).text())
+            _say(estimate(todo, ctx, jobs=jobs, threads=threads, budget_minutes=budget).text())
         base = baselines(scale, ctx, figures)
         outcomes = run_grid(specs, out, jobs=jobs, threads=threads, launcher=launcher, nproc=nproc, say=_say)
     except BaseException:  # a bad corpus, Ctrl-C: the analysis must not run on as an orphan

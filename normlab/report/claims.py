@@ -357,7 +357,8 @@ def learned(results: dict[str, Any], groups: Sequence[Group], kind: str = "trans
         passed = math.isfinite(m) and m <= h - LEARN_MARGIN
         ok &= passed
         numbers[g.name] = {"mean_final": m, "learned": passed}
-        below = f"{h - m:.2f} nats below" if math.isfinite(m) else "diverged,"
+        below = ((f"{h - m:.2f} nats below" if m <= h else f"{m - h:.2f} nats above") if math.isfinite(m)
+                 else "diverged,")  # fmt: skip
         parts.append(f"{g.name} ({g.describe()}) ends at {_fmt(m)}{g.bleu()}, {below} the unigram entropy "
                      f"{h:.3f}: {'learned' if passed else 'did not learn'}")  # fmt: skip
     return ok, "; ".join(parts) + f" (learned: at least {LEARN_MARGIN:g} nats below)", numbers
@@ -368,7 +369,8 @@ def _gated(gate: tuple[bool, str, dict], verdict: str, evidence: str, effect: st
     numbers = dict(numbers, gate=gate_numbers)
     if not ok:
         return Verdict(INCONCLUSIVE, f"the reference runs did not learn the task, so the comparison says nothing "
-                       f"about the claim: {gate_text}. Measured anyway: {evidence}", numbers, gate_text, effect)
+                       f"about the claim: {gate_text}. Measured anyway (what the rule would say of it, had the references "
+                       f"learned): {evidence}", numbers, gate_text, effect)
     return Verdict(verdict, evidence, numbers, gate_text, effect)
 
 

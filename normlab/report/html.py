@@ -99,7 +99,6 @@ def write_html(results: dict[str, Any], images: dict[str, Path], path: Path) -> 
     """Write the report page; ``images`` maps a figure id (fig2, fig3a, ...) to a PNG, embedded in the page."""
     meta = results.get("meta", {})
     claims = results.get("claims", [])
-    counts = verdict_counts(claims)
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>normlab reproduce: "
         f"{_e(meta.get('scale', ''))}</title><style>{_CSS}</style></head><body>",
