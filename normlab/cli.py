@@ -21,14 +21,10 @@ def _model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _model(args: argparse.Namespace) -> int:
-    from normlab.config import ModelConfig, apply_overrides, load_yaml
+    from normlab.config import ModelConfig, apply_overrides, load_config_file
     from normlab.model import build_model, describe
 
-    data = {}
-    if args.config:
-        with open(args.config, encoding="utf-8") as f:
-            data = load_yaml(f.read()) or {}
-        data = data.get("model", data)
+    data = load_config_file(args.config, "model") if args.config else {}
     cfg = ModelConfig.from_dict(apply_overrides(data, args.set))
     print(describe(build_model(cfg, args.task)))
     return 0
@@ -81,13 +77,9 @@ def _diagnose(args: argparse.Namespace) -> int:
     import json
 
     from normlab.analysis.diagnose import diagnose_config
-    from normlab.config import ModelConfig, apply_overrides, load_yaml
+    from normlab.config import ModelConfig, apply_overrides, load_config_file
 
-    data = {}
-    if args.config:
-        with open(args.config, encoding="utf-8") as f:
-            data = load_yaml(f.read()) or {}
-        data = data.get("model", data)
+    data = load_config_file(args.config, "model") if args.config else {}
     cfg = ModelConfig.from_dict(apply_overrides(data, args.set))
     if args.steps <= 0:
         raise ConfigError(f"--steps must be positive, got {args.steps}")

@@ -27,7 +27,7 @@ import yaml
 __all__ = [
     "ConfigError", "Strict", "config", "field", "Placement", "ModelConfig", "OptimConfig", "ScheduleConfig",
     "DataConfig", "TrainConfig", "VENDORED_CORPORA", "DEFAULT_CORPUS",
-    "parse_override", "apply_overrides", "load_yaml",
+    "parse_override", "apply_overrides", "load_yaml", "load_config_file",
 ]  # fmt: skip
 
 
@@ -250,6 +250,21 @@ def _deepcopy_dict(d: dict[str, Any]) -> dict[str, Any]:
     return {k: _deepcopy_dict(v) if isinstance(v, dict) else v for k, v in d.items()}
 
 
+def load_config_file(name: str, section: str = "") -> dict[str, Any]:
+    """A ``--config`` file as a plain dict: a YAML path, or a config bundled with normlab by name
+    (``bert-tiny-post``, see normlab/assets). With ``section`` (``model``, ``data``), that section of a run
+    config, or the whole file when it has no such section."""
+    from normlab.assets import config_file
+
+    path = config_file(name)
+    data = load_yaml(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{name}: expected a mapping of config sections")
+    if section:
+        data = data.get(section, data)
+    return data
+
+
 # --------------------------------------------------------------------------------------------------------
 # Model
 
@@ -400,7 +415,7 @@ class ScheduleConfig(Strict):
 # --------------------------------------------------------------------------------------------------------
 # Data
 
-# The corpora vendored in the repository's data/ folder and the task each one serves (data/README.md).
+# The corpora vendored as package data (normlab/assets/corpora) and the task each one serves (its README.md).
 VENDORED_CORPORA: dict[str, str] = {
     "de-en": "translation",
     "en-mono": "mlm",
@@ -420,7 +435,7 @@ class DataConfig(Strict):
     corpus: str = field(
         "",
         help="a vendored corpus (de-en, en-mono, paraphrase, wic) or a directory of your own files "
-        "(train/valid[/test] splits, see data/README.md); '' = the task's default: de-en, en-mono, paraphrase",
+        "(train/valid[/test] splits, see normlab/assets/corpora/README.md); '' = the task's default: de-en, en-mono, paraphrase",
     )
     format: Literal["auto", "tsv", "raw"] = field(
         "auto",

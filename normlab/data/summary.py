@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from normlab.config import DataConfig, apply_overrides, load_yaml
+from normlab.config import DataConfig, apply_overrides, load_config_file
 from normlab.data.batch import PAD
 from normlab.data.datasets import Prepared, TranslationDataset, prepare
 
@@ -22,11 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> DataConfig:
-    data = {}
-    if args.config:
-        with open(args.config, encoding="utf-8") as f:
-            data = load_yaml(f.read()) or {}
-        data = data.get("data", data)
+    data = load_config_file(args.config, "data") if args.config else {}
     if args.task:
         data = {**data, "task": args.task}
     return DataConfig.from_dict(apply_overrides(data, args.set))
