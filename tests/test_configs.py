@@ -62,8 +62,9 @@ def test_config_by_name_or_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert config_file("bert-tiny-post.yaml").resolve() == own
     assert config_file("bert-tiny-post") == configs_dir() / own.name
-    with pytest.raises(ConfigError, match=r"^--config configs/bert-tiny-post.yaml: no such file; the bundled config is "
-                                          r"--config bert-tiny-post$"):  # the path before configs/ moved into the package
+    # the path before configs/ moved into the package
+    with pytest.raises(ConfigError, match=r"^--config configs/bert-tiny-post.yaml: no such file; the bundled config "
+                                          r"is --config bert-tiny-post$"):  # fmt: skip
         config_file("configs/bert-tiny-post.yaml")
     with pytest.raises(ConfigError, match=r"no such file, nor a bundled config \(bert-base-post, "):
         config_file("bert-huge")

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from normlab.config import ConfigError, TrainConfig, apply_overrides, load_config_file, load_yaml
+from normlab.config import ConfigError, TrainConfig, add_set_argument, apply_overrides, load_config_file, load_yaml
 from normlab.train.distributed import init_distributed, shutdown
 from normlab.train.trainer import EXIT_DIVERGED, Trainer, prepare_run_dir
 
@@ -29,8 +29,7 @@ log = logging.getLogger("normlab.train")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML run config (sections model, data, optim, schedule and top-level keys), or "
                                     "a bundled one by name: bert-{tiny,mini,small,base}-{post,pre}")  # fmt: skip
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a field, e.g. --set model.placement=pre --set optim.lr=1e-3 --set max_epochs=5")
+    add_set_argument(p, TrainConfig)
     p.add_argument("--out", required=True, help="run directory (config, metrics, checkpoints, TensorBoard)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
