@@ -30,4 +30,4 @@ reproduce: install
 	$(PY) -m normlab reproduce --scale quick --out reproduce/quick
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache build dist *.egg-info

@@ -15,20 +15,19 @@ from normlab.config import ConfigError
 EXIT_USAGE = 2
 
 def _model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="YAML file; its `model:` section (or the whole file) is the ModelConfig")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a ModelConfig field")
+    from normlab.config import ModelConfig, add_set_argument
+
+    p.add_argument("--config", help="YAML file or bundled config (bert-tiny-post, ...); its `model:` section (or "
+                                    "the whole file) is the ModelConfig")  # fmt: skip
+    add_set_argument(p, ModelConfig, section="model")
     p.add_argument("--task", default="translation", choices=["translation", "mlm", "classification"])
 
 
 def _model(args: argparse.Namespace) -> int:
-    from normlab.config import ModelConfig, apply_overrides, load_yaml
+    from normlab.config import ModelConfig, apply_overrides, load_config_file
     from normlab.model import build_model, describe
 
-    data = {}
-    if args.config:
-        with open(args.config, encoding="utf-8") as f:
-            data = load_yaml(f.read()) or {}
-        data = data.get("model", data)
+    data = load_config_file(args.config, "model") if args.config else {}
     cfg = ModelConfig.from_dict(apply_overrides(data, args.set))
     print(describe(build_model(cfg, args.task)))
     return 0
@@ -38,10 +37,13 @@ def _model(args: argparse.Namespace) -> int:
 
 
 def _analyze_args(p: argparse.ArgumentParser) -> None:
+    from normlab.analysis.run import AnalysisConfig
+    from normlab.config import add_set_argument
+
     p.add_argument("--scale", choices=["smoke", "quick", "paper"], default="quick",
                    help="smoke: seconds; quick: minutes on 2 CPU cores; paper: the paper's sizes")
     p.add_argument("--out", required=True, help="directory for analysis.json and the figures")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override an AnalysisConfig field")
+    add_set_argument(p, AnalysisConfig, note="the defaults shown are before --scale, which sets most of them")
     p.add_argument("--checkpoint", help="Post-LN checkpoint after warm-up (safetensors + JSON sidecar), optional")
     p.add_argument("--data", choices=["synthetic", "de-en"], help="mini-batches (default: the scale's)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
@@ -81,13 +83,9 @@ def _diagnose(args: argparse.Namespace) -> int:
     import json
 
     from normlab.analysis.diagnose import diagnose_config
-    from normlab.config import ModelConfig, apply_overrides, load_yaml
+    from normlab.config import ModelConfig, apply_overrides, load_config_file
 
-    data = {}
-    if args.config:
-        with open(args.config, encoding="utf-8") as f:
-            data = load_yaml(f.read()) or {}
-        data = data.get("model", data)
+    data = load_config_file(args.config, "model") if args.config else {}
     cfg = ModelConfig.from_dict(apply_overrides(data, args.set))
     if args.steps <= 0:
         raise ConfigError(f"--steps must be positive, got {args.steps}")
@@ -227,6 +225,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     _, _, run = COMMANDS[args.command]
     try:
+        if hasattr(args, "set_root"):  # one --set convention: keys become relative to the command's config
+            from normlab.config import resolve_overrides
+
+            args.set = resolve_overrides(*args.set_root, args.set)
         return run(args)
     except ConfigError as e:
         print(f"normlab {args.command}: error: {e}", file=sys.stderr)

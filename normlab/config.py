@@ -27,7 +27,8 @@ import yaml
 __all__ = [
     "ConfigError", "Strict", "config", "field", "Placement", "ModelConfig", "OptimConfig", "ScheduleConfig",
     "DataConfig", "TrainConfig", "VENDORED_CORPORA", "DEFAULT_CORPUS",
-    "parse_override", "apply_overrides", "load_yaml",
+    "parse_override", "apply_overrides", "load_yaml", "load_config_file", "Setting", "settings", "settings_help",
+    "add_set_argument", "resolve_overrides",
 ]  # fmt: skip
 
 
@@ -250,6 +251,161 @@ def _deepcopy_dict(d: dict[str, Any]) -> dict[str, Any]:
     return {k: _deepcopy_dict(v) if isinstance(v, dict) else v for k, v in d.items()}
 
 
+def load_config_file(name: str, section: str = "") -> dict[str, Any]:
+    """A ``--config`` file as a plain dict: a YAML path, or a config bundled with normlab by name
+    (``bert-tiny-post``, see normlab/assets). With ``section`` (``model``, ``data``), that section of a run
+    config, or the whole file when it has no such section."""
+    from normlab.assets import config_file
+
+    path = config_file(name)
+    data = load_yaml(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{name}: expected a mapping of config sections")
+    if section:
+        data = data.get(section, data)
+    return data
+
+
+# --------------------------------------------------------------------------------------------------------
+# ``--set`` keys and ``--help``, both read off the dataclasses (fairseq's gen_parser_from_dataclass).
+#
+# One convention for every command: a key is the dotted path from the root of the file the command reads.
+# ``normlab train`` reads a TrainConfig, so ``model.placement``; ``normlab model`` and ``normlab diagnose``
+# read the ``model:`` section of that same file, so also ``model.placement``, and ``normlab data`` its
+# ``data:`` section (``data.corpus``). The section's own key (``placement``, ``corpus``), the form these
+# commands took before, is still accepted: no field of a section is named after the section, so it is never
+# ambiguous. Anything else is one line that names the nearest valid key in the full form.
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One row of ``--help``: a dotted key, its type and default as ``--set`` reads them, and its help."""
+
+    key: str
+    type: str
+    default: str
+    help: str
+    section: bool = False  # a nested config (its fields follow, ``key.field``)
+
+
+def _type_name(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        name = " | ".join(_type_name(a) for a in args)
+        return f"{name} | null" if len(args) < len(typing.get_args(hint)) else name
+    if origin is Literal:
+        return "|".join(str(a) for a in typing.get_args(hint))
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"[{_type_name(args[0])}, ...]"
+        return "[" + ", ".join(_type_name(a) for a in args) + "]"
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return "|".join(str(m.value) for m in hint)
+    if hint is Any:
+        return "any"
+    return getattr(hint, "__name__", str(hint))
+
+
+def _value_text(value: Any) -> str:
+    """A default as one would write it after ``--set key=`` (YAML)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_value_text(v) for v in value) + "]"
+    if value == "":
+        return "''"
+    return str(value)
+
+
+def settings(cls: type[Strict], prefix: str = "") -> list[Setting]:
+    """Every field of ``cls`` as a :class:`Setting`, nested configs expanded under their dotted keys."""
+    hints = typing.get_type_hints(cls)
+    rows = []
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        key = f"{prefix}{f.name}"
+        sub = _strict_class(hints[f.name])
+        if sub is not None:
+            rows.append(Setting(key, sub.__name__, "", f.metadata.get("help", ""), section=True))
+            rows.extend(settings(sub, prefix=f"{key}."))
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        rows.append(Setting(key, _type_name(hints[f.name]), _value_text(default), f.metadata.get("help", "")))
+    return rows
+
+
+def settings_help(cls: type[Strict], section: str = "", note: str = "") -> str:
+    """The ``--set`` keys of a command whose config is ``cls`` (at ``section`` of the file it reads), for
+    ``--help``: every field, its type, default and help; nested sections by their dotted keys."""
+    import textwrap
+
+    prefix = f"{section}." if section else ""
+    head = f"settings (--set KEY=VALUE, the value read as YAML; {cls.__name__}"
+    head += f", the `{section}:` section of a run config; the `{prefix}` may be left out)" if section else ")"
+    lines = textwrap.wrap(head + (f"; {note}" if note else "") + ":", width=116, subsequent_indent="  ")
+    for row in settings(cls, prefix):
+        if row.section:
+            lines += ["", f"  {row.key}.*: {row.help} ({row.type})"]
+            continue
+        lines.append(f"  {row.key} ({row.type}) = {row.default}")
+        lines.extend(textwrap.wrap(row.help, width=116, initial_indent=" " * 6, subsequent_indent=" " * 6,
+                                   break_on_hyphens=False, break_long_words=False))
+    return "\n".join(lines)
+
+
+def add_set_argument(p: Any, cls: type[Strict], section: str = "", note: str = "") -> None:
+    """``--set KEY=VALUE`` on an argparse parser, with every key of ``cls`` listed in its ``--help``;
+    ``normlab.cli.main`` rewrites the keys with :func:`resolve_overrides` before the command runs."""
+    import argparse
+
+    example = next(row for row in settings(cls, f"{section}." if section else "") if not row.section)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help=f"override a setting (repeatable), e.g. --set {example.key}={example.default}; every key "
+                        "is listed below")  # fmt: skip
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = settings_help(cls, section, note)
+    p.set_defaults(set_root=(cls, section))
+
+
+def resolve_overrides(cls: type[Strict], section: str, overrides: typing.Iterable[str]) -> list[str]:
+    """``--set`` items with their keys made relative to ``cls`` (what :func:`apply_overrides` applies to the
+    section's dict): ``section.key`` and ``key`` are both accepted; an unknown key is a :class:`ConfigError`
+    that names the nearest valid key as the command spells it (``section.key``)."""
+    rows = settings(cls)
+    keys = {row.key for row in rows}
+    prefix = f"{section}." if section else ""
+    out = []
+    for text in overrides:
+        path, _ = parse_override(text)
+        raw = text.split("=", 1)[1]
+        if section and path[0] == section and ".".join(path[1:]) in keys:
+            path = path[1:]
+        elif ".".join(path) not in keys:
+            raise ConfigError(f"{cls.__name__}: unknown key {'.'.join(path)!r}{_nearest_key(path, rows, prefix)}")
+        out.append(f"{'.'.join(path)}={raw}")
+    return out
+
+
+def _nearest_key(path: list[str], rows: list[Setting], prefix: str) -> str:
+    """``; did you mean 'optim.lr'?``: the keys whose last part is the one given (``lr``, ``model.lr``), else
+    the closest spelling of the whole key; each as the command spells it (with ``prefix``)."""
+    given = ".".join(path)
+    if prefix and given.startswith(prefix):
+        given = given[len(prefix):]
+    leaves = [row.key for row in rows if not row.section]
+    near = [key for key in leaves if key.rsplit(".", 1)[-1] == path[-1]]
+    if not near:
+        near = difflib.get_close_matches(given, [row.key for row in rows], n=1, cutoff=0.5)
+    if not near:
+        return " (--help lists the keys)"
+    return "; did you mean " + " or ".join(repr(prefix + key) for key in near) + "?"
+
+
 # --------------------------------------------------------------------------------------------------------
 # Model
 
@@ -400,7 +556,7 @@ class ScheduleConfig(Strict):
 # --------------------------------------------------------------------------------------------------------
 # Data
 
-# The corpora vendored in the repository's data/ folder and the task each one serves (data/README.md).
+# The corpora vendored as package data (normlab/assets/corpora) and the task each one serves (its README.md).
 VENDORED_CORPORA: dict[str, str] = {
     "de-en": "translation",
     "en-mono": "mlm",
@@ -420,7 +576,7 @@ class DataConfig(Strict):
     corpus: str = field(
         "",
         help="a vendored corpus (de-en, en-mono, paraphrase, wic) or a directory of your own files "
-        "(train/valid[/test] splits, see data/README.md); '' = the task's default: de-en, en-mono, paraphrase",
+        "(train/valid[/test] splits, see normlab/assets/corpora/README.md); '' = the task's default: de-en, en-mono, paraphrase",
     )
     format: Literal["auto", "tsv", "raw"] = field(
         "auto",

@@ -68,6 +68,7 @@ from normlab.config import (
     ScheduleConfig,
     Strict,
     TrainConfig,
+    add_set_argument,
     apply_overrides,
     config,
     field,
@@ -468,8 +469,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale", default="paper", choices=list(SCALES),
                    help="paper: the paper's search space (360 runs); small: 4 settings x 6 seeds on 3,668 training "
                    "pairs (a CPU); tiny: 1 setting x 2 seeds, 1 epoch (a smoke test)")  # fmt: skip
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a FinetuneConfig field, e.g. --set 'lrs=[2e-5, 5e-5]' --set seeds=3")
+    add_set_argument(p, FinetuneConfig, note="the defaults shown are the paper's; --scale sets some of them, --task "
+                                              "sets task")  # fmt: skip
     p.add_argument("--out", help="output directory (default: RUN/finetune/<task>-<scale>/update_<N>)")
     p.add_argument("--verbose", action="store_true", help="show each run's progress and per-epoch validation")
 

@@ -43,10 +43,115 @@ def test_misspelt_key_is_one_line_error_exit_2():
     assert out.returncode == 2
     assert out.stdout == ""
     assert out.stderr.strip() == (
-        "normlab model: error: ModelConfig: unknown key 'plcement'; did you mean 'placement'?"
+        "normlab model: error: ModelConfig: unknown key 'plcement'; did you mean 'model.placement'?"
     )
 
 
 def test_invalid_value_exit_2():
     out = normlab("model", "--set", "dropout=1.5")
     assert out.returncode == 2 and "ModelConfig.dropout" in out.stderr
+
+
+# ---- --help from the dataclasses, and one --set convention (the dotted path from the config file's root)
+
+
+def _help(*argv: str, capsys) -> str:
+    from normlab.cli import build_parser
+
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args([*argv, "--help"])
+    assert e.value.code == 0
+    return capsys.readouterr().out
+
+
+def _set_commands() -> list[tuple[str, type, str]]:
+    """(command, config class, section) of every command that takes --set."""
+    import argparse
+
+    from normlab.cli import COMMANDS
+
+    out = []
+    for name, (_, configure, _) in COMMANDS.items():
+        p = argparse.ArgumentParser()
+        configure(p)
+        if "set_root" in p._defaults:
+            out.append((name, *p._defaults["set_root"]))
+    return out
+
+
+def test_every_command_with_set_has_a_config():
+    from normlab.analysis.run import AnalysisConfig
+    from normlab.config import DataConfig, ModelConfig, TrainConfig
+    from normlab.finetune import FinetuneConfig
+
+    assert _set_commands() == [("model", ModelConfig, "model"), ("analyze", AnalysisConfig, ""),
+                               ("diagnose", ModelConfig, "model"), ("data", DataConfig, "data"),
+                               ("train", TrainConfig, ""), ("finetune", FinetuneConfig, "")]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["model", "analyze", "diagnose", "data", "train", "finetune"])
+def test_help_lists_every_field_with_type_default_and_help(command, capsys):
+    from normlab.config import settings
+
+    [(_, cls, section)] = [c for c in _set_commands() if c[0] == command]
+    text = _help(command, capsys=capsys)
+    flat = " ".join(text.split())
+    rows = settings(cls, f"{section}." if section else "")
+    assert rows
+    for row in rows:
+        if row.section:
+            assert f"{row.key}.*: {row.help} ({row.type})" in flat
+        else:
+            assert f"\n  {row.key} ({row.type}) = {row.default}\n" in text
+            assert " ".join(row.help.split()) in flat, row.key
+
+
+def test_train_help_shows_nested_sections_by_dotted_key(capsys):
+    text = _help("train", capsys=capsys)
+    for line in ("  model.*: the model (ModelConfig)", "  model.placement (post|pre|peri) = post",
+                 "  optim.betas ([float, float]) = [0.9, 0.98]", "  schedule.step_epochs ([int, ...]) = []",
+                 "  data.corpus (str) = ''", "  max_updates (int) = 0"):  # fmt: skip
+        assert line + "\n" in text
+
+
+def test_set_keys_from_the_config_files_root_old_form_still_accepted():
+    from normlab.config import DataConfig, ModelConfig, TrainConfig, resolve_overrides
+
+    # model/diagnose read the model: section of a run config, data its data: section
+    assert resolve_overrides(ModelConfig, "model", ["model.placement=pre", "d_model=64"]) == ["placement=pre",
+                                                                                            "d_model=64"]
+    assert resolve_overrides(DataConfig, "data", ["data.corpus=wic", "vocab_size=2000"]) == ["corpus=wic",
+                                                                                           "vocab_size=2000"]
+    assert resolve_overrides(TrainConfig, "", ["model.placement=pre", "optim={lr: 1}"]) == ["model.placement=pre",
+                                                                                          "optim={lr: 1}"]
+
+
+@pytest.mark.parametrize(
+    "command, key, message",
+    [
+        ("train", "placement=pre", "TrainConfig: unknown key 'placement'; did you mean 'model.placement'?"),
+        ("train", "lr=1e-3", "TrainConfig: unknown key 'lr'; did you mean 'optim.lr'?"),
+        ("train", "vocab_size=8000",
+         "TrainConfig: unknown key 'vocab_size'; did you mean 'model.vocab_size' or 'data.vocab_size'?"),
+        ("data", "model.corpus=wic", "DataConfig: unknown key 'model.corpus'; did you mean 'data.corpus'?"),
+        ("model", "model.plcement=pre", "ModelConfig: unknown key 'model.plcement'; did you mean 'model.placement'?"),
+        ("model", "optim.zzz=1", "ModelConfig: unknown key 'optim.zzz' (--help lists the keys)"),
+        ("analyze", "depth=3", "AnalysisConfig: unknown key 'depth'; did you mean 'depths'?"),
+    ],
+)  # fmt: skip
+def test_wrong_set_key_is_one_line_naming_the_right_key(command, key, message, capsys, tmp_path):
+    from normlab.cli import main
+
+    extra = {"train": ["--out", str(tmp_path / "run")], "analyze": ["--out", str(tmp_path / "a")]}
+    assert main([command, *extra.get(command, []), "--set", key]) == 2
+    assert capsys.readouterr().err == f"normlab {command}: error: {message}\n"
+    assert not any(tmp_path.iterdir())
+
+
+def test_model_command_new_and_old_key_agree(capsys):
+    from normlab.cli import main
+
+    assert main(["model", "--set", "model.placement=pre", "--set", "model.d_model=64", "--set", "n_heads=2"]) == 0
+    new = capsys.readouterr().out
+    assert main(["model", "--set", "placement=pre", "--set", "d_model=64", "--set", "n_heads=2"]) == 0
+    assert capsys.readouterr().out == new and "placement=pre" in new

@@ -1,4 +1,5 @@
-"""configs/: every YAML is a valid TrainConfig, the BERT configs are BERT-shaped, and the Post-LN ones export."""
+"""The bundled run configs (normlab/assets/configs): every YAML is a valid TrainConfig, the BERT configs are
+BERT-shaped, the Post-LN ones export, and ``--config`` finds them by name."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from normlab.config import Placement, TrainConfig, load_yaml
+from normlab.assets import bundled_configs, config_file, configs_dir
+from normlab.config import ConfigError, Placement, TrainConfig, load_config_file, load_yaml
 from normlab.hf import export_refusal
 
-ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+CONFIGS = sorted(configs_dir().glob("*.yaml"))
 
 
 def load(path: Path) -> TrainConfig:
@@ -44,9 +45,26 @@ def test_config_parses(path):
 
 def test_bert_base_is_the_papers():
     for placement, lr, warmup in (("post", 1e-4, 10_000), ("pre", 3e-4, 0)):
-        cfg = load(ROOT / "configs" / f"bert-base-{placement}.yaml")
+        cfg = load(configs_dir() / f"bert-base-{placement}.yaml")
         m = cfg.model
         assert (m.encoder_layers, m.d_model, m.n_heads, m.d_ffn) == (12, 768, 12, 3072)
         assert (cfg.optim.lr, cfg.schedule.warmup_updates, cfg.schedule.decay) == (lr, warmup, "linear")
         assert (m.max_positions, m.layer_norm_eps, m.dropout, m.attention_dropout) == (512, 1e-12, 0.1, 0.1)
         assert cfg.data.max_tokens == 256 * cfg.data.block_size  # 256 blocks a batch: BERT's batch at length 128
+
+
+def test_config_by_name_or_path(tmp_path, monkeypatch):
+    assert bundled_configs() == [p.stem for p in CONFIGS]
+    assert config_file("bert-tiny-post") == config_file("bert-tiny-post.yaml") == configs_dir() / "bert-tiny-post.yaml"
+    assert load_config_file("bert-tiny-pre", "model")["placement"] == "pre"
+    own = tmp_path / "bert-tiny-post.yaml"  # a file of the user's wins over the bundled one of the same name
+    own.write_text("model:\n  placement: pre\n")
+    monkeypatch.chdir(tmp_path)
+    assert config_file("bert-tiny-post.yaml").resolve() == own
+    assert config_file("bert-tiny-post") == configs_dir() / own.name
+    # the path before configs/ moved into the package
+    with pytest.raises(ConfigError, match=r"^--config configs/bert-tiny-post.yaml: no such file; the bundled config "
+                                          r"is --config bert-tiny-post$"):  # fmt: skip
+        config_file("configs/bert-tiny-post.yaml")
+    with pytest.raises(ConfigError, match=r"no such file, nor a bundled config \(bert-base-post, "):
+        config_file("bert-huge")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import logging
 import lzma
+from pathlib import Path
 
 import pytest
 from conftest import SMALL_VOCAB, small_data_config
@@ -38,6 +39,20 @@ def test_licence_table_beside_the_data():
     assert "## Sources and licences" in text
     for source in ("Ding", "Wesnoth", "LibreOffice", "Brown", "WordNet", "KJV"):
         assert source in text
+
+
+def test_corpora_are_package_data_in_one_copy(monkeypatch):
+    """Found through importlib.resources (in a wheel's install as in a checkout), and only there: no data/
+    folder beside the package (tests/test_wheel.py checks the installed wheel)."""
+    from importlib import resources
+
+    import normlab
+
+    monkeypatch.delenv("NORMLAB_DATA", raising=False)
+    assert data_root() == resources.files("normlab.assets") / "corpora"
+    on_disk = sorted(p.relative_to(data_root()).as_posix() for p in data_root().rglob("*") if p.is_file())
+    assert on_disk == sorted(VENDORED_FILES)
+    assert not (Path(normlab.__file__).resolve().parents[1] / "data").exists()
 
 
 def test_data_root_override(monkeypatch, tmp_path):

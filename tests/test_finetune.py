@@ -1,5 +1,5 @@
 """The paper's BERT experiment end to end on small corpora (issue 8): masked-LM pre-training through
-`normlab train` with configs/bert-tiny-*.yaml (shrunk), fine-tuning (`normlab finetune`) and export
+`normlab train` with the bundled configs bert-tiny-*.yaml (shrunk), fine-tuning (`normlab finetune`) and export
 (`normlab export-hf`). (The t confidence interval itself is checked by hand in tests/test_metrics.py; here, its
 use on fine-tuning seeds.)
 
@@ -26,16 +26,15 @@ from normlab.pretrained import locate_pretrained
 from tests.clirun import normlab, sets
 from tests.conftest import SMALL_VOCAB, _vendored_lines
 
-ROOT = Path(__file__).resolve().parents[1]
-
-# configs/bert-tiny-*.yaml shrunk to seconds on a CPU: d=64, 64-token blocks, no dropout, fp32
+# the bundled bert-tiny-*.yaml (normlab/assets/configs; `--config bert-tiny-post` as in the README) shrunk to
+# seconds on a CPU: d=64, 64-token blocks, no dropout, fp32
 SHRINK = ["model.d_model=64", "model.n_heads=2", "model.d_ffn=128", "model.max_positions=128", "model.dropout=0.0",
           "model.attention_dropout=0.0", "data.block_size=64", "data.max_tokens=2048", "save_every=0", "keep_every=0",
           "precision=fp32"]  # fmt: skip
 
 
 def pretrain(config: str, corpus: Path, cache: Path, out: Path, *extra: str) -> None:
-    proc = normlab("train", "--config", str(ROOT / "configs" / config), "--out", str(out), "--quiet",
+    proc = normlab("train", "--config", config, "--out", str(out), "--quiet",
                    *sets(f"data.corpus={corpus}", f"data.cache_dir={cache}", f"data.vocab_size={SMALL_VOCAB}",
                          *SHRINK, *extra))  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -45,16 +44,16 @@ def pretrain(config: str, corpus: Path, cache: Path, out: Path, *extra: str) -> 
 def post_run(small_corpora, small_mlm, data_cache, tmp_path_factory):
     """A Post-LN BERT-shaped masked LM pre-trained for 400 updates (warm-up 40, lr 3e-3) on 2,000 paragraphs."""
     out = tmp_path_factory.mktemp("pretrain") / "bert-tiny-post"
-    pretrain("bert-tiny-post.yaml", small_corpora["mono"], data_cache, out,
+    pretrain("bert-tiny-post", small_corpora["mono"], data_cache, out,
              "optim.lr=3e-3", "schedule.warmup_updates=40", "max_updates=400")  # fmt: skip
     return out
 
 
 @pytest.fixture(scope="module")
 def pre_run(small_corpora, small_mlm, data_cache, tmp_path_factory):
-    """configs/bert-tiny-pre.yaml for two updates: a Pre-LN checkpoint (fine-tunes; does not export)."""
+    """The bundled bert-tiny-pre for two updates: a Pre-LN checkpoint (fine-tunes; does not export)."""
     out = tmp_path_factory.mktemp("pretrain") / "bert-tiny-pre"
-    pretrain("bert-tiny-pre.yaml", small_corpora["mono"], data_cache, out, "max_updates=2", "data.valid_subset=16")
+    pretrain("bert-tiny-pre", small_corpora["mono"], data_cache, out, "max_updates=2", "data.valid_subset=16")
     return out
 
 

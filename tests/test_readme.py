@@ -18,6 +18,17 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
+def install_lines() -> list[str]:
+    """The shell lines of the README's "Install as a package" block (tests/test_wheel.py runs them)."""
+    section = README.split("### Install as a package", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1)
+    lines = [line.split("  #")[0].strip() for line in block.splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+README_INSTALL = install_lines()
+
+
 # README lines that start long jobs -> the test that runs them (at a small scale). Checked to exist.
 COVERED: dict[str, str] = {
     ".venv/bin/normlab analyze --scale quick --out runs/analysis": "tests/test_analysis.py::test_analyze_command_end_to_end",
@@ -49,9 +60,9 @@ COVERED: dict[str, str] = {
     ".venv/bin/normlab data --task classification --set corpus=wic --set tokenizer=en-mono":
         "tests/test_data_cli.py::test_data_command_shared_tokenizer",
     # BERT: hours of pre-training and a grid of fine-tuning runs; the tests run the same commands on small corpora
-    ".venv/bin/normlab train --config configs/bert-tiny-post.yaml --out runs/bert-tiny-post":
+    ".venv/bin/normlab train --config bert-tiny-post --out runs/bert-tiny-post":
         "tests/test_finetune.py::test_pretraining_lowers_validation_loss",
-    ".venv/bin/normlab train --config configs/bert-tiny-pre.yaml --out runs/bert-tiny-pre":
+    ".venv/bin/normlab train --config bert-tiny-pre --out runs/bert-tiny-pre":
         "tests/test_finetune.py::test_finetune_cli_tiny_grid_then_skips_finished_runs",
     ".venv/bin/normlab finetune --from runs/bert-tiny-post --task paraphrase --scale small":
         "tests/test_finetune.py::test_finetune_beats_the_majority_class",
@@ -60,6 +71,8 @@ COVERED: dict[str, str] = {
     ".venv/bin/normlab export-hf --run runs/bert-tiny-post --out runs/bert-tiny-post-hf":
         "tests/test_finetune.py::test_export_hf_cli",
 }
+# "Install as a package": the wheel test runs the block's lines itself (a wheel, a fresh venv, minutes)
+COVERED.update({line: "tests/test_wheel.py::test_readme_install_as_a_package" for line in README_INSTALL})
 
 
 def _blocks(lang: str) -> list[str]:
@@ -92,7 +105,7 @@ def _parses(line: str) -> None:
     """A normlab command line (after a pipe, or after ``-m normlab``) parses with normlab's own parser."""
     from normlab.cli import build_parser
 
-    argv = shlex.split(line.split("|")[-1])
+    argv = shlex.split(line.split("|")[-1].split("&&")[-1])
     if "normlab" in argv and argv[0] != "make" and not argv[0].endswith("normlab"):
         argv = argv[argv.index("normlab") :]  # torchrun ... -m normlab train ...
     if not argv or not argv[0].endswith("normlab"):

@@ -84,7 +84,7 @@ def test_diverging_run_exits_3(small_corpora, small_translation, data_cache, tmp
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--set", "optm.lr=1e-3"], "TrainConfig: unknown key 'optm'; did you mean 'optim'?"),
+        (["--set", "optm.lr=1e-3"], "TrainConfig: unknown key 'optm.lr'; did you mean 'optim.lr'?"),
         (["--set", "optim.lr=-1e-3"], "OptimConfig.lr: must be positive, got -0.001"),
         (["--set", "optim.lr=0"], "OptimConfig.lr: must be positive, got 0.0"),
         (["--set", "max_updates=10", "--set", "schedule.warmup_updates=4000"],

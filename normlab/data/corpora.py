@@ -1,7 +1,7 @@
 """Corpora: where the files of a corpus are, and readers that check them.
 
-A corpus is a vendored name (``de-en``, ``en-mono``, ``paraphrase``, ``wic``: the repository's ``data/`` folder,
-see data/README.md) or a directory of the user's own files, one file (or file pair) per split:
+A corpus is a vendored name (``de-en``, ``en-mono``, ``paraphrase``, ``wic``: package data in
+``normlab/assets/corpora/``, see its README.md) or a directory of the user's own files, one file (or file pair) per split:
 
 =============== ========================================================================================
 task            files of a split (``train`` and ``valid`` required, ``test`` optional)
@@ -25,7 +25,6 @@ import dataclasses
 import gzip
 import logging
 import lzma
-import os
 from pathlib import Path
 
 import numpy as np
@@ -57,13 +56,11 @@ class DataError(ConfigError):
 
 
 def data_root() -> Path:
-    """The vendored corpora: ``$NORMLAB_DATA``, else the ``data/`` folder beside the package."""
-    env = os.environ.get("NORMLAB_DATA")
-    if env:
-        return Path(env).expanduser()
-    import normlab
+    """The vendored corpora: ``$NORMLAB_DATA``, else the package data ``normlab/assets/corpora`` (found through
+    importlib.resources, so in a wheel's install as in a checkout)."""
+    from normlab.assets import corpora_root
 
-    return Path(normlab.__file__).resolve().parents[1] / "data"
+    return corpora_root()
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -96,7 +93,7 @@ def _root(name: str) -> Path:
     if name in VENDORED_CORPORA:
         root = data_root() / VENDORED_DIRS[name]
         if not root.is_dir():
-            raise DataError(f"vendored corpus {name!r} not found at {root} (set NORMLAB_DATA to the data/ folder)")
+            raise DataError(f"vendored corpus {name!r} not found at {root} (set NORMLAB_DATA to a folder of the corpora)")
         return root
     root = Path(name).expanduser()
     if not root.is_dir():

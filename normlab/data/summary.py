@@ -7,26 +7,23 @@ import time
 
 import numpy as np
 
-from normlab.config import DataConfig, apply_overrides, load_yaml
+from normlab.config import DataConfig, add_set_argument, apply_overrides, load_config_file
 from normlab.data.batch import PAD
 from normlab.data.datasets import Prepared, TranslationDataset, prepare
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="YAML file; its `data:` section (or the whole file) is the DataConfig")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a DataConfig field")
-    p.add_argument("--task", choices=["translation", "mlm", "classification"], help="shortcut for --set task=...")
+    p.add_argument("--config", help="YAML file or bundled config (bert-tiny-post, ...); its `data:` section (or the "
+                                    "whole file) is the DataConfig")  # fmt: skip
+    add_set_argument(p, DataConfig, section="data")
+    p.add_argument("--task", choices=["translation", "mlm", "classification"], help="shortcut for --set data.task=...")
     p.add_argument("--max-positions", type=int, default=1024, help="the model's max_positions (longer pairs dropped)")
     p.add_argument("--seed", type=int, default=1, help="batching seed of the statistics")
     p.add_argument("--examples", type=int, default=2, help="training examples to show, decoded")
 
 
 def config_from_args(args: argparse.Namespace) -> DataConfig:
-    data = {}
-    if args.config:
-        with open(args.config, encoding="utf-8") as f:
-            data = load_yaml(f.read()) or {}
-        data = data.get("data", data)
+    data = load_config_file(args.config, "data") if args.config else {}
     if args.task:
         data = {**data, "task": args.task}
     return DataConfig.from_dict(apply_overrides(data, args.set))

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from normlab.config import ConfigError, TrainConfig, apply_overrides, load_yaml
+from normlab.config import ConfigError, TrainConfig, add_set_argument, apply_overrides, load_config_file, load_yaml
 from normlab.train.distributed import init_distributed, shutdown
 from normlab.train.trainer import EXIT_DIVERGED, Trainer, prepare_run_dir
 
@@ -27,9 +27,9 @@ log = logging.getLogger("normlab.train")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="YAML run config: sections model, data, optim, schedule and top-level keys")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a field, e.g. --set model.placement=pre --set optim.lr=1e-3 --set max_epochs=5")
+    p.add_argument("--config", help="YAML run config (sections model, data, optim, schedule and top-level keys), or "
+                                    "a bundled one by name: bert-{tiny,mini,small,base}-{post,pre}")  # fmt: skip
+    add_set_argument(p, TrainConfig)
     p.add_argument("--out", required=True, help="run directory (config, metrics, checkpoints, TensorBoard)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
@@ -40,10 +40,7 @@ def resolve_config(config_path: str | None, overrides: list[str], out: str | Pat
     the overrides applied; strictly checked."""
     data: dict[str, Any] = {}
     if config_path:
-        with open(config_path, encoding="utf-8") as f:
-            data = load_yaml(f.read()) or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"{config_path}: expected a mapping of config sections")
+        data = load_config_file(config_path)
     elif resume and (Path(out) / "config.yaml").exists():
         data = load_yaml((Path(out) / "config.yaml").read_text(encoding="utf-8"))
     return TrainConfig.from_dict(apply_overrides(data, overrides))
