@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test reproduce clean
+.PHONY: install install-ref test reproduce clean
 
 install: $(STAMP)
 
@@ -20,6 +20,12 @@ $(STAMP): pyproject.toml Makefile
 	# skips; it needs no torch of its own, so the pinned CPU build above stays
 	$(PY) -m pip install -q -e '.[test,hf]'
 	touch $(STAMP)
+
+# The references of tests/test_parity_refs.py (pyproject's test-ref group) without their dependencies:
+# torchscale's timm pin would bring torchvision and another torch.
+install-ref: install
+	$(PY) -m pip install -q --no-deps torchscale==0.3.0 fairscale==0.4.0 'x-transformers>=2.0' 'einops>=0.8' \
+		'einx>=0.3' frozendict loguru 'torch-einops-utils>=0.1.41'
 
 test: install
 	$(PY) -m pytest -q

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Literal, Self
 import yaml
 
 __all__ = [
-    "ConfigError", "Strict", "config", "field", "Placement", "ModelConfig", "OptimConfig", "ScheduleConfig",
+    "ConfigError", "Strict", "config", "field", "Placement", "NORMS", "ModelConfig", "OptimConfig", "ScheduleConfig",
     "DataConfig", "TrainConfig", "VENDORED_CORPORA", "DEFAULT_CORPUS",
     "parse_override", "apply_overrides", "load_yaml", "load_config_file", "Setting", "settings", "settings_help",
     "add_set_argument", "resolve_overrides",
@@ -411,17 +411,39 @@ def _nearest_key(path: list[str], rows: list[Setting], prefix: str) -> str:
 
 
 class Placement(enum.StrEnum):
-    """Where the LayerNorms sit (Xiong et al. 2020, Table 1 and Figure 1).
+    """Where the norms sit and how the residual is wired (Xiong et al. 2020, Table 1 and Figure 1, and the
+    schemes that followed). ``h`` is a sub-layer's input, ``F`` its branch (attention or FFN), ``N`` the norm
+    function chosen by ``ModelConfig.norm``. The wiring of each is one row of ``normlab.model.NORM_SLOTS``,
+    with its diagram and source there.
 
-    * ``post``: LN after each residual add (Vaswani et al. 2017, BERT): x_{l+1} = LN(h + F(h)).
-    * ``pre``: LN inside each residual branch, plus a final LN (Table 1, right): x_{l+1} = h + F(LN(h)).
-    * ``peri``: LN on both sides of each branch, plus a final LN (Kim et al. 2025, "Peri-LN"):
-      x_{l+1} = h + LN_out(F(LN_in(h))).
+    * ``post``: N after each residual add (Vaswani et al. 2017, BERT): h <- N(h + F(h)).
+    * ``pre``: N inside each branch, plus a final N (Table 1, right): h <- h + F(N(h)).
+    * ``peri``: N on both sides of each branch, plus a final N (Kim et al. 2025, "Peri-LN"):
+      h <- h + N(F(N(h))).
+    * ``deepnorm``: Post-LN with an up-weighted residual, h <- N(alpha h + F(h)), and the value, output and
+      FFN projections scaled by beta after Xavier (Wang et al. 2022, "DeepNet"; torchscale's constants).
+    * ``subln``: Pre-LN plus a norm before the attention output projection and before the second FFN
+      projection, those projections scaled by gamma at init (Wang et al. 2022, "Magneto"; torchscale).
+    * ``mixln``: Post-LN for the first floor(mixln_alpha * L) layers of a stack, Pre-LN after, final N
+      (Li et al. 2024, "Mix-LN").
+    * ``lns``: Pre-LN with the branch norm's output scaled by 1/sqrt(l), l = 1..L (Sun et al. 2025,
+      "The Curse of Depth", LayerNorm Scaling).
+    * ``output``: N on the branch output only, plus a final N (OLMo 2, Team OLMo 2024): h <- h + N(F(h)).
+    * ``rezero``: no norm; h <- h + a F(h) with a learned scalar a = 0 at init (Bachlechner et al. 2020).
     """
 
     POST = "post"
     PRE = "pre"
     PERI = "peri"
+    DEEPNORM = "deepnorm"
+    SUBLN = "subln"
+    MIXLN = "mixln"
+    LNS = "lns"
+    OUTPUT = "output"
+    REZERO = "rezero"
+
+
+NORMS = ("layernorm", "rmsnorm", "dyt", "none")
 
 
 @config
@@ -439,7 +461,24 @@ class ModelConfig(Strict):
     attention_dropout: float = field(0.0, help="dropout on attention probabilities")
     activation_dropout: float = field(0.0, help="dropout after the FFN activation")
     activation: Literal["relu", "gelu"] = field("relu", help="FFN activation (paper: ReLU; BERT: GELU)")
-    placement: Placement = field(Placement.POST, help="LayerNorm placement: post, pre or peri")
+    placement: Placement = field(
+        Placement.POST,
+        help="where the norms sit and how the residual is wired: " + ", ".join(p.value for p in Placement)
+        + " (normlab.config.Placement)",
+    )
+    norm: Literal["layernorm", "rmsnorm", "dyt", "none"] = field(
+        "layernorm",
+        help="the norm function of every slot the placement fills (and of embedding_norm): layernorm; "
+        "rmsnorm (Zhang & Sennrich 2019); dyt, Dynamic Tanh gamma * tanh(a x) + beta with a learned scalar a "
+        "(Zhu et al. 2025); none (every slot the identity)",
+    )
+    dyt_alpha: float = field(0.5, help="initial a of Dynamic Tanh (Zhu et al. 2025: 0.5 outside LLMs)")
+    qk_norm: bool = field(
+        False, help="a norm (the `norm` function) on each head's queries and keys before attention (Dehghani et al. 2023)"
+    )
+    mixln_alpha: float = field(
+        0.25, help="Mix-LN: the share of each stack's layers, from the bottom, that are Post-LN (Li et al. 2024: 0.25)"
+    )
     positional: Literal["sinusoidal", "learned"] = field(
         "sinusoidal", help="position embedding: fairseq's sinusoidal table, or learned (BERT)"
     )
@@ -477,6 +516,12 @@ class ModelConfig(Strict):
             raise self.error("pad_id", f"must be in [0, vocab_size={self.vocab_size}), got {self.pad_id}")
         if self.layer_norm_eps <= 0:
             raise self.error("layer_norm_eps", f"must be positive, got {self.layer_norm_eps}")
+        if not 0.0 <= self.mixln_alpha <= 1.0:
+            raise self.error("mixln_alpha", f"must be in [0, 1], got {self.mixln_alpha}")
+        if self.dyt_alpha <= 0:
+            raise self.error("dyt_alpha", f"must be positive, got {self.dyt_alpha}")
+        if self.qk_norm and self.norm == "none":
+            raise self.error("qk_norm", "needs a norm function; norm='none' makes it the identity")
         if self.init == "theory" and self.n_heads != 1:
             raise self.error("init", f"'theory' is the paper's single-head setting (Section 3.3); set n_heads=1, got {self.n_heads}")
 

@@ -78,10 +78,18 @@ __all__ = [
 INSTALL_HINT = "pip install 'normlab[hf]'"
 ACTIVATIONS = ("relu", "gelu")  # normlab's; BERT's hidden_act names for the same functions
 
-# What each non-Post placement puts where BERT has no LayerNorm (Xiong et al. 2020, Table 1; Kim et al. 2025).
+# What each non-Post placement puts where BERT's Post-LN layer, LN(x + F(x)), has no place (Xiong et al. 2020,
+# Table 1; the schemes of normlab.model.NORM_SLOTS).
 _NO_PLACE = {
     Placement.PRE: "a LayerNorm on each branch input and a final LayerNorm after the stack",
     Placement.PERI: "LayerNorms on each branch input and output and a final LayerNorm after the stack",
+    Placement.DEEPNORM: "the residual weight alpha of LN(alpha*x + F(x)) (folding 1/alpha into W^O and W^2 with "
+    "eps/alpha^2 would express it; normlab does not fold it)",
+    Placement.SUBLN: "Sub-LN's LayerNorms on each branch input, before W^O and W^2, and the final LayerNorm",
+    Placement.MIXLN: "the LayerNorms on the branch inputs of its upper (Pre-LN) layers and its final LayerNorm",
+    Placement.LNS: "a LayerNorm on each branch input scaled by 1/sqrt(l), and a final LayerNorm",
+    Placement.OUTPUT: "a LayerNorm on each branch output and a final LayerNorm, with no LayerNorm after the add",
+    Placement.REZERO: "ReZero's learned scalar on each branch, nor for a layer without a LayerNorm after the add",
 }
 
 
@@ -107,6 +115,11 @@ def export_refusal(cfg: ModelConfig) -> str | None:
             f"placement={cfg.placement.value} cannot be exported to BERT: BERT has no place for "
             f"{_NO_PLACE[cfg.placement]} (its layer is Post-LN: a LayerNorm only after each residual add)"
         )
+    if cfg.norm != "layernorm":
+        return (f"norm={cfg.norm} cannot be exported to BERT: every norm of BERT is a LayerNorm "
+                "(x - mean) / std * gamma + beta")
+    if cfg.qk_norm:
+        return "qk_norm=true cannot be exported to BERT: BERT's attention has no norm on queries and keys"
     if cfg.scale_embedding:
         return (
             "scale_embedding=true cannot be exported to BERT: BERT adds token embeddings unscaled, and the sqrt(d) "

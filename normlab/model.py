@@ -8,7 +8,11 @@ every placement::
 
 Post-LN fills ``norm_add`` (Table 1, left); Pre-LN fills ``norm_in`` and puts a final LayerNorm after the
 stack (Table 1, right, "Final LayerNorm"); Peri-LN fills ``norm_in`` and ``norm_out`` and has the final
-LayerNorm too. An unfilled slot is ``nn.Identity`` and owns no parameters.
+LayerNorm too. An unfilled slot is ``nn.Identity`` and owns no parameters. The other schemes of the
+literature (DeepNorm, Sub-LN, Mix-LN, LayerNorm Scaling, OLMo 2's output norm, ReZero) are rows of the same
+table with a few more factors (a weight on the residual, a gain on the branch, a norm inside the branch),
+resolved per layer by :func:`plan_layer`; the norm function itself (LayerNorm, RMSNorm, DyT, none) is the
+second switch, ``ModelConfig.norm`` (:func:`make_norm`), and ``qk_norm`` puts it on queries and keys.
 
 Encoder and decoder are one :class:`TransformerStack` with ``causal`` and ``cross_attention`` switches.
 Parameter names are stable and readable (``decoder.layers.5.ffn.w2.weight``) so analyses select by name.
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -45,32 +49,240 @@ __all__ = [
     "build_model",
     "init_weights",
     "describe",
+    "LayerPlan",
+    "plan_layer",
+    "deepnorm_constants",
+    "subln_gamma",
+    "make_norm",
+    "DyT",
+    "NORM_TYPES",
 ]
 
 
 @dataclasses.dataclass(frozen=True)
 class NormSlots:
-    """Which LayerNorms a sub-layer and a stack have."""
+    """One normalisation scheme: which norms a sub-layer and a stack have, and how the residual is wired.
 
-    branch_in: bool  # LN on the branch input: F(LN(x)) (Pre-LN, Peri-LN)
-    branch_out: bool  # LN on the branch output: LN(F(.)) (Peri-LN's "output LN")
-    after_add: bool  # LN after the residual add: LN(x + F(x)) (Post-LN)
-    final: bool  # LN after the last layer of a stack (Pre-LN's "Final LayerNorm", Table 1)
+    A sub-layer computes, for every scheme, ``out = norm_add(skip * x + gain * norm_out(F(scale_in *
+    norm_in(x))))``; each field below switches one factor of that line on (an unfilled norm is
+    ``nn.Identity`` and owns no parameters, an unused factor is not multiplied at all).
+    """
 
+    branch_in: bool  # N on the branch input: F(N(x)) (Pre-LN, Peri-LN)
+    branch_out: bool  # N on the branch output: N(F(.)) (Peri-LN's "output LN", OLMo 2)
+    after_add: bool  # N after the residual add: N(x + F(x)) (Post-LN)
+    final: bool  # N after the last layer of a stack (Pre-LN's "Final LayerNorm", Table 1)
+    inner: bool = False  # Sub-LN: N before the attention output projection and before the FFN's W^2
+    skip: Literal["one", "deepnorm"] = "one"  # weight on the residual x: 1, or DeepNorm's alpha
+    gain: Literal["none", "rezero"] = "none"  # learned scalar on the branch output, 0 at init (ReZero)
+    scale_in: Literal["none", "lns"] = "none"  # constant on the branch input: 1/sqrt(l) (LayerNorm Scaling)
+    init: Literal["xavier", "deepnorm", "subln"] = "xavier"  # value/output/FFN projections x beta or gamma
+    post_first: bool = False  # Mix-LN: the first floor(mixln_alpha * L) layers take Post-LN's slots
+
+
+_POST = NormSlots(branch_in=False, branch_out=False, after_add=True, final=False)
+_PRE = NormSlots(branch_in=True, branch_out=False, after_add=False, final=True)
 
 NORM_SLOTS: dict[Placement, NormSlots] = {
     # Vaswani et al. 2017 / BERT. No LayerNorm after the stack: torch.nn.Transformer adds one even for
     # Post-LN (pytorch issues 24930, 50086), which is not the architecture the paper analyses.
-    Placement.POST: NormSlots(branch_in=False, branch_out=False, after_add=True, final=False),
+    #   x --+--> F --(+)--> N --> out
+    #       '--------'
+    Placement.POST: _POST,
     # Xiong et al. 2020, Table 1 (right): LN inside the residual branch plus a final LN before prediction.
-    Placement.PRE: NormSlots(branch_in=True, branch_out=False, after_add=False, final=True),
+    #   x --+--> N --> F --(+)--> out          ... final N after the stack
+    #       '---------------'
+    Placement.PRE: _PRE,
     # Kim et al. 2025 ("Peri-LN"): LN around the branch, the residual stream itself is never normalised.
+    #   x --+--> N --> F --> N --(+)--> out    ... final N
     Placement.PERI: NormSlots(branch_in=True, branch_out=True, after_add=False, final=True),
+    # Wang et al. 2022 ("DeepNet", arXiv 2203.00555) as torchscale builds it: x <- N(alpha x + F(x)); after
+    # Xavier, W^V, W^O, W^1, W^2 (torchscale's v_proj, out_proj, fc1, fc2, weights and biases) are divided by
+    # 1/beta; alpha and beta by stack and architecture (deepnorm_constants). No final N (Post-LN).
+    #   x --+--> F --(+)--> N --> out
+    #       '--x alpha--'
+    Placement.DEEPNORM: NormSlots(branch_in=False, branch_out=False, after_add=True, final=False,
+                                  skip="deepnorm", init="deepnorm"),
+    # Wang et al. 2022 ("Foundation Transformers" / Magneto, arXiv 2210.06423) as torchscale builds it:
+    # Pre-LN plus an N before the self-attention's W^O (torchscale: not in the cross-attention) and before
+    # the FFN's W^2 (over d_ffn); W^V, W^O, W^1, W^2 multiplied by gamma after Xavier (subln_gamma). Final N.
+    #   x --+--> N --> [q k v] --> attend --> N --> W^O --(+)--> out    FFN: N -> W^1 -> act -> N -> W^2
+    Placement.SUBLN: NormSlots(branch_in=True, branch_out=False, after_add=False, final=True,
+                               inner=True, init="subln"),
+    # Li et al. 2024 ("Mix-LN", arXiv 2412.13795): layers 1..floor(alpha L) Post-LN, the rest Pre-LN; the
+    # stack ends with Pre-LN layers, so it has Pre-LN's final N (a stack of only Post-LN layers does not).
+    Placement.MIXLN: dataclasses.replace(_PRE, post_first=True),
+    # Sun et al. 2025 ("The Curse of Depth in LLMs", arXiv 2502.05795, LayerNorm Scaling): Pre-LN whose
+    # branch input is N(x) / sqrt(l) in layer l = 1..L (both sub-layers of the layer). Final N.
+    #   x --+--> N --> x 1/sqrt(l) --> F --(+)--> out
+    Placement.LNS: dataclasses.replace(_PRE, scale_in="lns"),
+    # OLMo 2 (Team OLMo 2024, arXiv 2501.00656, "reordered norm"): x <- x + N(F(x)); final N.
+    #   x --+--> F --> N --(+)--> out
+    Placement.OUTPUT: NormSlots(branch_in=False, branch_out=True, after_add=False, final=True),
+    # Bachlechner et al. 2020 ("ReZero is all you need", arXiv 2003.04887): x <- x + a F(x), a scalar per
+    # sub-layer, a = 0 at init (every layer starts as the identity); no norm anywhere, no final norm.
+    #   x --+--> F --> x a --(+)--> out
+    Placement.REZERO: NormSlots(branch_in=False, branch_out=False, after_add=False, final=False, gain="rezero"),
 }
 
 
-def _norm(present: bool, cfg: ModelConfig) -> nn.Module:
-    return nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if present else nn.Identity()
+def deepnorm_constants(role: str, n_encoder: int, n_decoder: int) -> tuple[float, float]:
+    """DeepNorm's (alpha, beta) for a stack (Wang et al. 2022, Figure 2 and Table 1; torchscale 0.3.0's
+    encoder.py and decoder.py write beta as 1/init_scale).
+
+    torchscale agrees with the paper everywhere but in the encoder of an encoder-decoder, whose weights it
+    divides by (N^4 M)^(1/16) / 1.15, i.e. beta = 1.15 (N^4 M)^(-1/16), where the paper has 0.87 = 1/1.15;
+    normlab takes the paper's value (tests/test_parity_refs.py checks both).
+
+    =================  =========================  ==========================
+    role               alpha                      beta
+    =================  =========================  ==========================
+    encoder (only)     (2N)^(1/4)                 (8N)^(-1/4)
+    decoder (only)     (2M)^(1/4)                 (8M)^(-1/4)
+    seq2seq encoder    0.81 (N^4 M)^(1/16)        (N^4 M)^(-1/16) / 1.15
+    seq2seq decoder    (3M)^(1/4)                 (12M)^(-1/4)
+    =================  =========================  ==========================
+    """
+    N, M = n_encoder, n_decoder
+    if role == "encoder":
+        return (2.0 * N) ** 0.25, (8.0 * N) ** -0.25
+    if role == "decoder":
+        return (2.0 * M) ** 0.25, (8.0 * M) ** -0.25
+    if role == "seq2seq-encoder":
+        return 0.81 * (N**4 * M) ** 0.0625, (N**4 * M) ** -0.0625 / 1.15
+    if role == "seq2seq-decoder":
+        return (3.0 * M) ** 0.25, (12.0 * M) ** -0.25
+    raise ValueError(f"unknown stack role {role!r}")
+
+
+def subln_gamma(role: str, n_encoder: int, n_decoder: int) -> float:
+    """Sub-LN's init gain gamma (Wang et al. 2022, "Foundation Transformers", Section 2.3; torchscale 0.3.0):
+    sqrt(log 2N) for an encoder-only stack (sqrt(log 2M) decoder-only); in an encoder-decoder,
+    sqrt(log(3M) log(2N) / 3) for the encoder and sqrt(log 3M) for the decoder."""
+    N, M = n_encoder, n_decoder
+    if role == "encoder":
+        return math.sqrt(math.log(2 * N))
+    if role == "decoder":
+        return math.sqrt(math.log(2 * M))
+    if role == "seq2seq-encoder":
+        return math.sqrt(math.log(3 * M) * math.log(2 * N) / 3)
+    if role == "seq2seq-decoder":
+        return math.sqrt(math.log(3 * M))
+    raise ValueError(f"unknown stack role {role!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerPlan:
+    """A scheme resolved for one layer of one stack: its slots and the numbers the slots need."""
+
+    slots: NormSlots
+    layer: int  # 1-based depth l in the stack
+    skip: float = 1.0  # DeepNorm's alpha
+    scale_in: float = 1.0  # LayerNorm Scaling's 1/sqrt(l)
+    init_gain: float = 1.0  # DeepNorm's beta or Sub-LN's gamma
+
+
+def plan_layer(cfg: ModelConfig, role: str, index: int, n_layers: int) -> LayerPlan:
+    """Resolve ``cfg.placement`` for layer ``index`` (0-based) of a stack of ``n_layers`` with ``role`` in
+    encoder, decoder, seq2seq-encoder, seq2seq-decoder. The one function that turns the scheme into numbers."""
+    slots = NORM_SLOTS[cfg.placement]
+    if slots.post_first and index < math.floor(cfg.mixln_alpha * n_layers):
+        slots = _POST
+    N = n_layers if role in ("encoder", "seq2seq-encoder") else cfg.encoder_layers
+    M = n_layers if role in ("decoder", "seq2seq-decoder") else cfg.decoder_layers
+    skip, gain = 1.0, 1.0
+    if slots.skip == "deepnorm" or slots.init == "deepnorm":
+        skip, gain = deepnorm_constants(role, N, M)
+    if slots.init == "subln":
+        gain = subln_gamma(role, N, M)
+    scale_in = 1.0 / math.sqrt(index + 1) if slots.scale_in == "lns" else 1.0
+    return LayerPlan(slots, index + 1, skip=skip, scale_in=scale_in, init_gain=gain)
+
+
+def stack_has_final_norm(cfg: ModelConfig, n_layers: int) -> bool:
+    """Whether a stack ends with a norm: the scheme's ``final``, except a Mix-LN stack whose layers are all
+    Post-LN (mixln_alpha = 1) ends as Post-LN does."""
+    slots = NORM_SLOTS[cfg.placement]
+    if slots.post_first and math.floor(cfg.mixln_alpha * n_layers) >= n_layers:
+        return False
+    return slots.final
+
+
+class DyT(nn.Module):
+    """Dynamic Tanh (Zhu, Chen, He, LeCun, Liu 2025, "Transformers without Normalization", arXiv 2503.10622):
+    DyT(x) = gamma * tanh(alpha x) + beta, alpha a learned scalar (init ``alpha0``: 0.5 in the paper's
+    non-LLM setting), gamma = 1 and beta = 0 per channel at init."""
+
+    def __init__(self, d: int, alpha0: float = 0.5) -> None:
+        super().__init__()
+        self.alpha0 = alpha0
+        self.alpha = nn.Parameter(torch.full((), alpha0))
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            self.alpha.fill_(self.alpha0)
+            self.weight.fill_(1.0)
+            self.bias.zero_()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.tanh(self.alpha * x) * self.weight + self.bias
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, alpha0={self.alpha0}"
+
+
+NORM_TYPES: tuple[type[nn.Module], ...] = (nn.LayerNorm, nn.RMSNorm, DyT)
+
+
+def make_norm(cfg: ModelConfig, d: int | None = None) -> nn.Module:
+    """The norm function ``cfg.norm`` over the last ``d`` (default d_model) features."""
+    d = cfg.d_model if d is None else d
+    if cfg.norm == "layernorm":
+        return nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+    if cfg.norm == "rmsnorm":  # Zhang & Sennrich 2019: x / sqrt(mean(x^2) + eps) * g
+        return nn.RMSNorm(d, eps=cfg.layer_norm_eps)
+    if cfg.norm == "dyt":
+        return DyT(d, cfg.dyt_alpha)
+    return nn.Identity()
+
+
+def _norm(present: bool, cfg: ModelConfig, d: int | None = None) -> nn.Module:
+    return make_norm(cfg, d) if present else nn.Identity()
+
+
+class Scale(nn.Module):
+    """Multiply by a constant (DeepNorm's alpha on the residual, LayerNorm Scaling's 1/sqrt(l))."""
+
+    def __init__(self, c: float) -> None:
+        super().__init__()
+        self.c = c
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * self.c
+
+    def extra_repr(self) -> str:
+        return f"{self.c:.6g}"
+
+
+class ReZeroGain(nn.Module):
+    """ReZero's learned scalar on the branch output, 0 at init (Bachlechner et al. 2020, Eq. 4)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.zeros(()))
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            self.alpha.zero_()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * self.alpha
+
+
+def _maybe(c: float) -> nn.Module:
+    return Scale(c) if c != 1.0 else nn.Identity()
 
 
 class _MaskDropout(torch.autograd.Function):
@@ -166,27 +378,38 @@ class EncoderOut:
 
 
 class Sublayer(nn.Module):
-    """A residual sub-layer ``x -> norm_add(x + dropout(norm_out(branch(norm_in(x)))))``.
+    """A residual sub-layer ``x -> norm_add(skip(x) + dropout(gain(norm_out(branch(scale_in(norm_in(x)))))))``.
 
-    The only place where LayerNorm placement acts: the slots are chosen here, once, from
-    :data:`NORM_SLOTS`; subclasses implement ``branch`` (attention or FFN) and nothing else.
+    The only place where the normalisation scheme acts: the slots and factors are chosen here, once, from
+    the layer's :class:`LayerPlan` (:data:`NORM_SLOTS` resolved by :func:`plan_layer`); an unused one is
+    ``nn.Identity``. Subclasses implement ``branch`` (attention or FFN), and ``init_gain_weights`` (the
+    projections DeepNorm and Sub-LN rescale at init), and nothing else.
     """
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, plan: LayerPlan | None = None) -> None:
         super().__init__()
-        slots = NORM_SLOTS[cfg.placement]
+        self.plan = plan = plan or plan_layer(cfg, "encoder", 0, max(cfg.encoder_layers, 1))
+        slots = plan.slots
         self.norm_in = _norm(slots.branch_in, cfg)
+        self.scale_in = _maybe(plan.scale_in)
         self.norm_out = _norm(slots.branch_out, cfg)
+        self.gain = ReZeroGain() if slots.gain == "rezero" else nn.Identity()
+        self.skip = _maybe(plan.skip)
         self.norm_add = _norm(slots.after_add, cfg)
         self.drop = Dropout(cfg.dropout)
+        self.init_gain = plan.init_gain
 
     def branch(self, h: Tensor, **kwargs: Any) -> Tensor:
         raise NotImplementedError
 
+    def init_gain_weights(self) -> list[Tensor]:
+        """The parameters DeepNorm divides by 1/beta and Sub-LN multiplies by gamma after Xavier."""
+        raise NotImplementedError
+
     def forward(self, x: Tensor, record: dict[str, Tensor] | None = None, **kwargs: Any) -> Tensor:
-        h = self.norm_in(x)
-        y = self.norm_out(self.branch(h, **kwargs))
-        s = x + self.drop(y)  # the residual carries the raw x, never the normalised h
+        h = self.scale_in(self.norm_in(x))
+        y = self.gain(self.norm_out(self.branch(h, **kwargs)))
+        s = self.skip(x) + self.drop(y)  # the residual carries the raw x, never the normalised h
         out = self.norm_add(s)
         if record is not None:
             record.update(input=x, branch_in=h, branch_out=y, sum=s, output=out)
@@ -200,15 +423,24 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: boo
 
 
 class SelfAttention(Sublayer):
-    """Multi-head self-attention with one fused QKV projection (Section 3.1)."""
+    """Multi-head self-attention with one fused QKV projection (Section 3.1); with ``qk_norm`` each head's
+    queries and keys are normalised over head_dim before the dot product (Dehghani et al. 2023, ViT-22B),
+    with Sub-LN a norm sits before the output projection W^O."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__(cfg)
+    def __init__(self, cfg: ModelConfig, plan: LayerPlan | None = None) -> None:
+        super().__init__(cfg, plan)
         self.n_heads = cfg.n_heads
         self.attention_dropout = cfg.attention_dropout
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.qkv.xavier_blocks = 3  # W^Q, W^K, W^V are three d x d matrices, each Xavier-initialised
+        self.q_norm = _norm(cfg.qk_norm, cfg, cfg.head_dim)
+        self.k_norm = _norm(cfg.qk_norm, cfg, cfg.head_dim)
+        self.norm_inner = _norm(self.plan.slots.inner, cfg)
         self.out = nn.Linear(cfg.d_model, cfg.d_model)
+
+    def init_gain_weights(self) -> list[Tensor]:
+        d = self.out.weight.shape[0]
+        return [self.qkv.weight[2 * d :], self.qkv.bias[2 * d :], self.out.weight, self.out.bias]
 
     def branch(
         self,
@@ -220,6 +452,7 @@ class SelfAttention(Sublayer):
     ) -> Tensor:
         B, T, _ = h.shape
         q, k, v = self.qkv(h).unflatten(-1, (3, self.n_heads, -1)).permute(2, 0, 3, 1, 4).unbind(0)
+        q, k = self.q_norm(q), self.k_norm(k)  # keys are normalised before they are cached
         past = 0
         if cache is not None:
             if cache.k is not None:
@@ -239,20 +472,27 @@ class SelfAttention(Sublayer):
             keep = ~padding_mask[:, None, None, :]  # (B, 1, 1, S), True where a key may be attended
             mask = keep if mask is None else mask & keep
         p = self.attention_dropout if self.training else 0.0
-        return self.out(_attend(q, k, v, mask, is_causal, p))
+        return self.out(self.norm_inner(_attend(q, k, v, mask, is_causal, p)))
 
 
 class CrossAttention(Sublayer):
     """Encoder-decoder attention: queries from the decoder, keys/values from the encoder output."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__(cfg)
+    def __init__(self, cfg: ModelConfig, plan: LayerPlan | None = None) -> None:
+        super().__init__(cfg, plan)
         self.n_heads = cfg.n_heads
         self.attention_dropout = cfg.attention_dropout
         self.q = nn.Linear(cfg.d_model, cfg.d_model)
         self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model)
         self.kv.xavier_blocks = 2
+        self.q_norm = _norm(cfg.qk_norm, cfg, cfg.head_dim)
+        self.k_norm = _norm(cfg.qk_norm, cfg, cfg.head_dim)
+        # Sub-LN has no inner norm in the cross-attention (torchscale 0.3.0: `subln and self.self_attention`)
         self.out = nn.Linear(cfg.d_model, cfg.d_model)
+
+    def init_gain_weights(self) -> list[Tensor]:
+        d = self.out.weight.shape[0]
+        return [self.kv.weight[d:], self.kv.bias[d:], self.out.weight, self.out.bias]
 
     def branch(
         self,
@@ -262,12 +502,13 @@ class CrossAttention(Sublayer):
         memory_padding_mask: Tensor | None = None,
         cache: LayerCache | None = None,
     ) -> Tensor:
-        q = self.q(h).unflatten(-1, (self.n_heads, -1)).transpose(1, 2)
+        q = self.q_norm(self.q(h).unflatten(-1, (self.n_heads, -1)).transpose(1, 2))
         if cache is not None and cache.cross_k is not None:
             k, v = cache.cross_k, cache.cross_v
         else:
             # the encoder output is fixed while decoding: its keys/values are computed once per sentence
             k, v = self.kv(memory).unflatten(-1, (2, self.n_heads, -1)).permute(2, 0, 3, 1, 4).unbind(0)
+            k = self.k_norm(k)
             if cache is not None:
                 cache.cross_k, cache.cross_v = k, v
         mask = None if memory_padding_mask is None else ~memory_padding_mask[:, None, None, :]
@@ -287,27 +528,34 @@ class CrossAttention(Sublayer):
 
 
 class FeedForward(Sublayer):
-    """Position-wise FFN(h) = act(h W^1 + b^1) W^2 + b^2 (Section 3.1)."""
+    """Position-wise FFN(h) = act(h W^1 + b^1) W^2 + b^2 (Section 3.1); with Sub-LN a norm over the d_ffn
+    features sits before W^2 (torchscale's ``ffn_layernorm``)."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__(cfg)
+    def __init__(self, cfg: ModelConfig, plan: LayerPlan | None = None) -> None:
+        super().__init__(cfg, plan)
         self.w1 = nn.Linear(cfg.d_model, cfg.d_ffn)
         self.w2 = nn.Linear(cfg.d_ffn, cfg.d_model)
         self.act = nn.ReLU() if cfg.activation == "relu" else nn.GELU()
         self.act_drop = Dropout(cfg.activation_dropout)
+        self.norm_inner = _norm(self.plan.slots.inner, cfg, cfg.d_ffn)
+
+    def init_gain_weights(self) -> list[Tensor]:
+        return [self.w1.weight, self.w1.bias, self.w2.weight, self.w2.bias]
 
     def branch(self, h: Tensor) -> Tensor:
-        return self.w2(self.act_drop(self.act(self.w1(h))))
+        return self.w2(self.norm_inner(self.act_drop(self.act(self.w1(h)))))
 
 
 class Block(nn.Module):
     """One Transformer layer: self-attention, optional cross-attention, FFN; each a :class:`Sublayer`."""
 
-    def __init__(self, cfg: ModelConfig, *, cross_attention: bool) -> None:
+    def __init__(self, cfg: ModelConfig, *, cross_attention: bool, plan: LayerPlan | None = None) -> None:
         super().__init__()
-        self.self_attn = SelfAttention(cfg)
-        self.cross_attn = CrossAttention(cfg) if cross_attention else None
-        self.ffn = FeedForward(cfg)
+        self.plan = plan = plan or plan_layer(cfg, "seq2seq-decoder" if cross_attention else "encoder", 0,
+                                              max(cfg.decoder_layers if cross_attention else cfg.encoder_layers, 1))
+        self.self_attn = SelfAttention(cfg, plan)
+        self.cross_attn = CrossAttention(cfg, plan) if cross_attention else None
+        self.ffn = FeedForward(cfg, plan)
 
     def forward(
         self,
@@ -391,10 +639,19 @@ class TransformerStack(nn.Module):
         causal: bool,
         cross_attention: bool,
         embed_tokens: nn.Embedding,
+        seq2seq: bool = False,
     ) -> None:
         super().__init__()
         self.cfg = cfg
         self.causal = causal
+        # the stack's role sets DeepNorm's and Sub-LN's constants (torchscale: encoder-only, decoder-only and
+        # encoder-decoder differ); a cross-attending stack is the decoder of an encoder-decoder
+        if cross_attention:
+            self.role = "seq2seq-decoder"
+        elif seq2seq:
+            self.role = "seq2seq-encoder"
+        else:
+            self.role = "decoder" if causal else "encoder"
         self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embedding else 1.0
         self.embed_tokens = embed_tokens
         if cfg.positional == "sinusoidal":
@@ -404,8 +661,11 @@ class TransformerStack(nn.Module):
         self.embed_segments = nn.Embedding(cfg.type_vocab_size, cfg.d_model) if cfg.type_vocab_size else None
         self.embed_norm = _norm(cfg.embedding_norm, cfg)
         self.embed_drop = Dropout(cfg.dropout)
-        self.layers = nn.ModuleList(Block(cfg, cross_attention=cross_attention) for _ in range(n_layers))
-        self.final_norm = _norm(NORM_SLOTS[cfg.placement].final, cfg)
+        self.layers = nn.ModuleList(
+            Block(cfg, cross_attention=cross_attention, plan=plan_layer(cfg, self.role, i, n_layers))
+            for i in range(n_layers)
+        )
+        self.final_norm = _norm(stack_has_final_norm(cfg, n_layers), cfg)
 
     def embed(self, tokens: Tensor, segments: Tensor | None = None, start: int = 0) -> Tensor:
         T = tokens.shape[1]
@@ -447,8 +707,8 @@ class TransformerStack(nn.Module):
             )
         out = self.final_norm(x)
         if record is not None:
-            for rec in record["layers"]:
-                rec["table1"] = table1(rec, self.cfg.placement)
+            for rec, layer in zip(record["layers"], self.layers):
+                rec["table1"] = table1(rec, Placement.POST if layer.plan.slots.after_add else Placement.PRE)
             record["final"] = out
         return out
 
@@ -497,7 +757,7 @@ class Seq2Seq(nn.Module):
             cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id
         )
         self.encoder = TransformerStack(
-            cfg, cfg.encoder_layers, causal=False, cross_attention=False, embed_tokens=src_embed
+            cfg, cfg.encoder_layers, causal=False, cross_attention=False, embed_tokens=src_embed, seq2seq=True
         )
         self.decoder = TransformerStack(
             cfg, cfg.decoder_layers, causal=True, cross_attention=True, embed_tokens=tgt_embed
@@ -619,7 +879,10 @@ def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
 
     * every projection matrix n_in x n_out: Xavier-normal N(0, 2/(n_in + n_out)); a fused projection
       (QKV) is initialised block by block, as the d x d matrices it stands for; biases 0;
-    * LayerNorm: gamma = 1, beta = 0;
+    * LayerNorm: gamma = 1, beta = 0 (RMSNorm: g = 1; DyT: alpha = ``dyt_alpha``, gamma = 1, beta = 0;
+      ReZero's gains: 0);
+    * DeepNorm and Sub-LN: then W^V, W^O, W^1, W^2 (weights and biases) times the stack's beta or gamma
+      (:func:`deepnorm_constants`, :func:`subln_gamma`);
     * token, learned-position and segment embeddings: N(0, 1/d) (fairseq's transformer, the code the paper
       used); with the sqrt(d) scale each input coordinate has unit variance, as Section 3.3 assumes of the
       Gaussian inputs. The padding row is 0;
@@ -634,13 +897,18 @@ def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
                 w.normal_(0.0, math.sqrt(2.0 / (n_in + n_out)))
             if module.bias is not None:
                 module.bias.zero_()
-        elif isinstance(module, nn.LayerNorm):
-            module.weight.fill_(1.0)
-            module.bias.zero_()
+        elif isinstance(module, (*NORM_TYPES, ReZeroGain)):
+            module.reset_parameters()  # gamma = 1, beta = 0; DyT's alpha = alpha0; ReZero's a = 0
         elif isinstance(module, nn.Embedding):
             module.weight.normal_(0.0, cfg.d_model**-0.5)
             if module.padding_idx is not None:
                 module.weight[module.padding_idx].zero_()
+    for module in model.modules():
+        # DeepNorm (x beta, beta < 1) and Sub-LN (x gamma) rescale the value, output and FFN projections
+        # after Xavier, weights and biases as torchscale does (its loop matches names, biases included)
+        if isinstance(module, Sublayer) and module.init_gain != 1.0:
+            for p in module.init_gain_weights():
+                p.mul_(module.init_gain)
     if cfg.init == "theory":
         d = cfg.d_model
         for module in model.modules():
@@ -661,18 +929,56 @@ def build_model(cfg: ModelConfig, task: str = "translation") -> nn.Module:
     return MODELS[task](cfg)
 
 
+_NORM_NAMES = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm", "dyt": "DyT", "none": "no norm"}
+
+
+def _where(slots: NormSlots) -> str:
+    parts = []
+    if slots.branch_in:
+        parts.append("branch input" + (" (scaled by 1/sqrt(l))" if slots.scale_in == "lns" else ""))
+    if slots.inner:
+        parts.append("inside the branch (before the self-attention's W^O and the FFN's W^2)")
+    if slots.branch_out:
+        parts.append("branch output")
+    if slots.after_add:
+        parts.append("after the residual add" + (" of alpha*x + F(x)" if slots.skip == "deepnorm" else ""))
+    return ", ".join(parts) if parts else "nothing"
+
+
 def describe(model: nn.Module) -> str:
-    """A short human-readable summary: configuration, parameter count, and where the LayerNorms sit."""
+    """A short human-readable summary: configuration, parameter count, and where the norms sit (per stack,
+    with the constants the scheme sets there)."""
     cfg: ModelConfig = model.cfg  # type: ignore[assignment]
-    slots = NORM_SLOTS[cfg.placement]
+    name = _NORM_NAMES[cfg.norm]
     n_params = sum(p.numel() for p in model.parameters())
-    n_norms = sum(isinstance(m, nn.LayerNorm) for m in model.modules())
-    where = [name for name, on in (("branch input", slots.branch_in), ("branch output", slots.branch_out),
-                                   ("after the residual add", slots.after_add)) if on]
-    lines = [
-        f"{type(model).__name__}: placement={cfg.placement.value}, {n_params:,} parameters, {n_norms} LayerNorms",
-        f"  LayerNorm on each sub-layer's {', '.join(where)}; final LayerNorm after each stack: "
-        f"{'yes' if slots.final else 'no'}",
-        "  " + ", ".join(f"{k}={v}" for k, v in cfg.to_dict().items()),
-    ]
+    n_norms = sum(isinstance(m, NORM_TYPES) for m in model.modules())
+    stacks = [(n, m) for n, m in model.named_children() if isinstance(m, TransformerStack)]
+    lines = [f"{type(model).__name__}: placement={cfg.placement.value}, norm={cfg.norm}, {n_params:,} parameters, "
+             f"{n_norms} norms ({name}, qk_norm={'on' if cfg.qk_norm else 'off'})"]
+    plans = [layer.plan for _, st in stacks for layer in st.layers]
+    finals = {_n: st.final_norm is not None and not isinstance(st.final_norm, nn.Identity) for _n, st in stacks}
+    uniform = len({p.slots for p in plans}) <= 1 and len(set(finals.values())) <= 1
+    if uniform and plans:
+        where = _where(plans[0].slots)
+        lines.append((f"  {name} on each sub-layer's {where}" if where != "nothing" else "  no norm in the sub-layers")
+                     + f"; final {name} after each stack: {'yes' if next(iter(finals.values())) else 'no'}")
+    for stack_name, st in stacks:
+        groups: list[tuple[int, int, NormSlots]] = []
+        for layer in st.layers:
+            p = layer.plan
+            if groups and groups[-1][2] == p.slots:
+                groups[-1] = (groups[-1][0], p.layer, p.slots)
+            else:
+                groups.append((p.layer, p.layer, p.slots))
+        if not uniform:
+            for a, b, sl in groups:
+                lines.append(f"  {stack_name} layers {a}-{b}: {name} on each sub-layer's {_where(sl)}")
+            lines.append(f"  {stack_name}: final {name} after the stack: {'yes' if finals[stack_name] else 'no'}")
+        p0 = st.layers[0].plan if len(st.layers) else None
+        if p0 is not None and (p0.skip != 1.0 or p0.init_gain != 1.0):
+            lines.append(f"  {stack_name} ({st.role}): residual weight alpha={p0.skip:.4g}, value/output/FFN "
+                         f"projections x {p0.init_gain:.4g} at init")
+        if p0 is not None and p0.slots.gain == "rezero":
+            lines.append(f"  {stack_name}: each branch output x a, a learned scalar, 0 at init (ReZero)")
+    lines.append("  " + ", ".join(f"{k}={v}" for k, v in cfg.to_dict().items()))
     return "\n".join(lines)

@@ -363,7 +363,10 @@ def diagnose_config(
             return F.cross_entropy(model(b.tokens, b.segments, select=select), b.targets[select])
         return F.cross_entropy(model(b.tokens, b.segments), b.labels)
 
-    return diagnose(model, closure, steps=steps, threshold=threshold)
+    from normlab.model import NORM_TYPES
+
+    # every norm function a normlab model may hold (ModelConfig.norm), not only nn.LayerNorm
+    return diagnose(model, closure, steps=steps, threshold=threshold, norm_types=NORM_TYPES)
 
 
 class TorchEncoderLM(nn.Module):
