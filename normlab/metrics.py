@@ -246,17 +246,28 @@ def mean_ci(values: Sequence[float], confidence: float = 0.95) -> MeanCI:
     return MeanCI(mean=mean, half_width=half, sd=sd, n=n, confidence=confidence)
 
 
-def unigram_entropy(tokens: Sequence[int] | np.ndarray) -> float:
-    """Entropy, in nats, of the empirical distribution of ``tokens``: the cross-entropy per token of the best
-    predictor that ignores all context, fitted to exactly these tokens. A model's validation loss at or above it
-    means the model has learned no more than token frequencies (the "unigram plateau" every model crosses first);
-    report/claims.py gates the training claims on it."""
-    counts = np.bincount(np.asarray(tokens, dtype=np.int64).ravel())
-    counts = counts[counts > 0]
-    if counts.size == 0:
+def unigram_entropy(tokens: Sequence[int] | np.ndarray, reference: Sequence[int] | np.ndarray | None = None) -> float:
+    """The loss, in nats per token, of predicting ``tokens`` from token frequencies alone.
+
+    Without ``reference``: the entropy of the empirical distribution of ``tokens`` (the best context-free
+    predictor fitted to exactly these tokens; on a small sample it is biased low, by ~(types - 1) / (2 n)).
+    With ``reference`` (e.g. the training targets): the cross-entropy of the reference's unigram distribution
+    (add-1/2 smoothed over the ids seen in either) on ``tokens``: what a model that learned the training data's
+    token frequencies and nothing else scores on them, the "unigram plateau" that every model crosses first.
+    report/claims.py gates the training claims on the latter."""
+    tokens = np.asarray(tokens, dtype=np.int64).ravel()
+    if tokens.size == 0:
         raise ValueError("unigram_entropy of no tokens")
-    p = counts / counts.sum()
-    return float(-(p * np.log(p)).sum())
+    if reference is None:
+        counts = np.bincount(tokens)
+        p = counts[counts > 0] / tokens.size
+        return float(-(p * np.log(p)).sum())
+    ref = np.asarray(reference, dtype=np.int64).ravel()
+    size = int(max(tokens.max(), ref.max() if ref.size else 0)) + 1
+    seen = (np.bincount(ref, minlength=size) + np.bincount(tokens, minlength=size)) > 0
+    q = np.bincount(ref, minlength=size) + 0.5 * seen
+    q = q / q.sum()
+    return float(-np.log(q[tokens]).mean())
 
 
 def majority_share(labels: Sequence[int] | np.ndarray) -> float:

@@ -147,6 +147,12 @@ def test_unigram_entropy_and_majority_share():
     torch.testing.assert_close(unigram_entropy([5, 5, 7, 7]), math.log(2))
     torch.testing.assert_close(unigram_entropy(np.array([3] * 9 + [4])), -(0.9 * math.log(0.9) + 0.1 * math.log(0.1)))
     assert unigram_entropy([1, 1, 1]) == 0.0
+    # against a reference: the cross-entropy of its add-1/2 frequencies; a reference equal to the tokens' own
+    # distribution gives (about) their entropy, a different one more
+    torch.testing.assert_close(unigram_entropy([5, 7], reference=[5, 7] * 1000), math.log(2), rtol=1e-3, atol=0)
+    q5, q7 = 1000.5 / 1101.0, 100.5 / 1101.0  # reference 1000 x 5, 100 x 7
+    torch.testing.assert_close(unigram_entropy([5, 7], reference=[5] * 1000 + [7] * 100),
+                               -(math.log(q5) + math.log(q7)) / 2)
     assert majority_share([0, 1, 1, 1]) == 0.75
     with pytest.raises(ValueError):
         unigram_entropy([])

@@ -40,10 +40,10 @@ COVERED: dict[str, str] = {
     ".venv/bin/python benchmarks/train_throughput.py --quick": "tests/test_throughput.py::test_benchmark_runs_end_to_end_at_tiny_size",
     ".venv/bin/python benchmarks/train_throughput.py": "tests/test_throughput.py::test_benchmark_runs_end_to_end_at_tiny_size",
     ".venv/bin/normlab reproduce --scale quick": "tests/test_reproduce.py::test_smoke_reproduce_writes_the_report",
-    ".venv/bin/normlab reproduce --scale cpu --out reproduce/cpu": "tests/test_reproduce.py::test_smoke_reproduce_writes_the_report",
+    ".venv/bin/normlab reproduce --scale full --out reproduce/full": "tests/test_reproduce.py::test_smoke_reproduce_writes_the_report",
     ".venv/bin/normlab reproduce --scale paper --corpus ~/iwslt14-de-en":
         "tests/test_reproduce.py::test_figure_subset_on_a_users_own_files",
-    ".venv/bin/normlab reproduce --scale quick --figures fig3,fig4": "tests/test_reproduce.py::test_figure_subset_on_a_users_own_files",
+    ".venv/bin/normlab reproduce --scale quick --figures fig3": "tests/test_reproduce.py::test_figure_subset_on_a_users_own_files",
     # translate/evaluate need a trained run; the tests train a tiny one and run the same commands on it
     'echo "Das ist ein Haus." | .venv/bin/normlab translate --run runs/pre': "tests/test_translate_cli.py::test_translate_streams_in_order",
     ".venv/bin/normlab translate --run runs/pre --input news.de --checkpoint last --beam 1":

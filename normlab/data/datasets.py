@@ -185,8 +185,8 @@ class TranslationDataset(Dataset):
 
     def all_targets(self) -> np.ndarray:
         """Every predicted token of the split (each sentence's tokens and its EOS), the loss's denominator."""
-        rows = [self.tgt[i] for i in range(len(self))]
-        return np.concatenate(rows + [np.full(len(self), EOS)]).astype(np.int64)
+        tgt = self.tgt
+        return np.concatenate([tgt.values[tgt.offsets[0] : tgt.offsets[-1]], np.full(len(self), EOS)]).astype(np.int64)
 
     def _collate(self, indices: np.ndarray, seed: int, epoch: int) -> TranslationBatch:
         tgt_out = self.tgt.padded(indices, suffix=EOS)
@@ -214,7 +214,8 @@ class MLMDataset(Dataset):
     def all_targets(self) -> np.ndarray:
         """Every token that masking can pick as a target (the blocks' text tokens; masking chooses positions
         uniformly, so the masked targets follow this distribution in expectation)."""
-        return np.concatenate([self.blocks[i] for i in range(len(self))] or [np.zeros(0)]).astype(np.int64)
+        b = self.blocks
+        return b.values[b.offsets[0] : b.offsets[-1]].astype(np.int64)
 
     def block(self, i: int) -> np.ndarray:
         """Block i unmasked: ``[CLS] tokens [SEP]``."""

@@ -149,4 +149,8 @@ def estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int,
         if budget_minutes:
             warning += (f"The scale's budget of {budget_minutes:g} minutes assumes a CPU with native bf16 (e.g. a "
                         f"Xeon with AMX: ~2,000 GFLOP/s bf16); here it takes ~{seconds / 60:.0f} minutes.")
-    return Estimate(per_update, updates, seconds, jobs, fp32, bf16, native, warning)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if load > (os.cpu_count() or 1) + 0.5:
+        warning += (f" The load average is {load:.1f} on {os.cpu_count()} cores: other processes share them, so this "
+                    "probe (and the grid) run slower than on an idle machine.")
+    return Estimate(per_update, updates, seconds, jobs, fp32, bf16, native, warning.strip())

@@ -70,12 +70,14 @@ PAPER = {
 # ~0.65 s per update. On an fp32-only CPU (AVX2 EPYC, measured: 60-110 GFLOP/s fp32, 1.3 bf16) the same update
 # takes ~2.7-3.2 s with 2 threads, about 4x longer: `reproduce` measures the machine and says so at the start.
 QUICK_BUDGET = {
-    "minutes": 30,
+    "minutes": 45,  # estimated (below), not yet measured on such a CPU: the issue asked for 30
     "seconds_per_update_bf16": 0.65,  # d=256, FFN 512, 2,048 tokens, 2 threads, AMX (see above)
     "overhead_s": 240,  # tokenizer + binarizing (~30 s), validation passes and BLEU decoding, process start-up
-    # 9 runs x 400 updates x 0.65 s = 2,340 s: over 30 minutes by ~40%. The runs cannot be shorter: the
-    # calibration's Pre-LN was 0.5 nats below the plateau (the gate) only after ~200-300 updates, and the
-    # warm-up alone is 100. The budget is therefore ~45 minutes on the reference CPU, stated in the README.
+    # 9 runs x 400 updates x 0.65 s = 2,340 s, + overhead: ~43 min. Shorter runs would not pass the gate: in
+    # the calibration Pre-LN (the fastest learner) was 0.5 nats below the plateau only after ~200-300 updates,
+    # Post-LN with warm-up learns later than Pre-LN, and the warm-up alone is 100 updates. Fewer seeds are not
+    # allowed (3 at least). So the quick scale is ~45 minutes on the reference CPU, as the README says; 30
+    # minutes would buy ~300 updates per run.
 }
 FULL_BUDGET = {
     # Every figure with the quick scale's gates and 3 seeds: 14 translation groups (Figure 2's 10, Figure 4's 3

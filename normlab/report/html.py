@@ -68,8 +68,11 @@ def baseline_lines(results: dict[str, Any]) -> list[str]:
     for kind, what in (("translation", "translation"), ("mlm", "masked-LM")):
         if kind in base:
             h = base[kind]["unigram_entropy"]
-            out.append(f"{what}: unigram entropy of the validation targets {h:.3f} nats ({base[kind]['tokens']:,} "
-                       f"tokens); a reference run learned if it ends at or below {h - LEARN_MARGIN:.3f} nats")
+            plug = base[kind].get("plugin_entropy")
+            out.append(f"{what}: unigram loss of the validation targets {h:.3f} nats per token (their cross-entropy "
+                       f"under the training data's token frequencies; {base[kind]['tokens']:,} tokens"
+                       + (f"; their own plug-in entropy {plug:.3f}" if plug is not None else "")
+                       + f"); a reference run learned if it ends at or below {h - LEARN_MARGIN:.3f} nats")
     for task, b in base.get("finetune", {}).items():
         out.append(f"fine-tuning {task}: majority class {100 * b['majority']:.1f}% of {b['examples']:,} validation "
                    "pairs; the reference must beat it beyond its 95% interval")

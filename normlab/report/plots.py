@@ -87,7 +87,7 @@ def _figure(path: Path, title: str, rows: list[tuple[str, dict[str, dict[str, An
         if entropy is not None:  # the gate of report/claims.py
             from normlab.report.claims import LEARN_MARGIN
 
-            ax.axhline(entropy / LN2, color="grey", linewidth=0.8, linestyle=":", label="unigram entropy of the targets")
+            ax.axhline(entropy / LN2, color="grey", linewidth=0.8, linestyle=":", label="unigram loss of the targets")
             ax.axhline((entropy - LEARN_MARGIN) / LN2, color="black", linewidth=0.8, linestyle=":",
                        label=f"learned: {LEARN_MARGIN:g} nats below it")  # fmt: skip
         if not _panel(axes[row][1], members, "bleu", "BLEU", f"{name}: BLEU, seed mean ± 1 sd"):
@@ -133,7 +133,7 @@ def _fig5(bert: dict[str, dict[str, Any]], finetune: dict[str, Any], path: Path,
     ax = axes[0][0]
     _panel(ax, bert, "nll", "validation MLM loss (bits/token)", "(a) pre-training, seed mean ± 1 sd")
     if entropy is not None:
-        ax.axhline(entropy / LN2, color="grey", linewidth=0.8, linestyle=":", label="unigram entropy")
+        ax.axhline(entropy / LN2, color="grey", linewidth=0.8, linestyle=":", label="unigram loss")
     ax.set_xlabel("pre-training updates")
     ax.legend(fontsize=7)
     for k, task in enumerate(tasks, start=1):
