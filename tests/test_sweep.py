@@ -162,7 +162,9 @@ def test_analyze_seed_mean_and_spread():
     assert row["curve"]["diverged"] == [False, False, False, True]
     assert_close(row["best_loss"], 5.075)  # mean of 5.05 and 5.1 at 4.64e-4
     assert row["max_stable_lr"] == 4.64e-4 and row["diverged_lrs"] == [1e-3]
-    assert row["max_stable_lr_per_seed"] == [4.64e-4, 4.64e-4]
+    assert row["max_stable_lr_per_seed"] == [4.64e-4, 4.64e-4] and not row["censored"]
+    (top,) = analyze([Cell("pre", "paper", 64, lr, 1, f, L0) for lr, f in zip(lrs, [6.0, 5.5, 5.0, 4.95])])
+    assert top["max_stable_lr"] == 1e-3 and top["censored"]  # the top of the grid: a lower bound
     sens1 = (1.0 + 0 + 0.05 + 2.0) / 4
     sens2 = (6.2 - 5.1 + 5.2 - 5.1 + 0 + 9.0 - 5.1) / 4
     assert_close(row["sensitivity"], (sens1 + sens2) / 2)

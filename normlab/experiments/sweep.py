@@ -194,10 +194,10 @@ def lr_grid(lo: float, hi: float, per_decade: int) -> tuple[float, ...]:
 SWEEP_SCALES: dict[str, SweepConfig] = {
     "smoke": SweepConfig(
         scale="smoke", schemes=("post", "pre"), lr_min=1e-3, lr_max=1e-1, per_decade=1, widths=(16, 32), n_heads=2,
-        layers=1, updates=4, vocab_size=600, max_tokens=256, max_positions=64, block_size=32, train_subset=100,
+        layers=2, updates=4, vocab_size=600, max_tokens=256, max_positions=64, block_size=32, train_subset=100,
         valid_subset=16,
-        description="seconds, for the tests: every part of the pipeline runs; its models learn nothing, so every "
-        "curve 'never trains' and has no frontier",
+        description="seconds, for the tests: every part of the pipeline runs (2-2 layers, so that diagnose has a "
+        "stack to read); 4 updates at d=16 and 32 measure nothing about the frontier",
     ),  # fmt: skip
     "quick": SweepConfig(
         scale="quick", schemes=("post", "pre", "peri"), widths=(64, 128, 256), layers=3, updates=150,
@@ -411,6 +411,8 @@ def analyze(cells: Sequence[Cell], *, margin: float = MARGIN) -> list[dict[str, 
             "scheme": scheme, "warmup": warmup, "width": width, "seeds": len(seeds),
             "curve": curve.to_dict() if curve else None,
             "max_stable_lr": curve.max_stable_lr if curve else None,
+            # the frontier is the top of the grid: the true one is at or above it (a lower bound)
+            "censored": bool(curve and curve.max_stable_lr is not None and curve.max_stable_lr == lrs[-1]),
             "best_lr": curve.best_lr if curve else None,
             "best_loss": curve.best if curve else None,
             "l0": curve.l0 if curve else None,
@@ -446,7 +448,8 @@ def width_slope(rows: Sequence[dict[str, Any]], scheme: str, warmup: str) -> dic
                  if r["scheme"] == scheme and r["warmup"] == warmup and r["max_stable_lr"])  # fmt: skip
     widths = sorted({r["width"] for r in rows if r["scheme"] == scheme and r["warmup"] == warmup})
     measured = _ls_slope([math.log(w) for w, _ in pts], [math.log(lr) for _, lr in pts]) if len(pts) > 1 else None
-    return {"scheme": scheme, "warmup": warmup, "widths": [w for w, _ in pts], "measured": measured,
+    censored = sorted(r["width"] for r in rows if r["scheme"] == scheme and r["warmup"] == warmup and r.get("censored"))
+    return {"scheme": scheme, "warmup": warmup, "widths": [w for w, _ in pts], "measured": measured, "censored": censored,
             "predicted_post_ln": predicted_slope(widths) if len(widths) > 1 else None}  # fmt: skip
 
 
@@ -525,3 +528,178 @@ def read_cell(spec: RunSpec, run_dir: Path, status: str, scheme: str, warmup: st
     rec = {**dataclasses.asdict(cell), "name": spec.name, "diverged": diverged(cell.final, cell.l0, status),
            "valid": [[r["update"], r.get("nll")] for r in valid], "train": curve}  # fmt: skip
     return cell, rec
+
+
+# -------------------------------------------------------------------------------------------------------------
+# the command: run the grid, read the cells, write sweep.json and the page
+
+RULES = {
+    "divergence": "a run diverged when its loss became non-finite (the trainer stops it) or its final validation "
+    "NLL ends strictly above l0, its NLL at initialisation (the first batch's, before the first step)",
+    "margin": MARGIN,
+    "max_stable_lr": "the largest grid point within `margin` nats of the best final loss l* of its curve that did not "
+    "diverge ('>=' when it is the top of the grid: a lower bound); none when l* is not `margin` below l0 (the curve "
+    "never trained); with seeds, on the seed-mean curve, a "
+    "point counting as diverged when any seed diverged there",
+    "sensitivity": "Wortsman et al. 2023 (arXiv 2309.14322): E_{eta in grid}[min(l(eta), l0) - l*], the mean over "
+    "the log grid, a diverged point counting as l0; with seeds, the mean (and sd) of the seeds' own values",
+    "width_law": "Theorem 1: Post-LN's last-layer gradient is O(d sqrt(ln d)); a stable lr inversely proportional to "
+    "it scales as 1/(d sqrt(ln d)); predicted slope = least-squares slope of log(1/(d sqrt(ln d))) against log d "
+    "over the widths run",
+}
+
+
+def _say(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+
+
+def sweep_estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int) -> str:
+    """budget.estimate per width (its probe times one model; the widths of a sweep differ in cost), summed."""
+    from normlab.experiments.budget import estimate
+
+    if specs and specs[0].kind != "translation":
+        return "estimate: not available for the mlm task (budget.py probes a translation model)"
+    by_width: dict[int, list[RunSpec]] = {}
+    for s in specs:
+        by_width.setdefault(s.config.model.d_model, []).append(s)
+    parts, seconds, updates, warning = [], 0.0, 0, ""
+    for width, group in sorted(by_width.items()):
+        e = estimate(group, ctx, jobs=jobs, threads=threads)
+        seconds += e.seconds
+        updates += e.updates
+        warning = warning or e.warning
+        parts.append(f"d={width}: {e.seconds_per_update:.3f} s/update")
+    line = (f"estimate: {len(specs)} runs, {updates:,} updates ({'; '.join(parts)}) / {jobs} job(s) + validation = "
+            f"~{seconds / 60:.1f} min on this machine")  # fmt: skip
+    return line + (f"\nWARNING: {warning}" if warning else "")
+
+
+def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int = 0, corpus: str = "",
+              device: str = "auto", precision: str = "auto", probe: bool = True, diagnose: bool = True,
+              say: Any = _say) -> dict[str, Any]:  # fmt: skip
+    """Run the sweep's grid into ``out`` (resumable: finished runs are kept), then write ``out/report/``:
+    sweep.json, loss_vs_lr.png, frontier.png, index.html and SWEEP.md. Returns sweep.json's content."""
+    import os
+    import platform
+    import time
+
+    import torch
+
+    from normlab import __version__
+    from normlab.data import prepare
+    from normlab.experiments.grid import FINISHED, run_grid, run_status
+
+    t0 = time.perf_counter()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    cores = os.cpu_count() or 1
+    jobs = jobs or (1 if cuda else cores)
+    threads = threads or max(1, cores // jobs)
+    ctx = Context(translation_updates_per_epoch=1, corpus=corpus if cfg.task == "translation" else "",
+                  mlm_corpus=corpus if cfg.task == "mlm" else "", device=device, precision=precision)  # fmt: skip
+    specs = sweep_runs(cfg, ctx)
+    where = {}
+    for s in specs:
+        scheme, warmup = next((sc, w) for sc in cfg.schemes for w in cfg.warmups
+                              if s.group.startswith(f"{sc.replace('/', '+')}-{w}-d"))  # fmt: skip
+        where[s.name] = (scheme, warmup)
+    say(f"normlab sweep --scale {cfg.scale} -> {out}: {len(specs)} runs ({len(cfg.schemes)} schemes x "
+        f"{len(cfg.warmups)} warm-ups x {len(cfg.widths)} widths x {len(cfg.lrs)} learning rates x {cfg.seeds} "
+        f"seed(s)); {jobs} job(s) x {threads} thread(s)")  # fmt: skip
+    todo = [s for s in specs if run_status(out / "runs" / s.name) not in FINISHED]
+    if probe and todo:
+        say(sweep_estimate(todo, ctx, jobs=jobs, threads=threads))
+    if todo:  # the tokenizer and binarized splits, once, before the workers (they would race to build them)
+        prepare(specs[0].config.data, specs[0].config.model.max_positions)
+    outcomes = run_grid(specs, out, jobs=jobs, threads=threads, say=say)
+    cells, records = [], []
+    for s in specs:
+        status = run_status(out / "runs" / s.name) or "absent"
+        if outcomes.get(s.name) is not None and outcomes[s.name].status in ("failed", "skipped"):
+            status = outcomes[s.name].status
+        cell, rec = read_cell(s, out / "runs" / s.name, status, *where[s.name])
+        cells.append(cell)
+        records.append(rec)
+    rows = analyze(cells, margin=cfg.margin)
+    truth = warmup_truth(rows)
+    agreement = None
+    if diagnose:
+        say("diagnose: warm-up verdicts at initialisation for each scheme x width")
+        agreement = diagnose_agreement(diagnose_verdicts(cfg), truth)
+    wall = time.perf_counter() - t0
+    result = {
+        "config": cfg.to_dict(),
+        "lrs": list(cfg.lrs),
+        "warmup_updates": cfg.warmup_updates,
+        "rules": {**RULES, "margin": cfg.margin},
+        "frontier": rows,
+        "width_law": [width_slope(rows, s, w) for s in cfg.schemes for w in cfg.warmups],
+        "warmup_truth": [{"scheme": k[0], "width": k[1], "warmup_needed": v} for k, v in truth.items()],
+        "diagnose": agreement,
+        "cells": records,
+        "meta": {
+            "scale": cfg.scale, "description": cfg.description, "normlab_version": __version__,
+            "torch": torch.__version__, "python": platform.python_version(),
+            "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.processor() or platform.machine()}, "
+            f"{cores} cores)", "threads": f"{jobs} job(s) x {threads} thread(s)", "wall_time_s": wall,
+            "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "runs": len(specs),
+            "outcomes": {k: sum(o.status == k for o in outcomes.values())
+                         for k in ("completed", "diverged", "failed", "skipped", "cached")},
+        },
+    }  # fmt: skip
+    from normlab.report.sweep import write_sweep_report
+
+    report = out / "report"
+    write_sweep_report(result, report)
+    say(f"report: {report / 'index.html'} ({wall / 60:.1f} min)")
+    for line in table_lines(result):
+        say(line)
+    return result
+
+
+def table_lines(result: dict[str, Any]) -> list[str]:
+    """The maximum stable learning rate per scheme x warm-up (rows) and width (columns), sensitivity beside it."""
+    widths = result["config"]["widths"]
+    lines = ["max stable lr (LR sensitivity, nats) per width; '-' = never trained; '>=' = the top of the grid",
+             f"{'scheme':<14}{'warm-up':<9}" + "".join(f"{'d=' + str(w):>22}" for w in widths)]  # fmt: skip
+    by = {(r["scheme"], r["warmup"], r["width"]): r for r in result["frontier"]}
+    for scheme in result["config"]["schemes"]:
+        for warmup in result["config"]["warmups"]:
+            cells = []
+            for w in widths:
+                r = by.get((scheme, warmup, w))
+                lr = "-" if not r or r["max_stable_lr"] is None else (">=" if r["censored"] else "") + f"{r['max_stable_lr']:.3g}"
+                sens = "" if not r or r["sensitivity"] is None else f" ({r['sensitivity']:.3f})"
+                cells.append(f"{lr + sens:>22}")
+            lines.append(f"{scheme:<14}{warmup:<9}" + "".join(cells))
+    return lines
+
+
+def add_arguments(p: Any) -> None:
+    from normlab.config import add_set_argument
+
+    p.add_argument("--scale", default="quick", choices=list(SWEEP_SCALES),
+                   help="smoke (seconds, tests), quick (~30 min on 2 CPU cores with native bf16, unmeasured), full "
+                   "(the issue's widths at the paper's depth; a GPU)")  # fmt: skip
+    p.add_argument("--out", help="output directory (default: sweep/SCALE)")
+    add_set_argument(p, SweepConfig, note="the defaults shown are before --scale, which sets most of them")
+    p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads per run (default: cores / jobs)")
+    p.add_argument("--no-estimate", action="store_true", help="skip the probe that estimates the wall time")
+    p.add_argument("--no-diagnose", action="store_true", help="skip diagnose's warm-up verdicts beside the sweep")
+    p.add_argument("--corpus", default="", help="a directory of your own files (default: the vendored de-en / en-mono)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"])
+
+
+def run(args: Any) -> int:
+    from normlab.config import apply_overrides
+
+    cfg = SweepConfig.from_dict(apply_overrides(sweep_scale(args.scale).to_dict(), args.set))
+    run_sweep(cfg, args.out or f"sweep/{cfg.scale}", jobs=args.jobs, threads=args.threads, corpus=args.corpus,
+              device=args.device, precision=args.precision, probe=not args.no_estimate,
+              diagnose=not args.no_diagnose)  # fmt: skip
+    return 0
