@@ -202,8 +202,10 @@ def test_warmup_truth_and_agreement():
             row("pre", "none", 64, 4.64e-3), row("pre", "paper", 64, 4.64e-3),  # no difference
             row("post", "none", 128, None), row("post", "paper", 128, 1e-3),  # only trains with warm-up
             row("rezero", "none", 64, None), row("rezero", "paper", 64, None)]  # never trains: no truth  # fmt: skip
+    rows += [dict(row("peri", w, 64, 1e-2), censored=True) for w in ("none", "paper")]  # two lower bounds: no truth
     truth = warmup_truth(rows)
-    assert truth == {("post", 64): True, ("pre", 64): False, ("post", 128): True, ("rezero", 64): None}
+    assert truth == {("post", 64): True, ("pre", 64): False, ("post", 128): True, ("rezero", 64): None,
+                     ("peri", 64): None}
     verdicts = {("post", 64): True, ("pre", 64): True, ("post", 128): True, ("rezero", 64): False}
     agreement = diagnose_agreement(verdicts, truth)
     assert agreement["decided"] == 3 and agreement["agree"] == 2 and agreement["wrong"] == [("pre", 64)]

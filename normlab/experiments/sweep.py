@@ -460,15 +460,18 @@ def width_slope(rows: Sequence[dict[str, Any]], scheme: str, warmup: str) -> dic
 def warmup_truth(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, int], bool | None]:
     """The sweep's ground truth per scheme x width: warm-up is needed when the no-warm-up frontier falls below
     the warm-up frontier (a curve that never trains counts as a frontier below every learning rate). None when
-    neither arm trained, or one arm was not run."""
+    neither arm trained, when both frontiers are the top of the grid (two lower bounds: the grid cannot tell them
+    apart), or when one arm was not run."""
     by = {(r["scheme"], r["warmup"], r["width"]): r["max_stable_lr"] for r in rows}
+    top = {(r["scheme"], r["warmup"], r["width"]) for r in rows if r.get("censored")}
     out: dict[tuple[str, int], bool | None] = {}
     for scheme, width in sorted({(r["scheme"], r["width"]) for r in rows}):
         if (scheme, "none", width) not in by or (scheme, "paper", width) not in by:
             out[(scheme, width)] = None
             continue
         none, paper = by[(scheme, "none", width)], by[(scheme, "paper", width)]
-        out[(scheme, width)] = None if none is None and paper is None else (
+        both_top = (scheme, "none", width) in top and (scheme, "paper", width) in top
+        out[(scheme, width)] = None if both_top or (none is None and paper is None) else (
             True if none is None else False if paper is None else none < paper)  # fmt: skip
     return out
 
@@ -555,6 +558,10 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+_RUN_OVERHEAD_S = 1.0  # measured: the smoke sweep's 24 runs took ~1 s each in a warm worker (2 shared cores)
+_WORKER_START_S = 15.0  # measured: the first run of each worker took ~15 s (imports, first data load)
+
+
 def sweep_estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int) -> str:
     """budget.estimate per width (its probe times one model; the widths of a sweep differ in cost), summed."""
     from normlab.experiments.budget import estimate
@@ -571,8 +578,11 @@ def sweep_estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads
         updates += e.updates
         warning = warning or e.warning
         parts.append(f"d={width}: {e.seconds_per_update:.3f} s/update")
-    line = (f"estimate: {len(specs)} runs, {updates:,} updates ({'; '.join(parts)}) / {jobs} job(s) + validation = "
-            f"~{seconds / 60:.1f} min on this machine")  # fmt: skip
+    # budget.estimate counts training and validation work only; a short run also pays its model build, data
+    # loading and checkpoint (~1 s on the smoke scale here) and each worker its start-up (~15 s, torch imports)
+    overhead = len(specs) * _RUN_OVERHEAD_S / max(1, jobs) + _WORKER_START_S
+    line = (f"estimate: {len(specs)} runs, {updates:,} updates ({'; '.join(parts)}) / {jobs} job(s) + validation "
+            f"+ ~{overhead:.0f} s of per-run overhead = ~{(seconds + overhead) / 60:.1f} min on this machine")  # fmt: skip
     return line + (f"\nWARNING: {warning}" if warning else "")
 
 
