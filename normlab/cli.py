@@ -137,6 +137,18 @@ def _reproduce(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _sweep_args(p: argparse.ArgumentParser) -> None:
+    from normlab.experiments.sweep import add_arguments
+
+    add_arguments(p)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from normlab.experiments.sweep import run
+
+    return run(args)
+
+
 def _translate_args(p: argparse.ArgumentParser) -> None:
     from normlab.translate import add_translate_arguments
 
@@ -198,6 +210,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
                  _evaluate),
     "reproduce": ("run the paper's experiments at a scale and write the report with a verdict per claim",
                   _reproduce_args, _reproduce),
+    "sweep": ("the stability frontier: maximum stable learning rate and LR sensitivity per normalization scheme, "
+              "with and without warm-up, across widths", _sweep_args, _sweep),
     "finetune": ("fine-tune a masked-LM checkpoint on sentence pairs: the paper's grid, 6 seeds, t confidence "
                  "intervals", _finetune_args, _finetune),
     "export-hf": ("write a Post-LN masked-LM checkpoint as a Hugging Face BertForMaskedLM", _export_hf_args,

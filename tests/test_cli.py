@@ -82,14 +82,16 @@ def _set_commands() -> list[tuple[str, type, str]]:
 def test_every_command_with_set_has_a_config():
     from normlab.analysis.run import AnalysisConfig
     from normlab.config import DataConfig, ModelConfig, TrainConfig
+    from normlab.experiments.sweep import SweepConfig
     from normlab.finetune import FinetuneConfig
 
     assert _set_commands() == [("model", ModelConfig, "model"), ("analyze", AnalysisConfig, ""),
                                ("diagnose", ModelConfig, "model"), ("data", DataConfig, "data"),
-                               ("train", TrainConfig, ""), ("finetune", FinetuneConfig, "")]  # fmt: skip
+                               ("train", TrainConfig, ""), ("sweep", SweepConfig, ""),
+                               ("finetune", FinetuneConfig, "")]  # fmt: skip
 
 
-@pytest.mark.parametrize("command", ["model", "analyze", "diagnose", "data", "train", "finetune"])
+@pytest.mark.parametrize("command", ["model", "analyze", "diagnose", "data", "train", "sweep", "finetune"])
 def test_help_lists_every_field_with_type_default_and_help(command, capsys):
     from normlab.config import settings
 

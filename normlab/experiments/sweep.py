@@ -1,0 +1,715 @@
+"""``normlab sweep``: the stability frontier of each normalization scheme.
+
+For every scheme x warm-up x width x learning rate (x seed) one short training run, all through the grid runner
+(grid.py: parallel, resumable, a failed or diverged run recorded and the grid going on). Every cell starts from
+the same seed and sees the same batches in the same order (the data config and the seed do not depend on the
+cell), so two cells differ only in what the grid varies. From the final losses, per scheme x warm-up x width:
+
+* **Divergence** (:func:`diverged`). A run diverged when its loss became non-finite (the trainer stops it:
+  status ``diverged``) or when its final validation loss ends *above* the loss at initialisation l0: it ended
+  worse than it started. l0 is the NLL of the run's first batch, computed before the first optimizer step (the
+  first ``train`` record of metrics.jsonl: the model at initialisation). For an untrained model the training and
+  validation sentences are exchangeable, so this l0 is an unbiased estimate of the validation NLL at
+  initialisation that costs no extra pass; and it is the same number for every learning rate and warm-up of a
+  curve (same seed, same first batch, and the loss is taken before any step).
+* **Maximum stable learning rate** (:func:`frontier`): the largest grid point whose final loss is within
+  ``margin`` of the best final loss l* of the curve and that did not diverge. The default margin is 0.1 nats
+  (:data:`MARGIN`, the reasoning is there). A curve whose best run is not ``margin`` below l0 never trained: it
+  has no frontier (None), whatever its losses.
+* **Learning-rate sensitivity** (:func:`lr_sensitivity`), Wortsman et al. 2023 ("Small-scale proxies for
+  large-scale Transformer training instabilities", arXiv 2309.14322, Section 2.2):
+  E_{eta in grid}[min(l(eta), l0) - l*], with l(eta) the final loss at learning rate eta, l0 the loss at
+  initialisation and l* the best final loss over the grid. The expectation is over the log-spaced grid (each
+  grid point weighs the same, as in the paper's log-spaced sweeps); a diverged run (non-finite loss) enters as
+  l0 through the min, which is why the min is there: one divergence costs at most l0 - l*, not infinity.
+* **Seed spread** (seeds > 1): the frontier and the sensitivity of every seed's own curve, their mean and
+  standard deviation; the seed-mean curve (a grid point counts as diverged when any seed diverged there) gives
+  the headline frontier.
+
+**Widths and shapes.** The paper's IWSLT model is d=512, FFN 1024, 4 heads (head size 128). The sweep keeps
+the FFN ratio (FFN = 2 d) and the number of heads (4) at every width, so the head size is d/4 (128 at d=512, as
+in the paper). Keeping the head size at 128 instead is impossible below d=128 (d=64 would need half a head),
+and 4 heads at every width means that width is the only thing that changes along the width axis (Theorem 1 is
+a statement about d; the attention logits are scaled by 1/sqrt(head size) either way).
+
+**Warm-up.** ``none``, or ``paper``: the paper's share of the run, 4,000 of its ~33,000 IWSLT updates
+(scales.PAPER: ~30 epochs x ~1,100 updates), 12.1%, linear from lr/T_warmup (eq. 1). After the warm-up the
+learning rate stays at lr_max: a few hundred updates measure early training, where the paper's effects live, and
+a compressed decay would take the learning rate away before the run has shown anything (scales.py, "Learning
+rate and schedule"). Both arms of every contrast have the same schedule apart from the warm-up.
+
+**Theorem 1's width law.** The Post-LN gradient of the last FFN layer is O(d sqrt(ln d)) at initialisation. If
+the largest stable step is inversely proportional to that gradient (the paper's argument in Section 3.4 for
+why large learning rates fail early), the maximum stable learning rate scales as 1/(d sqrt(ln d)), and on
+log-log axes its slope against d is d log(lr)/d log(d) = -1 - 1/(2 ln d): -1.12 at d=64, -1.08 at d=512.
+:func:`predicted_slope` returns the least-squares slope of log(1/(d sqrt(ln d))) against log d over the widths
+that were run, the number to set beside the measured slope (:func:`width_slope`). Adam normalises each
+coordinate's step by its gradient scale, so for Adam this is the paper's heuristic, not a theorem: that is what
+the sweep measures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from normlab.config import (
+    NORMS,
+    ConfigError,
+    DataConfig,
+    ModelConfig,
+    OptimConfig,
+    Placement,
+    ScheduleConfig,
+    Strict,
+    TrainConfig,
+    config,
+    field,
+)
+from normlab.experiments.figures import Context, RunSpec
+from normlab.experiments.scales import PAPER
+
+__all__ = [
+    "MARGIN", "PAPER_WARMUP_FRACTION", "SweepConfig", "SWEEP_SCALES", "sweep_scale", "lr_grid", "sweep_runs",
+    "Cell", "Curve", "diverged", "lr_sensitivity", "frontier", "analyze", "predicted_slope", "width_slope",
+    "read_cell", "warmup_truth", "diagnose_agreement",
+]  # fmt: skip
+
+PAPER_WARMUP_FRACTION = 4000 / (PAPER["iwslt_updates_per_epoch"] * PAPER["iwslt_epochs"])
+"""T_warmup = 4,000 of the paper's ~33,000 IWSLT updates (Section 3.2 and scales.PAPER): 12.1% of the run."""
+
+MARGIN = 0.1
+"""Nats above the best final loss l* of a curve within which a grid point still counts as stable.
+
+Why 0.1: (1) it is a perplexity ratio of e^0.1 = 1.105, "within about 10% of the best perplexity", a loss one
+would still accept from a learning rate chosen without tuning; (2) it is five times smaller than the gap that
+report/claims.py asks of a model to count as having learned anything (LEARN_MARGIN = 0.5 nats below the unigram
+entropy), so a run stuck on the unigram plateau, the failure of Post-LN without warm-up, is never within it of a
+run that learned; (3) it is larger than the seed spread of the final loss of short runs that train (a few
+hundredths of a nat); the sweep reports that spread when seeds > 1, and a spread near the margin says the
+frontier is noise. A relative margin (a share of l0 - l*) was rejected: the unigram plateau already recovers most
+of l0 - l* (ln V down to the unigram entropy), so "within 10% of the improvement" can let a plateaued run through.
+"""
+
+WARMUPS = ("none", "paper")
+
+
+def _scheme(text: str) -> tuple[str, str]:
+    """``PLACEMENT`` or ``PLACEMENT/NORM`` -> (placement, norm); norm defaults to layernorm."""
+    placement, _, norm = text.partition("/")
+    return placement, norm or "layernorm"
+
+
+@config
+class SweepConfig(Strict):
+    """One stability sweep: which schemes, warm-ups, learning rates, widths and seeds, and the runs' shape."""
+
+    scale: Literal["smoke", "quick", "full", "custom"] = field("custom", help="the preset this config started from")
+    task: Literal["translation", "mlm"] = field("translation", help="de-en translation (the paper's IWSLT stand-in) "
+                                                "or masked-LM pre-training (en-mono)")  # fmt: skip
+    schemes: tuple[str, ...] = field(
+        tuple(p.value for p in Placement),
+        help="normalization schemes: a placement (" + ", ".join(p.value for p in Placement) + "), optionally with a "
+        "norm function after a slash (pre/rmsnorm; norms: " + ", ".join(NORMS) + ")",
+    )
+    warmups: tuple[Literal["none", "paper"], ...] = field(
+        WARMUPS, help="none, and/or paper: a linear warm-up over the paper's share of the run (4,000 of ~33,000 "
+        "IWSLT updates = 12.1%); lr_max is kept after it")  # fmt: skip
+    warmup_fraction: float = field(PAPER_WARMUP_FRACTION, help="the share of the run the `paper` warm-up takes")
+    lr_min: float = field(1e-4, help="smallest learning rate of the log grid")
+    lr_max: float = field(1e-2, help="largest learning rate of the log grid")
+    per_decade: int = field(3, help="grid points per decade (3: 1e-4, 2.15e-4, 4.64e-4, 1e-3, ...)")
+    widths: tuple[int, ...] = field((64, 128, 256, 512), help="d_model of each width; FFN = ffn_ratio x d")
+    ffn_ratio: int = field(2, help="FFN width over d (the paper's IWSLT model: 1024 / 512 = 2)")
+    n_heads: int = field(4, help="attention heads at every width (the paper: 4; head size d/4 = 128 at d=512)")
+    layers: int = field(6, help="encoder (and decoder) depth (the paper: 6-6)")
+    updates: int = field(300, help="updates per run")
+    seeds: int = field(1, help="training seeds per cell (runs named ...-s1, -s2, ...)")
+    margin: float = field(MARGIN, help="nats above the best final loss within which a grid point counts as stable "
+                          "(sweep.MARGIN explains the default)")  # fmt: skip
+    vocab_size: int = field(8000, help="BPE vocabulary")
+    max_tokens: int = field(2048, help="tokens per batch")
+    max_positions: int = field(128, help="longest sentence kept, in tokens")
+    block_size: int = field(128, help="mlm: tokens per block")
+    dropout: float = field(0.1, help="dropout (the paper: 0.1)")
+    train_subset: int = field(0, help="training examples (0 = all)")
+    valid_subset: int = field(500, help="validation examples for the final loss (0 = all)")
+    eval_every: int = field(0, help="also validate every N updates (0 = only at the end; the final loss is the last)")
+    description: str = field("", help="what the preset is for, in the report")
+
+    def validate(self) -> None:
+        if not self.schemes:
+            raise self.error("schemes", "needs at least one scheme")
+        placements = [p.value for p in Placement]
+        for s in self.schemes:
+            placement, norm = _scheme(s)
+            if placement not in placements:
+                raise self.error("schemes", f"{s!r}: unknown placement {placement!r}; expected one of {placements}")
+            if norm not in NORMS:
+                raise self.error("schemes", f"{s!r}: unknown norm {norm!r}; expected one of {list(NORMS)}")
+        if len(set(self.schemes)) != len(self.schemes):
+            raise self.error("schemes", f"repeated: {list(self.schemes)}")
+        if not self.warmups or len(set(self.warmups)) != len(self.warmups):
+            raise self.error("warmups", f"expected some of {list(WARMUPS)}, each once, got {list(self.warmups)}")
+        if not 0 < self.warmup_fraction < 1:
+            raise self.error("warmup_fraction", f"must be in (0, 1), got {self.warmup_fraction}")
+        if not 0 < self.lr_min <= self.lr_max:
+            raise self.error("lr_max", f"need 0 < lr_min <= lr_max, got {self.lr_min} and {self.lr_max}")
+        for name in ("per_decade", "ffn_ratio", "n_heads", "layers", "updates", "seeds"):
+            if getattr(self, name) < 1:
+                raise self.error(name, f"must be >= 1, got {getattr(self, name)}")
+        if not self.widths or any(w < 1 for w in self.widths) or list(self.widths) != sorted(set(self.widths)):
+            raise self.error("widths", f"must be increasing positive integers, got {list(self.widths)}")
+        for w in self.widths:
+            if w % self.n_heads:
+                raise self.error("widths", f"d={w} is not divisible by n_heads={self.n_heads}")
+        if not self.margin > 0:
+            raise self.error("margin", f"must be positive, got {self.margin}")
+        for name in ("train_subset", "valid_subset", "eval_every"):
+            if getattr(self, name) < 0:
+                raise self.error(name, f"must be >= 0, got {getattr(self, name)}")
+
+    @property
+    def lrs(self) -> tuple[float, ...]:
+        return lr_grid(self.lr_min, self.lr_max, self.per_decade)
+
+    @property
+    def warmup_updates(self) -> int:
+        """T_warmup of the `paper` arm: the paper's share of this run, at least 2 (1 would be no warm-up)."""
+        return max(2, round(self.warmup_fraction * self.updates))
+
+
+def lr_grid(lo: float, hi: float, per_decade: int) -> tuple[float, ...]:
+    """lo x 10^(k / per_decade) for k = 0, 1, ... up to hi (included when it falls on the grid), rounded to 3
+    significant digits so that names and tables read 2.15e-04, not 0.00021544346900318823."""
+    n = math.floor(round(math.log10(hi / lo) * per_decade, 9))
+    return tuple(float(f"{lo * 10 ** (k / per_decade):.3g}") for k in range(n + 1))
+
+
+SWEEP_SCALES: dict[str, SweepConfig] = {
+    "smoke": SweepConfig(
+        scale="smoke", schemes=("post", "pre"), lr_min=1e-3, lr_max=1e-1, per_decade=1, widths=(16, 32), n_heads=2,
+        layers=2, updates=4, vocab_size=600, max_tokens=256, max_positions=64, block_size=32, train_subset=100,
+        valid_subset=16,
+        description="seconds, for the tests: every part of the pipeline runs (2-2 layers, so that diagnose has a "
+        "stack to read); 4 updates at d=16 and 32 measure nothing about the frontier",
+    ),  # fmt: skip
+    "quick": SweepConfig(
+        scale="quick", schemes=("post", "pre", "peri"), widths=(64, 128, 256), layers=3, updates=150,
+        max_tokens=1024,
+        description="3 schemes x 2 warm-ups x 7 learning rates (1e-4..1e-2) x 3 widths (64-256), 3-3 layers, 150 "
+        "updates of 1,024 tokens: 126 runs sized for ~30 minutes on 2 CPU cores with native bf16 (not yet "
+        "measured: the estimate printed at the start says what this machine needs)",
+    ),  # fmt: skip
+    "full": SweepConfig(
+        scale="full", schemes=("post", "pre", "peri"), widths=(64, 128, 256, 512), layers=6, updates=500,
+        max_tokens=4096, valid_subset=1000, eval_every=100,
+        description="the issue's defaults at the paper's depth and batch: 3 schemes x 2 warm-ups x 7 learning rates x "
+        "widths 64-512, 6-6 layers, 500 updates of 4,096 tokens (168 runs; sized for a GPU hour, not yet measured); "
+        "--set schemes=[...] adds the other schemes",
+    ),  # fmt: skip
+}
+
+
+def sweep_scale(name: str) -> SweepConfig:
+    if name not in SWEEP_SCALES:
+        raise ConfigError(f"sweep scale {name!r}: expected one of {list(SWEEP_SCALES)}")
+    return SWEEP_SCALES[name]
+
+
+# -------------------------------------------------------------------------------------------------------------
+# the grid of runs
+
+
+def _lr_tag(lr: float) -> str:
+    return f"{lr:.2e}"
+
+
+def group_name(scheme: str, warmup: str, width: int, lr: float) -> str:
+    return f"{scheme.replace('/', '+')}-{warmup}-d{width}-lr{_lr_tag(lr)}"
+
+
+def _train_config(cfg: SweepConfig, ctx: Context, *, scheme: str, warmup: str, width: int, lr: float,
+                  seed: int) -> TrainConfig:  # fmt: skip
+    placement, norm = _scheme(scheme)
+    schedule = ScheduleConfig(warmup_updates=cfg.warmup_updates if warmup == "paper" else 0, decay="constant")
+    common = dict(max_epochs=10_000, max_updates=cfg.updates, eval_every=cfg.eval_every, keep_last=1, seed=seed,
+                  device=ctx.device, precision=ctx.precision, log_every=max(1, cfg.updates // 4))  # fmt: skip
+    if cfg.task == "translation":
+        model = ModelConfig(placement=placement, norm=norm, d_model=width, d_ffn=cfg.ffn_ratio * width,
+                            n_heads=cfg.n_heads, encoder_layers=cfg.layers, decoder_layers=cfg.layers,
+                            dropout=cfg.dropout, vocab_size=cfg.vocab_size, max_positions=cfg.max_positions)  # fmt: skip
+        data = DataConfig(task="translation", corpus=ctx.corpus, vocab_size=cfg.vocab_size, train_subset=cfg.train_subset,
+                          valid_subset=cfg.valid_subset, max_tokens=cfg.max_tokens, cache_dir=ctx.cache_dir)  # fmt: skip
+        # Section 3.2: Adam, beta = (0.9, 0.98); label smoothing 0.1 (the loss trained; the reported loss is the NLL)
+        return TrainConfig(model=model, data=data, optim=OptimConfig(name="adam", lr=lr, betas=(0.9, 0.98)),
+                           schedule=schedule, label_smoothing=0.1, **common)  # fmt: skip
+    # BERT-shaped, as Figure 5's runs (figures._mlm), with the paper's Adam betas for all schemes alike
+    model = ModelConfig(placement=placement, norm=norm, d_model=width, d_ffn=cfg.ffn_ratio * width, n_heads=cfg.n_heads,
+                        encoder_layers=cfg.layers, decoder_layers=0, vocab_size=cfg.vocab_size,
+                        max_positions=max(cfg.block_size, 64), positional="learned", scale_embedding=False,
+                        embedding_norm=True, type_vocab_size=2, activation="gelu", dropout=cfg.dropout)  # fmt: skip
+    data = DataConfig(task="mlm", corpus=ctx.mlm_corpus, vocab_size=cfg.vocab_size, block_size=cfg.block_size,
+                      train_subset=cfg.train_subset, valid_subset=cfg.valid_subset, max_tokens=cfg.max_tokens,
+                      cache_dir=ctx.cache_dir)  # fmt: skip
+    return TrainConfig(model=model, data=data, optim=OptimConfig(name="adamw", lr=lr, betas=(0.9, 0.999),
+                       weight_decay=0.01), schedule=schedule, label_smoothing=0.0, **common)  # fmt: skip
+
+
+def sweep_runs(cfg: SweepConfig, ctx: Context) -> list[RunSpec]:
+    """Every cell of the sweep as a RunSpec named GROUP-sK (group ``SCHEME-WARMUP-dWIDTH-lrLR``); the seed and
+    the data config do not depend on the cell, so every cell sees the same batches in the same order."""
+    specs = []
+    for scheme in cfg.schemes:
+        for warmup in cfg.warmups:
+            for width in cfg.widths:
+                for lr in cfg.lrs:
+                    group = group_name(scheme, warmup, width, lr)
+                    w = "w/o warm-up" if warmup == "none" else f"warm-up {cfg.warmup_updates}"
+                    for seed in range(1, cfg.seeds + 1):
+                        tc = _train_config(cfg, ctx, scheme=scheme, warmup=warmup, width=width, lr=lr, seed=seed)
+                        specs.append(RunSpec(f"{group}-s{seed}", ("sweep",), f"{scheme}, {w}, d={width}, lr {lr:.3g}",
+                                             tc, kind=cfg.task, group=group))  # fmt: skip
+    return specs
+
+
+# -------------------------------------------------------------------------------------------------------------
+# the cells' results and the pure functions on them
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One run's result: its coordinates, its final validation NLL (None when it has none: diverged or
+    failed), its loss at initialisation l0 and its status (completed / diverged / failed / ...)."""
+
+    scheme: str
+    warmup: str
+    width: int
+    lr: float
+    seed: int
+    final: float | None
+    l0: float | None
+    status: str = "completed"
+
+
+def _finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
+
+
+def diverged(final: float | None, l0: float | None, status: str = "completed") -> bool:
+    """The divergence rule: the trainer stopped the run on a non-finite loss (``status == "diverged"``), or its
+    final loss is non-finite, or it ends strictly above its loss at initialisation l0."""
+    if status == "diverged" or not _finite(final):
+        return True
+    return _finite(l0) and final > l0  # type: ignore[operator]
+
+
+def lr_sensitivity(finals: Sequence[float | None], l0: float) -> float:
+    """Wortsman et al. 2023 (arXiv 2309.14322): E_{eta in grid}[min(l(eta), l0) - l*], the mean over the grid's
+    points of how far each ends above the best, a diverged point (None or non-finite) counting as l0. l* is the
+    best final loss over the grid; when every point diverged, l* = l0 (the capped losses' minimum) and the
+    sensitivity is 0: no learning rate trained, which :func:`frontier` reports as "never trains"."""
+    if not finals:
+        raise ValueError("lr_sensitivity needs at least one grid point")
+    capped = [min(x, l0) if _finite(x) else l0 for x in finals]  # type: ignore[type-var]
+    best = min(capped)
+    return math.fsum(c - best for c in capped) / len(capped)
+
+
+@dataclasses.dataclass(frozen=True)
+class Curve:
+    """One loss-vs-learning-rate curve (one seed, or the seed mean) and what is read off it."""
+
+    lrs: tuple[float, ...]
+    finals: tuple[float | None, ...]  # None where the point diverged or has no loss
+    diverged: tuple[bool, ...]
+    l0: float | None
+    best: float | None  # l*: the best final loss of a point that did not diverge
+    best_lr: float | None
+    max_stable_lr: float | None  # None: the curve never trained
+    sensitivity: float | None
+    trained: bool
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+
+def frontier(lrs: Sequence[float], finals: Sequence[float | None], l0s: Sequence[float | None],
+             statuses: Sequence[str] | None = None, *, margin: float = MARGIN) -> Curve:  # fmt: skip
+    """Read one curve: the divergence of each point (:func:`diverged`), l* and its learning rate, the maximum
+    stable learning rate (the largest point within ``margin`` nats of l* that did not diverge; None when l* is
+    not ``margin`` below l0: the curve never trained) and the LR sensitivity. ``l0s``: each point's loss at
+    initialisation (the same number along a curve; their median is used, non-finite ones ignored)."""
+    if not (len(lrs) == len(finals) == len(l0s)) or not lrs:
+        raise ValueError(f"one final loss and one l0 per learning rate: {len(lrs)}, {len(finals)}, {len(l0s)}")
+    if list(lrs) != sorted(lrs):
+        raise ValueError(f"learning rates must be increasing, got {list(lrs)}")
+    statuses = list(statuses) if statuses is not None else ["completed"] * len(lrs)
+    finite_l0 = [x for x in l0s if _finite(x)]
+    l0 = statistics.median(finite_l0) if finite_l0 else None
+    div = tuple(diverged(f, l0, s) for f, s in zip(finals, statuses))
+    kept = tuple(None if d else f for f, d in zip(finals, div))
+    ok = [(f, lr) for f, lr in zip(kept, lrs) if f is not None]
+    best, best_lr = min(ok) if ok else (None, None)
+    sens = lr_sensitivity(kept, l0) if l0 is not None else None
+    trained = best is not None and l0 is not None and l0 - best > margin
+    if not trained:
+        why = ("no point kept a finite loss at or below l0" if best is None else
+               f"the best final loss {best:.3f} is not {margin:g} nats below l0 = {l0:.3f}" if l0 is not None else
+               "l0 unknown")  # fmt: skip
+        return Curve(tuple(lrs), kept, div, l0, best, best_lr, None, sens, False, f"never trains: {why}")
+    stable = [lr for f, lr in zip(kept, lrs) if f is not None and f <= best + margin]  # type: ignore[operator]
+    return Curve(tuple(lrs), kept, div, l0, best, best_lr, max(stable), sens, True)
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return math.fsum(xs) / len(xs)
+
+
+def _sd(xs: Sequence[float]) -> float | None:
+    return statistics.stdev(xs) if len(xs) > 1 else None
+
+
+def analyze(cells: Sequence[Cell], *, margin: float = MARGIN) -> list[dict[str, Any]]:
+    """Per scheme x warm-up x width: the seed-mean curve's frontier (a point diverged when any seed diverged
+    there; its loss the mean of the seeds'), each seed's own frontier and sensitivity, and their spread. Points
+    with a failed run (no result, not a divergence) are left out of the curve and listed."""
+    keyed: dict[tuple[str, str, int], list[Cell]] = {}
+    for c in cells:
+        keyed.setdefault((c.scheme, c.warmup, c.width), []).append(c)
+    rows = []
+    for (scheme, warmup, width), members in keyed.items():
+        seeds = sorted({c.seed for c in members})
+        missing = sorted({c.lr for c in members if c.status not in ("completed", "diverged", "cached")})
+        lrs = sorted({c.lr for c in members} - set(missing))
+        at = {(c.lr, c.seed): c for c in members}
+        per_seed = []
+        for s in seeds:
+            pts = [at[(lr, s)] for lr in lrs if (lr, s) in at]
+            if pts:
+                per_seed.append(frontier([p.lr for p in pts], [p.final for p in pts], [p.l0 for p in pts],
+                                         [p.status for p in pts], margin=margin))  # fmt: skip
+        mean_finals, mean_l0s, mean_status = [], [], []
+        for lr in lrs:
+            pts = [at[(lr, s)] for s in seeds if (lr, s) in at]
+            bad = any(diverged(p.final, p.l0, p.status) for p in pts)
+            mean_finals.append(None if bad else _mean([p.final for p in pts]))  # type: ignore[misc]
+            l0s = [p.l0 for p in pts if _finite(p.l0)]
+            mean_l0s.append(_mean(l0s) if l0s else None)
+            mean_status.append("diverged" if bad else "completed")
+        curve = frontier(lrs, mean_finals, mean_l0s, mean_status, margin=margin) if lrs else None
+        sens = [c.sensitivity for c in per_seed if c.sensitivity is not None]
+        stable = [c.max_stable_lr for c in per_seed]
+        bests = [c.best for c in per_seed if c.best is not None]
+        rows.append({
+            "scheme": scheme, "warmup": warmup, "width": width, "seeds": len(seeds),
+            "curve": curve.to_dict() if curve else None,
+            "max_stable_lr": curve.max_stable_lr if curve else None,
+            # the frontier is the top of the grid: the true one is at or above it (a lower bound)
+            "censored": bool(curve and curve.max_stable_lr is not None and curve.max_stable_lr == lrs[-1]),
+            "best_lr": curve.best_lr if curve else None,
+            "best_loss": curve.best if curve else None,
+            "l0": curve.l0 if curve else None,
+            "sensitivity": _mean(sens) if sens else None,
+            "sensitivity_sd": _sd(sens),
+            "max_stable_lr_per_seed": stable,
+            "best_loss_sd": _sd(bests),
+            "diverged_lrs": [lr for lr, d in zip(lrs, curve.diverged) if d] if curve else [],
+            "missing_lrs": missing,
+            "note": curve.note if curve else "no finished run",
+        })  # fmt: skip
+    return rows
+
+
+def predicted_slope(widths: Sequence[int]) -> float:
+    """The least-squares slope, over ``widths``, of log(1/(d sqrt(ln d))) against log d: Theorem 1's width law for
+    Post-LN's maximum stable learning rate on log-log axes (the module docstring derives it)."""
+    xs = [math.log(d) for d in widths]
+    ys = [-math.log(d) - 0.5 * math.log(math.log(d)) for d in widths]
+    return _ls_slope(xs, ys)
+
+
+def _ls_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    mx, my = _mean(xs), _mean(ys)
+    sxx = math.fsum((x - mx) ** 2 for x in xs)
+    return math.fsum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+
+
+def width_slope(rows: Sequence[dict[str, Any]], scheme: str, warmup: str) -> dict[str, Any]:
+    """The measured log-log slope of the maximum stable learning rate against width for one scheme x warm-up
+    (least squares over the widths that have a frontier; None with fewer than two), beside Theorem 1's."""
+    pts = sorted((r["width"], r["max_stable_lr"]) for r in rows
+                 if r["scheme"] == scheme and r["warmup"] == warmup and r["max_stable_lr"])  # fmt: skip
+    widths = sorted({r["width"] for r in rows if r["scheme"] == scheme and r["warmup"] == warmup})
+    measured = _ls_slope([math.log(w) for w, _ in pts], [math.log(lr) for _, lr in pts]) if len(pts) > 1 else None
+    censored = sorted(r["width"] for r in rows if r["scheme"] == scheme and r["warmup"] == warmup and r.get("censored"))
+    return {"scheme": scheme, "warmup": warmup, "widths": [w for w, _ in pts], "measured": measured, "censored": censored,
+            "predicted_post_ln": predicted_slope(widths) if len(widths) > 1 else None}  # fmt: skip
+
+
+# -------------------------------------------------------------------------------------------------------------
+# diagnose held against the sweep
+
+
+def warmup_truth(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, int], bool | None]:
+    """The sweep's ground truth per scheme x width: warm-up is needed when the no-warm-up frontier falls below
+    the warm-up frontier (a curve that never trains counts as a frontier below every learning rate). None when
+    neither arm trained, when both frontiers are the top of the grid (two lower bounds: the grid cannot tell them
+    apart), or when one arm was not run."""
+    by = {(r["scheme"], r["warmup"], r["width"]): r["max_stable_lr"] for r in rows}
+    top = {(r["scheme"], r["warmup"], r["width"]) for r in rows if r.get("censored")}
+    out: dict[tuple[str, int], bool | None] = {}
+    for scheme, width in sorted({(r["scheme"], r["width"]) for r in rows}):
+        if (scheme, "none", width) not in by or (scheme, "paper", width) not in by:
+            out[(scheme, width)] = None
+            continue
+        none, paper = by[(scheme, "none", width)], by[(scheme, "paper", width)]
+        both_top = (scheme, "none", width) in top and (scheme, "paper", width) in top
+        out[(scheme, width)] = None if both_top or (none is None and paper is None) else (
+            True if none is None else False if paper is None else none < paper)  # fmt: skip
+    return out
+
+
+def diagnose_agreement(verdicts: dict[tuple[str, int], bool | None], truth: dict[tuple[str, int], bool | None]
+                       ) -> dict[str, Any]:  # fmt: skip
+    """``diagnose``'s warm-up verdict beside the sweep's ground truth, per scheme x width: the table, and the
+    agreement over the pairs where both say something."""
+    table = []
+    for key in sorted(set(verdicts) | set(truth)):
+        v, t = verdicts.get(key), truth.get(key)
+        table.append({"scheme": key[0], "width": key[1], "diagnose": v, "sweep": t,
+                      "agree": None if v is None or t is None else v == t})  # fmt: skip
+    decided = [r for r in table if r["agree"] is not None]
+    return {"table": table, "decided": len(decided), "agree": sum(r["agree"] for r in decided),
+            "wrong": [(r["scheme"], r["width"]) for r in decided if not r["agree"]]}  # fmt: skip
+
+
+def diagnose_verdicts(cfg: SweepConfig, *, steps: int = 4) -> dict[tuple[str, int], bool | None]:
+    """``diagnose``'s verdict at initialisation for each scheme x width of the sweep (seconds per model)."""
+    from normlab.analysis.diagnose import diagnose_config
+
+    ctx = Context(translation_updates_per_epoch=1)
+    out = {}
+    for scheme in cfg.schemes:
+        for width in cfg.widths:
+            model = _train_config(cfg, ctx, scheme=scheme, warmup="none", width=width, lr=cfg.lr_min, seed=1).model
+            out[(scheme, width)] = diagnose_config(model, cfg.task, steps=steps, seed=0,
+                                                   max_tokens=min(cfg.max_tokens, 1024)).warmup_advised  # fmt: skip
+    return out
+
+
+# -------------------------------------------------------------------------------------------------------------
+# reading the runs
+
+
+def read_cell(spec: RunSpec, run_dir: Path, status: str, scheme: str, warmup: str) -> tuple[Cell, dict[str, Any]]:
+    """One run directory as a :class:`Cell` (final validation NLL, l0 from the first training record) and its
+    record for sweep.json (the cell, the validation points, a thinned training curve)."""
+    records = []
+    path = run_dir / "metrics.jsonl"
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by a kill
+                continue
+    train = [r for r in records if r.get("type") == "train"]
+    valid = [r for r in records if r.get("type") == "valid"]
+    l0 = train[0].get("nll") if train and train[0].get("update") == 1 else None
+    final = valid[-1].get("nll") if valid and status != "diverged" else None
+    c = spec.config
+    cell = Cell(scheme, warmup, c.model.d_model, c.optim.lr, c.seed, final if _finite(final) else None,
+                l0 if _finite(l0) else None, status)  # fmt: skip
+    stride = max(1, len(train) // 100)
+    curve = [[r["update"], r["nll"] if _finite(r.get("nll")) else None] for r in train[::stride]]
+    rec = {**dataclasses.asdict(cell), "name": spec.name, "diverged": diverged(cell.final, cell.l0, status),
+           "valid": [[r["update"], r.get("nll")] for r in valid], "train": curve}  # fmt: skip
+    return cell, rec
+
+
+# -------------------------------------------------------------------------------------------------------------
+# the command: run the grid, read the cells, write sweep.json and the page
+
+RULES = {
+    "divergence": "a run diverged when its loss became non-finite (the trainer stops it) or its final validation "
+    "NLL ends strictly above l0, its NLL at initialisation (the first batch's, before the first step)",
+    "margin": MARGIN,
+    "max_stable_lr": "the largest grid point within `margin` nats of the best final loss l* of its curve that did not "
+    "diverge ('>=' when it is the top of the grid: a lower bound); none when l* is not `margin` below l0 (the curve "
+    "never trained); with seeds, on the seed-mean curve, a "
+    "point counting as diverged when any seed diverged there",
+    "sensitivity": "Wortsman et al. 2023 (arXiv 2309.14322): E_{eta in grid}[min(l(eta), l0) - l*], the mean over "
+    "the log grid, a diverged point counting as l0; with seeds, the mean (and sd) of the seeds' own values",
+    "width_law": "Theorem 1: Post-LN's last-layer gradient is O(d sqrt(ln d)); a stable lr inversely proportional to "
+    "it scales as 1/(d sqrt(ln d)); predicted slope = least-squares slope of log(1/(d sqrt(ln d))) against log d "
+    "over the widths run",
+}
+
+
+def _say(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+
+
+_RUN_OVERHEAD_S = 1.0  # measured: the smoke sweep's 24 runs took ~1 s each in a warm worker (2 shared cores)
+_WORKER_START_S = 15.0  # measured: the first run of each worker took ~15 s (imports, first data load)
+
+
+def sweep_estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int) -> str:
+    """budget.estimate per width (its probe times one model; the widths of a sweep differ in cost), summed."""
+    from normlab.experiments.budget import estimate
+
+    if specs and specs[0].kind != "translation":
+        return "estimate: not available for the mlm task (budget.py probes a translation model)"
+    by_width: dict[int, list[RunSpec]] = {}
+    for s in specs:
+        by_width.setdefault(s.config.model.d_model, []).append(s)
+    parts, seconds, updates, warning = [], 0.0, 0, ""
+    for width, group in sorted(by_width.items()):
+        e = estimate(group, ctx, jobs=jobs, threads=threads)
+        seconds += e.seconds
+        updates += e.updates
+        warning = warning or e.warning
+        parts.append(f"d={width}: {e.seconds_per_update:.3f} s/update")
+    # budget.estimate counts training and validation work only; a short run also pays its model build, data
+    # loading and checkpoint (~1 s on the smoke scale here) and each worker its start-up (~15 s, torch imports)
+    overhead = len(specs) * _RUN_OVERHEAD_S / max(1, jobs) + _WORKER_START_S
+    line = (f"estimate: {len(specs)} runs, {updates:,} updates ({'; '.join(parts)}) / {jobs} job(s) + validation "
+            f"+ ~{overhead:.0f} s of per-run overhead = ~{(seconds + overhead) / 60:.1f} min on this machine")  # fmt: skip
+    return line + (f"\nWARNING: {warning}" if warning else "")
+
+
+def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int = 0, corpus: str = "",
+              device: str = "auto", precision: str = "auto", probe: bool = True, diagnose: bool = True,
+              say: Any = _say) -> dict[str, Any]:  # fmt: skip
+    """Run the sweep's grid into ``out`` (resumable: finished runs are kept), then write ``out/report/``:
+    sweep.json, loss_vs_lr.png, frontier.png, index.html and SWEEP.md. Returns sweep.json's content."""
+    import os
+    import platform
+    import time
+
+    import torch
+
+    from normlab import __version__
+    from normlab.data import prepare
+    from normlab.experiments.grid import FINISHED, run_grid, run_status
+
+    t0 = time.perf_counter()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    cores = os.cpu_count() or 1
+    jobs = jobs or (1 if cuda else cores)
+    threads = threads or max(1, cores // jobs)
+    ctx = Context(translation_updates_per_epoch=1, corpus=corpus if cfg.task == "translation" else "",
+                  mlm_corpus=corpus if cfg.task == "mlm" else "", device=device, precision=precision)  # fmt: skip
+    specs = sweep_runs(cfg, ctx)
+    where = {}
+    for s in specs:
+        scheme, warmup = next((sc, w) for sc in cfg.schemes for w in cfg.warmups
+                              if s.group.startswith(f"{sc.replace('/', '+')}-{w}-d"))  # fmt: skip
+        where[s.name] = (scheme, warmup)
+    say(f"normlab sweep --scale {cfg.scale} -> {out}: {len(specs)} runs ({len(cfg.schemes)} schemes x "
+        f"{len(cfg.warmups)} warm-ups x {len(cfg.widths)} widths x {len(cfg.lrs)} learning rates x {cfg.seeds} "
+        f"seed(s)); {jobs} job(s) x {threads} thread(s)")  # fmt: skip
+    todo = [s for s in specs if run_status(out / "runs" / s.name) not in FINISHED]
+    if probe and todo:
+        say(sweep_estimate(todo, ctx, jobs=jobs, threads=threads))
+    if todo:  # the tokenizer and binarized splits, once, before the workers (they would race to build them)
+        prepare(specs[0].config.data, specs[0].config.model.max_positions)
+    outcomes = run_grid(specs, out, jobs=jobs, threads=threads, say=say)
+    cells, records = [], []
+    for s in specs:
+        status = run_status(out / "runs" / s.name) or "absent"
+        if outcomes.get(s.name) is not None and outcomes[s.name].status in ("failed", "skipped"):
+            status = outcomes[s.name].status
+        cell, rec = read_cell(s, out / "runs" / s.name, status, *where[s.name])
+        cells.append(cell)
+        records.append(rec)
+    rows = analyze(cells, margin=cfg.margin)
+    truth = warmup_truth(rows)
+    agreement = None
+    if diagnose:
+        say("diagnose: warm-up verdicts at initialisation for each scheme x width")
+        agreement = diagnose_agreement(diagnose_verdicts(cfg), truth)
+    wall = time.perf_counter() - t0
+    result = {
+        "config": cfg.to_dict(),
+        "lrs": list(cfg.lrs),
+        "warmup_updates": cfg.warmup_updates,
+        "rules": {**RULES, "margin": cfg.margin},
+        "frontier": rows,
+        "width_law": [width_slope(rows, s, w) for s in cfg.schemes for w in cfg.warmups],
+        "warmup_truth": [{"scheme": k[0], "width": k[1], "warmup_needed": v} for k, v in truth.items()],
+        "diagnose": agreement,
+        "cells": records,
+        "meta": {
+            "scale": cfg.scale, "description": cfg.description, "normlab_version": __version__,
+            "torch": torch.__version__, "python": platform.python_version(),
+            "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.processor() or platform.machine()}, "
+            f"{cores} cores)", "threads": f"{jobs} job(s) x {threads} thread(s)", "wall_time_s": wall,
+            "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "runs": len(specs),
+            "outcomes": {k: sum(o.status == k for o in outcomes.values())
+                         for k in ("completed", "diverged", "failed", "skipped", "cached")},
+        },
+    }  # fmt: skip
+    from normlab.report.sweep import write_sweep_report
+
+    report = out / "report"
+    write_sweep_report(result, report)
+    say(f"report: {report / 'index.html'} ({wall / 60:.1f} min)")
+    for line in table_lines(result):
+        say(line)
+    return result
+
+
+def table_lines(result: dict[str, Any]) -> list[str]:
+    """The maximum stable learning rate per scheme x warm-up (rows) and width (columns), sensitivity beside it."""
+    widths = result["config"]["widths"]
+    lines = ["max stable lr (LR sensitivity, nats) per width; '-' = never trained; '>=' = the top of the grid",
+             f"{'scheme':<14}{'warm-up':<9}" + "".join(f"{'d=' + str(w):>22}" for w in widths)]  # fmt: skip
+    by = {(r["scheme"], r["warmup"], r["width"]): r for r in result["frontier"]}
+    for scheme in result["config"]["schemes"]:
+        for warmup in result["config"]["warmups"]:
+            cells = []
+            for w in widths:
+                r = by.get((scheme, warmup, w))
+                lr = "-" if not r or r["max_stable_lr"] is None else (">=" if r["censored"] else "") + f"{r['max_stable_lr']:.3g}"
+                sens = "" if not r or r["sensitivity"] is None else f" ({r['sensitivity']:.3f})"
+                cells.append(f"{lr + sens:>22}")
+            lines.append(f"{scheme:<14}{warmup:<9}" + "".join(cells))
+    return lines
+
+
+def add_arguments(p: Any) -> None:
+    from normlab.config import add_set_argument
+
+    p.add_argument("--scale", default="quick", choices=list(SWEEP_SCALES),
+                   help="smoke (seconds, tests), quick (~30 min on 2 CPU cores with native bf16, unmeasured), full "
+                   "(the issue's widths at the paper's depth; a GPU)")  # fmt: skip
+    p.add_argument("--out", help="output directory (default: sweep/SCALE)")
+    add_set_argument(p, SweepConfig, note="the defaults shown are before --scale, which sets most of them")
+    p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads per run (default: cores / jobs)")
+    p.add_argument("--no-estimate", action="store_true", help="skip the probe that estimates the wall time")
+    p.add_argument("--no-diagnose", action="store_true", help="skip diagnose's warm-up verdicts beside the sweep")
+    p.add_argument("--corpus", default="", help="a directory of your own files (default: the vendored de-en / en-mono)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"])
+
+
+def run(args: Any) -> int:
+    from normlab.config import apply_overrides
+
+    cfg = SweepConfig.from_dict(apply_overrides(sweep_scale(args.scale).to_dict(), args.set))
+    run_sweep(cfg, args.out or f"sweep/{cfg.scale}", jobs=args.jobs, threads=args.threads, corpus=args.corpus,
+              device=args.device, precision=args.precision, probe=not args.no_estimate,
+              diagnose=not args.no_diagnose)  # fmt: skip
+    return 0

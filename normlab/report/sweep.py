@@ -1,0 +1,268 @@
+"""``normlab sweep``'s report: sweep.json, two figures (matplotlib, Agg) and a page in HTML and Markdown, laid out
+like the reproduce report (report/html.py, report/markdown.py) and computed only from sweep.json."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import matplotlib.ticker
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from normlab.report.html import _CSS, _e, _img, format_number  # noqa: E402
+
+__all__ = ["write_sweep_report", "plot_loss_vs_lr", "plot_frontier"]
+
+_COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive",
+           "tab:cyan", "tab:gray"]  # fmt: skip
+
+
+def _style(result: dict[str, Any], scheme: str, warmup: str) -> dict[str, Any]:
+    k = result["config"]["schemes"].index(scheme)
+    # as the reproduce figures: dashed without warm-up, solid with it
+    return {"color": _COLORS[k % len(_COLORS)], "linestyle": "--" if warmup == "none" else "-", "marker": "o",
+            "markersize": 3}  # fmt: skip
+
+
+def _label(scheme: str, warmup: str, updates: int) -> str:
+    return f"{scheme}, " + ("w/o warm-up" if warmup == "none" else f"warm-up {updates}")
+
+
+def plot_loss_vs_lr(result: dict[str, Any], path: Path) -> Path:
+    """Final validation NLL against the learning rate: one panel per width, one curve per scheme x warm-up (the
+    seed mean); a diverged point is an x at the curve's l0, the dotted line the panels' l0."""
+    widths = result["config"]["widths"]
+    fig, axes = plt.subplots(1, len(widths), figsize=(4.2 * len(widths), 3.8), squeeze=False, sharey=True)
+    for ax, width in zip(axes[0], widths):
+        l0s = []
+        for r in result["frontier"]:
+            if r["width"] != width or not r["curve"]:
+                continue
+            c = r["curve"]
+            style = _style(result, r["scheme"], r["warmup"])
+            xs = [lr for lr, f in zip(c["lrs"], c["finals"]) if f is not None]
+            ys = [f for f in c["finals"] if f is not None]
+            ax.plot(xs, ys, label=_label(r["scheme"], r["warmup"], result["warmup_updates"]), **style)
+            if c["l0"] is not None:
+                l0s.append(c["l0"])
+                bad = [lr for lr, d in zip(c["lrs"], c["diverged"]) if d]
+                ax.plot(bad, [c["l0"]] * len(bad), linestyle="none", marker="x", color=style["color"])
+            if r["max_stable_lr"] is not None:
+                ax.axvline(r["max_stable_lr"], color=style["color"], linestyle=style["linestyle"], alpha=0.25)
+        if l0s:
+            ax.axhline(sum(l0s) / len(l0s), color="grey", linestyle=":", linewidth=0.8, label="l0 (initialisation)")
+        ax.set_xscale("log")
+        ax.set_xlabel("learning rate (lr_max)")
+        ax.set_title(f"d = {width}", fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("final validation NLL (nats)")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("Final loss against learning rate (x: diverged; faint vertical lines: maximum stable lr)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_frontier(result: dict[str, Any], path: Path) -> Path:
+    """The maximum stable learning rate against width on log-log axes, one line per scheme x warm-up with its
+    measured slope, and Theorem 1's Post-LN slope beside it (anchored at Post-LN without warm-up where it has a
+    frontier, else at the top of the grid: only its slope is the prediction)."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    drawn = False
+    for s in result["width_law"]:
+        pts = sorted((r["width"], r["max_stable_lr"]) for r in result["frontier"]
+                     if r["scheme"] == s["scheme"] and r["warmup"] == s["warmup"] and r["max_stable_lr"])  # fmt: skip
+        if not pts:
+            continue
+        slope = "" if s["measured"] is None else f", slope {s['measured']:.2f}"
+        ax.plot([w for w, _ in pts], [lr for _, lr in pts], **_style(result, s["scheme"], s["warmup"]),
+                label=_label(s["scheme"], s["warmup"], result["warmup_updates"]) + slope)  # fmt: skip
+        drawn = True
+    widths = result["config"]["widths"]
+    predicted = next((s["predicted_post_ln"] for s in result["width_law"] if s["predicted_post_ln"] is not None), None)
+    if predicted is not None:
+        post = [(r["width"], r["max_stable_lr"]) for r in result["frontier"]
+                if r["scheme"] == "post" and r["warmup"] == "none" and r["max_stable_lr"]]  # fmt: skip
+        w0, lr0 = post[0] if post else (widths[0], result["lrs"][-1])
+        ys = [lr0 * (1 / (w * math.sqrt(math.log(w)))) / (1 / (w0 * math.sqrt(math.log(w0)))) for w in widths]
+        ax.plot(widths, ys, color="black", linestyle=":", label=f"Theorem 1, Post-LN: lr ~ 1/(d sqrt(ln d)), slope "
+                f"{predicted:.2f}")  # fmt: skip
+    if not drawn:
+        ax.text(0.5, 0.5, "no curve trained at this scale: no frontier", ha="center", va="center",
+                transform=ax.transAxes)  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(widths, [str(w) for w in widths])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xlabel("width d")
+    ax.set_ylabel("maximum stable learning rate")
+    ax.set_title("Stability frontier against width (log-log); a point at the top of the grid is a lower bound",
+                 fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _lr(x: Any) -> str:
+    return "–" if x is None else f"{x:.3g}"
+
+
+def _frontier_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Rows scheme x warm-up; per width: max stable lr, sensitivity, best lr and loss (and the seed spread)."""
+    widths = result["config"]["widths"]
+    by = {(r["scheme"], r["warmup"], r["width"]): r for r in result["frontier"]}
+    head = ["scheme", "warm-up"] + [f"d={w}: max stable lr / LR sensitivity / best lr (loss)" for w in widths]
+    rows = []
+    for scheme in result["config"]["schemes"]:
+        for warmup in result["config"]["warmups"]:
+            cells = [scheme, "none" if warmup == "none" else f"{result['warmup_updates']} updates"]
+            for w in widths:
+                r = by.get((scheme, warmup, w))
+                if r is None:
+                    cells.append("not run")
+                    continue
+                top = ">=" if r.get("censored") else ""
+                text = (f"{top + _lr(r['max_stable_lr']) if r['max_stable_lr'] else 'never trains'} / "
+                        f"{format_number(r['sensitivity'])} / {_lr(r['best_lr'])} ({format_number(r['best_loss'])})")
+                if r["seeds"] > 1:
+                    text += (f"; seeds: lr {', '.join(_lr(x) for x in r['max_stable_lr_per_seed'])}, sensitivity sd "
+                             f"{format_number(r['sensitivity_sd'])}, best-loss sd {format_number(r['best_loss_sd'])}")
+                if r["diverged_lrs"]:
+                    text += f"; diverged at {', '.join(_lr(x) for x in r['diverged_lrs'])}"
+                if r["missing_lrs"]:
+                    text += f"; failed at {', '.join(_lr(x) for x in r['missing_lrs'])}"
+                cells.append(text)
+            rows.append(cells)
+    return head, rows
+
+
+def _width_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    head = ["scheme", "warm-up", "widths with a frontier", "of which at the top of the grid (lower bounds)",
+            "measured slope", "Theorem 1 (Post-LN) slope"]
+    rows = [[s["scheme"], s["warmup"], ", ".join(map(str, s["widths"])) or "none",
+             ", ".join(map(str, s.get("censored", []))) or "none",
+             format_number(s["measured"], ".2f"), format_number(s["predicted_post_ln"], ".2f")]
+            for s in result["width_law"]]  # fmt: skip
+    return head, rows
+
+
+def _diagnose_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
+    d = result.get("diagnose")
+    if not d:
+        return None
+    word = {True: "warm-up", False: "no warm-up", None: "–"}
+    head = ["scheme", "width", "diagnose (at initialisation)", "sweep (no-warm-up frontier below warm-up's?)", "agree"]
+    rows = [[r["scheme"], str(r["width"]), word[r["diagnose"]], word[r["sweep"]],
+             {True: "yes", False: "NO", None: "–"}[r["agree"]]] for r in d["table"]]  # fmt: skip
+    return head, rows
+
+
+def _cell_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    head = ["run", "status", "l0", "final NLL", "diverged (rule)"]
+    rows = [[c["name"], c["status"], format_number(c["l0"]), format_number(c["final"]), "yes" if c["diverged"] else "no"]
+            for c in result["cells"]]  # fmt: skip
+    return head, rows
+
+
+def _meta_line(result: dict[str, Any]) -> str:
+    m = result["meta"]
+    return (f"Scale {m['scale']}: {m['description']}. normlab {m['normlab_version']}, torch {m['torch']}, {m['device']}, "
+            f"{m['threads']}; {m['runs']} runs ({', '.join(f'{v} {k}' for k, v in m['outcomes'].items() if v)}); "
+            f"wall time {m['wall_time_s'] / 60:.1f} min; {m['finished']}.")  # fmt: skip
+
+
+def _diagnose_sentence(result: dict[str, Any]) -> str:
+    d = result.get("diagnose")
+    if not d:
+        return "diagnose was not run (--no-diagnose)."
+    s = f"diagnose agrees with the sweep on {d['agree']} of {d['decided']} scheme x width pairs the sweep decides"
+    if d["wrong"]:
+        s += "; it is wrong at " + ", ".join(f"{sc} d={w}" for sc, w in d["wrong"])
+    return s + ". Pairs where neither arm trained have no ground truth (–)."
+
+
+_SECTIONS = [
+    ("Maximum stable learning rate and LR sensitivity", _frontier_rows),
+    ("Width law: Theorem 1", _width_rows),
+]
+
+
+def write_sweep_report(result: dict[str, Any], out: Path) -> dict[str, Path]:
+    """sweep.json, loss_vs_lr.png, frontier.png, index.html (figures embedded) and SWEEP.md (figures linked)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    images = {"loss_vs_lr": plot_loss_vs_lr(result, out / "loss_vs_lr.png"),
+              "frontier": plot_frontier(result, out / "frontier.png")}  # fmt: skip
+    rules = result["rules"]
+    rule_lines = [f"Divergence: {rules['divergence']}.", f"Maximum stable lr (margin {rules['margin']:g} nats): "
+                  f"{rules['max_stable_lr']}.", f"LR sensitivity: {rules['sensitivity']}.",
+                  f"Theorem 1: {rules['width_law']}."]  # fmt: skip
+    tables = [(title, fn(result)) for title, fn in _SECTIONS]
+    diag = _diagnose_rows(result)
+    if diag:
+        tables.append(("diagnose held against the sweep", diag))
+    _write_html(result, images, rule_lines, tables, out / "index.html")
+    _write_markdown(result, images, rule_lines, tables, out / "SWEEP.md")
+    return images
+
+
+def _html_table(head: list[str], rows: list[list[str]]) -> str:
+    return ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>" +
+            "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows) + "</table>")
+
+
+def _write_html(result: dict[str, Any], images: dict[str, Path], rules: list[str], tables: list[Any], path: Path) -> None:
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>normlab sweep: {_e(result['meta']['scale'])}"
+             f"</title><style>{_CSS}</style></head><body>",
+             "<h1>The stability frontier: maximum stable learning rate per normalization scheme</h1>",
+             f"<p class='meta'>{_e(_meta_line(result))}</p>",
+             "<h2>Rules</h2><ul>" + "".join(f"<li>{_e(x)}</li>" for x in rules) + "</ul>"]  # fmt: skip
+    for title, (head, rows) in tables:
+        parts.append(f"<h2>{_e(title)}</h2>")
+        if title.startswith("diagnose"):
+            parts.append(f"<p>{_e(_diagnose_sentence(result))}</p>")
+        parts.append(_html_table(head, rows))
+        if title.startswith("Maximum"):
+            parts.append(_img(images["loss_vs_lr"]))
+        if title.startswith("Width"):
+            parts.append(_img(images["frontier"]))
+    parts.append("<h2>Runs</h2>" + _html_table(*_cell_rows(result)))
+    parts.append("<p class='small'>Everything on this page is computed from <code>sweep.json</code> beside it; the "
+                 "rules are in <code>normlab/experiments/sweep.py</code>.</p></body></html>")
+    path.write_text("\n".join(parts), encoding="utf-8")
+
+
+def _md_cell(x: Any) -> str:
+    return str(x).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return (["| " + " | ".join(map(_md_cell, head)) + " |", "|" + "---|" * len(head)] +
+            ["| " + " | ".join(map(_md_cell, row)) + " |" for row in rows])  # fmt: skip
+
+
+def _write_markdown(result: dict[str, Any], images: dict[str, Path], rules: list[str], tables: list[Any],
+                    path: Path) -> None:  # fmt: skip
+    lines = ["# The stability frontier: maximum stable learning rate per normalization scheme", "", _meta_line(result),
+             "", "## Rules", ""] + [f"- {x}" for x in rules]  # fmt: skip
+    for title, (head, rows) in tables:
+        lines += ["", f"## {title}", ""]
+        if title.startswith("diagnose"):
+            lines += [_diagnose_sentence(result), ""]
+        lines += _md_table(head, rows)
+    lines += ["", "## Figures", ""]
+    for k, p in images.items():
+        rel = os.path.relpath(Path(p).resolve(), path.parent.resolve())
+        lines.append(f"- [{k}]({Path(rel).as_posix()})")
+    lines += ["", "## Runs", ""] + _md_table(*_cell_rows(result))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")

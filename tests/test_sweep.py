@@ -1,0 +1,243 @@
+"""The stability sweep (normlab/experiments/sweep.py): its grid, and the divergence rule, the frontier and the
+LR sensitivity on synthetic loss tables; ``normlab sweep --scale smoke`` end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+from torch.testing import assert_close
+
+from normlab.config import ConfigError
+from normlab.experiments.figures import Context
+from normlab.experiments.sweep import (
+    MARGIN,
+    PAPER_WARMUP_FRACTION,
+    Cell,
+    SweepConfig,
+    analyze,
+    diagnose_agreement,
+    diverged,
+    frontier,
+    lr_grid,
+    lr_sensitivity,
+    predicted_slope,
+    sweep_runs,
+    sweep_scale,
+    warmup_truth,
+    width_slope,
+)
+
+LRS = (1e-4, 2.15e-4, 4.64e-4, 1e-3, 2.15e-3, 4.64e-3, 1e-2)
+L0 = 9.0
+
+
+# ---- the grid ----
+
+
+def test_lr_grid_three_per_decade():
+    assert lr_grid(1e-4, 1e-2, 3) == LRS
+    assert lr_grid(1e-3, 1e-1, 1) == (1e-3, 1e-2, 1e-1)
+    assert lr_grid(1e-4, 5e-4, 3) == (1e-4, 2.15e-4, 4.64e-4)  # the top is kept only when it is a grid point
+
+
+def test_default_config_is_the_issue():
+    cfg = SweepConfig()
+    assert cfg.lrs == LRS and cfg.widths == (64, 128, 256, 512) and cfg.warmups == ("none", "paper")
+    assert cfg.ffn_ratio == 2 and cfg.n_heads == 4  # FFN = 2 d, head size d/4 = 128 at d=512 (the paper's model)
+    assert_close(PAPER_WARMUP_FRACTION, 4000 / 33000)
+    assert cfg.warmup_updates == round(300 * 4000 / 33000) == 36
+
+
+def test_config_is_strict():
+    with pytest.raises(ConfigError, match="did you mean 'widths'"):
+        SweepConfig(width=(64,))
+    with pytest.raises(ConfigError, match="unknown placement 'postln'"):
+        SweepConfig(schemes=("postln",))
+    with pytest.raises(ConfigError, match="unknown norm"):
+        SweepConfig(schemes=("pre/batchnorm",))
+    with pytest.raises(ConfigError, match="not divisible"):
+        SweepConfig(widths=(66,))
+    with pytest.raises(ConfigError, match="increasing"):
+        SweepConfig(widths=(128, 64))
+    with pytest.raises(ConfigError, match="sweep scale"):
+        sweep_scale("huge")
+
+
+def test_every_cell_sees_the_same_data_and_seed():
+    cfg = SweepConfig(schemes=("post", "pre/rmsnorm"), widths=(32, 64), n_heads=4, per_decade=1, seeds=2, updates=33)
+    specs = sweep_runs(cfg, Context(translation_updates_per_epoch=1))
+    assert len(specs) == 2 * 2 * 2 * 3 * 2 and len({s.name for s in specs}) == len(specs)
+    assert {s.config.data for s in specs} == {specs[0].config.data}  # one data config: same batches, same order
+    for s in specs:
+        assert s.name == f"{s.group}-s{s.config.seed}"
+        m = s.config.model
+        assert m.d_ffn == 2 * m.d_model and m.n_heads == 4
+        assert s.config.schedule.warmup_updates == (4 if "-paper-" in s.name else 0)  # 12.1% of 33
+        assert s.config.schedule.decay == "constant" and s.config.max_updates == 33
+    assert {s.config.model.norm for s in specs if s.name.startswith("pre+rmsnorm")} == {"rmsnorm"}
+
+
+# ---- the divergence rule ----
+
+
+def test_divergence_rule():
+    assert not diverged(5.0, L0)
+    assert not diverged(L0, L0)  # ending exactly where it started is not above it
+    assert diverged(L0 + 1e-6, L0)  # ends above its loss at initialisation
+    assert diverged(float("nan"), L0) and diverged(float("inf"), L0) and diverged(None, L0)
+    assert diverged(5.0, L0, status="diverged")  # the trainer saw a non-finite loss
+    assert not diverged(5.0, None)  # l0 unknown: only non-finite losses count
+
+
+# ---- LR sensitivity (Wortsman et al. 2023) ----
+
+
+def test_lr_sensitivity_by_hand():
+    # l* = 5; min(l, l0) - l* = 1, 0, 2, 4 (the diverged point counts as l0 = 9) -> mean 7/4
+    assert_close(lr_sensitivity([6.0, 5.0, 7.0, None], L0), 7 / 4)
+    assert_close(lr_sensitivity([6.0, 5.0, 7.0, float("nan")], L0), 7 / 4)
+    assert_close(lr_sensitivity([6.0, 5.0, 7.0, 12.0], L0), 7 / 4)  # above l0: capped at l0, as a divergence
+    assert lr_sensitivity([5.0, 5.0, 5.0], L0) == 0.0  # flat: insensitive
+    assert lr_sensitivity([None, None], L0) == 0.0  # all diverged: l* = l0 (frontier says "never trains")
+
+
+# ---- the frontier on synthetic tables ----
+
+
+def test_divergence_at_the_top_of_the_grid():
+    finals = [6.0, 5.5, 5.2, 5.05, 5.0, float("nan"), float("inf")]
+    c = frontier(LRS, finals, [L0] * 7, ["completed"] * 5 + ["diverged"] * 2)
+    assert c.trained and c.best == 5.0 and c.best_lr == 2.15e-3
+    assert c.diverged == (False,) * 5 + (True, True)
+    assert c.max_stable_lr == 2.15e-3  # the best itself is the top of the stable range
+    assert_close(c.sensitivity, (1.0 + 0.5 + 0.2 + 0.05 + 0 + 4 + 4) / 7)
+
+
+def test_frontier_within_the_margin_above_the_best():
+    finals = [6.0, 5.0, 5.05, 5.0 + MARGIN, 5.0 + MARGIN + 1e-3, 8.0, 9.5]  # 9.5 > l0: diverged
+    c = frontier(LRS, finals, [L0] * 7)
+    assert c.max_stable_lr == 1e-3  # 5.1 is within 0.1 of 5.0; 5.101 is not
+    assert c.diverged[-1] and not any(c.diverged[:-1]) and c.finals[-1] is None
+    assert frontier(LRS, finals, [L0] * 7, margin=0.5).max_stable_lr == 2.15e-3
+
+
+def test_non_monotone_curve():
+    """A bad point inside the stable range does not end it: the frontier is the largest stable point (the
+    issue's definition), and the bad point still costs sensitivity."""
+    finals = [7.0, 5.0, 6.5, 5.05, 7.5, 8.0, 8.5]
+    c = frontier(LRS, finals, [L0] * 7)
+    assert c.best_lr == 2.15e-4 and c.max_stable_lr == 1e-3
+    assert_close(c.sensitivity, (2.0 + 0 + 1.5 + 0.05 + 2.5 + 3.0 + 3.5) / 7)
+
+
+def test_a_scheme_that_never_trains():
+    # every run stays within the margin of l0 (or diverges): no frontier, however flat its curve
+    c = frontier(LRS, [8.95, 8.97, 8.99, 9.0, float("nan"), None, None], [L0] * 7, ["completed"] * 4 + ["diverged"] * 3)
+    assert not c.trained and c.max_stable_lr is None and "never trains" in c.note
+    everything_diverged = frontier(LRS, [None] * 7, [L0] * 7, ["diverged"] * 7)
+    assert everything_diverged.max_stable_lr is None and everything_diverged.best is None
+    assert everything_diverged.sensitivity == 0.0
+
+
+def test_l0_is_the_median_of_the_points():
+    c = frontier((1e-3, 1e-2), [5.0, 8.0], [9.0, float("nan")])  # a point whose first loss was non-finite
+    assert c.l0 == 9.0 and not c.diverged[1]
+
+
+def test_analyze_seed_mean_and_spread():
+    """Two seeds: a point where one seed diverged is diverged in the seed-mean curve; each seed's own frontier
+    and sensitivity are kept, with their spread."""
+    s1 = [6.0, 5.0, 5.05, 7.0]
+    s2 = [6.2, 5.2, 5.1, None]  # diverged at the top
+    lrs = LRS[:4]
+    cells = [Cell("post", "none", 64, lr, 1, f, L0, "completed") for lr, f in zip(lrs, s1)]
+    cells += [Cell("post", "none", 64, lr, 2, f, L0, "completed" if f is not None else "diverged")
+              for lr, f in zip(lrs, s2)]  # fmt: skip
+    cells.append(Cell("post", "none", 64, 1e-2, 1, None, None, "failed"))  # a crash: left out, listed
+    (row,) = analyze(cells)
+    assert row["seeds"] == 2 and row["missing_lrs"] == [1e-2]
+    assert row["curve"]["diverged"] == [False, False, False, True]
+    assert_close(row["best_loss"], 5.075)  # mean of 5.05 and 5.1 at 4.64e-4
+    assert row["max_stable_lr"] == 4.64e-4 and row["diverged_lrs"] == [1e-3]
+    assert row["max_stable_lr_per_seed"] == [4.64e-4, 4.64e-4] and not row["censored"]
+    (top,) = analyze([Cell("pre", "paper", 64, lr, 1, f, L0) for lr, f in zip(lrs, [6.0, 5.5, 5.0, 4.95])])
+    assert top["max_stable_lr"] == 1e-3 and top["censored"]  # the top of the grid: a lower bound
+    sens1 = (1.0 + 0 + 0.05 + 2.0) / 4
+    sens2 = (6.2 - 5.1 + 5.2 - 5.1 + 0 + 9.0 - 5.1) / 4
+    assert_close(row["sensitivity"], (sens1 + sens2) / 2)
+    assert_close(row["sensitivity_sd"], abs(sens1 - sens2) / math.sqrt(2))
+
+
+# ---- Theorem 1's width law ----
+
+
+def test_predicted_slope_of_theorem_1():
+    # two widths: the secant of log(1/(d sqrt(ln d))) = -1 - (ln ln d2 - ln ln d1) / (2 (ln d2 - ln d1))
+    d1, d2 = 64, 512
+    want = -1 - (math.log(math.log(d2)) - math.log(math.log(d1))) / (2 * (math.log(d2) - math.log(d1)))
+    assert_close(predicted_slope([d1, d2]), want)
+    assert -1.2 < predicted_slope([64, 128, 256, 512]) < -1.05
+
+
+def test_width_slope_recovers_a_power_law():
+    rows = [{"scheme": "post", "warmup": "none", "width": d, "max_stable_lr": 0.5 / d} for d in (64, 128, 256)]
+    rows.append({"scheme": "post", "warmup": "none", "width": 512, "max_stable_lr": None})  # never trained
+    s = width_slope(rows, "post", "none")
+    assert_close(s["measured"], -1.0) and s["widths"] == [64, 128, 256]
+    assert_close(s["predicted_post_ln"], predicted_slope([64, 128, 256, 512]))
+    assert width_slope(rows[:1], "post", "none")["measured"] is None
+
+
+# ---- diagnose against the sweep ----
+
+
+def test_warmup_truth_and_agreement():
+    def row(scheme, warmup, width, lr):
+        return {"scheme": scheme, "warmup": warmup, "width": width, "max_stable_lr": lr}
+
+    rows = [row("post", "none", 64, 1e-3), row("post", "paper", 64, 4.64e-3),  # warm-up moves the frontier up
+            row("pre", "none", 64, 4.64e-3), row("pre", "paper", 64, 4.64e-3),  # no difference
+            row("post", "none", 128, None), row("post", "paper", 128, 1e-3),  # only trains with warm-up
+            row("rezero", "none", 64, None), row("rezero", "paper", 64, None)]  # never trains: no truth  # fmt: skip
+    rows += [dict(row("peri", w, 64, 1e-2), censored=True) for w in ("none", "paper")]  # two lower bounds: no truth
+    truth = warmup_truth(rows)
+    assert truth == {("post", 64): True, ("pre", 64): False, ("post", 128): True, ("rezero", 64): None,
+                     ("peri", 64): None}
+    verdicts = {("post", 64): True, ("pre", 64): True, ("post", 128): True, ("rezero", 64): False}
+    agreement = diagnose_agreement(verdicts, truth)
+    assert agreement["decided"] == 3 and agreement["agree"] == 2 and agreement["wrong"] == [("pre", 64)]
+
+
+# ---- the CLI, end to end ----
+
+
+@pytest.mark.slow
+def test_smoke_sweep_cli(tmp_path):
+    from tests.clirun import normlab
+
+    out = tmp_path / "sweep"
+    proc = normlab("sweep", "--scale", "smoke", "--out", str(out), "--jobs", "2", "--threads", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "estimate:" in proc.stderr.splitlines()[1]  # the wall-time estimate comes first
+    report = out / "report"
+    data = json.loads((report / "sweep.json").read_text())
+    cfg = sweep_scale("smoke")
+    n = len(cfg.schemes) * len(cfg.warmups) * len(cfg.widths) * len(cfg.lrs) * cfg.seeds
+    assert len(data["cells"]) == n and data["meta"]["outcomes"]["failed"] == 0
+    assert all(c["l0"] is not None and c["train"] for c in data["cells"])
+    assert len(data["frontier"]) == len(cfg.schemes) * len(cfg.warmups) * len(cfg.widths)
+    assert {(s["scheme"], s["warmup"]) for s in data["width_law"]} == {(s, w) for s in cfg.schemes for w in cfg.warmups}
+    assert data["rules"]["margin"] == MARGIN and "min(l(eta), l0)" in data["rules"]["sensitivity"]
+    for png in ("loss_vs_lr.png", "frontier.png"):
+        assert (report / png).stat().st_size > 1000
+    page = (report / "index.html").read_text()
+    for text in ("Maximum stable learning rate", "LR sensitivity", "Theorem 1", "data:image/png;base64,"):
+        assert text in page, text
+    md = (report / "SWEEP.md").read_text()
+    assert "| scheme | warm-up |" in md
+    assert all((report / link).is_file() for link in re.findall(r"\]\(([^)]+\.png)\)", md))
+    again = normlab("sweep", "--scale", "smoke", "--out", str(out), "--no-estimate")
+    assert again.returncode == 0 and f"{n} of {n} runs already finished" in again.stderr
