@@ -277,3 +277,36 @@ def test_an_exploding_loss_is_recorded_as_diverged_in_strict_json(tmp_path):
     recs = strict_records(tmp_path)  # no NaN / Infinity tokens
     assert recs[-1]["diverged"] is True and recs[-1]["diverged_reason"] == summary["diverged_reason"]
     json.loads((tmp_path / "summary.json").read_text(), parse_constant=lambda t: pytest.fail(t))
+
+
+# ------------------------------------------------------------------------------------------- fault injection
+
+
+@pytest.mark.slow
+def test_kill_9_at_random_moments_then_resume_equals_an_uninterrupted_run(tmp_path):
+    """SIGKILL at random moments (a checkpoint and a rotation every update, so many kills land inside one),
+    resume each time: the final tensors and metrics equal an uninterrupted run's."""
+    import random
+
+    from tests.test_trainer import final_params, records, run_script
+
+    cfg = config(save_every=1, keep_last=2, max_updates=24, schedule={"warmup_updates": 0})  # dropout on
+    ref = run_script(tmp_path / "ref", cfg)
+    assert ref.wait(timeout=300) == 0, ref.stderr.read()
+    run, rng, kills = tmp_path / "run", random.Random(16), 0
+    for _ in range(12):
+        resume = ["--resume"] if (run / "config.yaml").exists() else []
+        proc = run_script(run, cfg, *resume, "--sleep", "0.01")
+        try:
+            code = proc.wait(timeout=None if kills >= 5 else rng.uniform(1.5, 6.0))
+            assert code == 0, proc.stderr.read()
+            break
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            kills += 1
+    assert kills >= 3
+    a, b = final_params(tmp_path / "ref"), final_params(run)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert records(run) == records(tmp_path / "ref")
+    assert not [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]  # nothing half-done
