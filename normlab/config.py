@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import enum
 import re
 import types
+from pathlib import Path
 import typing
 from typing import Any, ClassVar, Literal, Self
 
@@ -185,6 +187,8 @@ def _coerce(owner: str, name: str, hint: Any, value: Any) -> Any:
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
+        if not math.isfinite(value):  # no setting of normlab means anything at NaN or infinity
+            raise ConfigError(f"{where}: must be a finite number, got {value!r}")
         return float(value)
     if hint is str:
         if not isinstance(value, str):
@@ -214,9 +218,34 @@ _Loader.add_implicit_resolver(
 )
 
 
+def _mapping_without_duplicates(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    """A YAML mapping; a key given twice is an error (PyYAML keeps the last silently: a typo'd config whose
+    second ``lr:`` wins is a silent default, the anti-pattern of STYLE.md)."""
+    loader.flatten_mapping(node)
+    seen: dict[Any, Any] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            mark = key_node.start_mark
+            raise ConfigError(f"line {mark.line + 1}: duplicate key {key!r} (first on line {seen[key] + 1})")
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
 def load_yaml(text: str) -> Any:
-    """``yaml.safe_load`` with ``1e-3`` read as a float."""
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    """``yaml.safe_load`` with ``1e-3`` read as a float; a syntax error or a duplicate key is a one-line
+    :class:`ConfigError` that names the line."""
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ConfigError(f"YAML syntax error: {where}{e.problem or e.context}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"YAML error: {' '.join(str(e).split())}") from None
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -257,8 +286,19 @@ def load_config_file(name: str, section: str = "") -> dict[str, Any]:
     config, or the whole file when it has no such section."""
     from normlab.assets import config_file
 
+    if Path(name).expanduser().is_dir():
+        raise ConfigError(f"--config {name}: is a directory, not a YAML file")
     path = config_file(name)
-    data = load_yaml(path.read_text(encoding="utf-8")) or {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{name}: not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise ConfigError(f"{name}: cannot be read ({e.strerror})") from None
+    try:
+        data = load_yaml(text) or {}
+    except ConfigError as e:
+        raise ConfigError(f"{name}: {e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{name}: expected a mapping of config sections")
     if section:
@@ -735,6 +775,12 @@ class TrainConfig(Strict):
     )
     beam: int = field(5, help="beam size of the validation BLEU (the paper: 5)")
     lenpen: float = field(1.2, help="length penalty of the validation BLEU (the paper: 1.2)")
+    diverge_factor: float = field(
+        4.0,
+        help="an update diverges (the run ends, status diverged) when its training loss is not finite or exceeds "
+        "diverge_factor x ln(V), V the vocabulary (or classes): ln(V) is the loss of a uniform guess; 0 = only "
+        "non-finite losses",
+    )
 
     def validate(self) -> None:
         for name in ("max_epochs", "accumulate", "keep_last", "log_every", "beam"):
@@ -745,6 +791,12 @@ class TrainConfig(Strict):
                 raise self.error(name, f"must be >= 0, got {getattr(self, name)}")
         if self.valid_bleu and self.data.task != "translation":
             raise self.error("valid_bleu", f"BLEU is for translation, not {self.data.task}")
+        if not 0 <= self.seed < 2**32:  # numpy's and the data pipeline's seeds are unsigned 32-bit
+            raise self.error("seed", f"must be in [0, 2**32), got {self.seed}")
+        if self.diverge_factor != 0 and self.diverge_factor <= 1:
+            raise self.error("diverge_factor", f"must be 0 (off) or above 1, got {self.diverge_factor}")
+        if self.lenpen < 0:
+            raise self.error("lenpen", f"must be >= 0, got {self.lenpen}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise self.error("label_smoothing", f"must be in [0, 1), got {self.label_smoothing}")
         if self.max_updates and self.schedule.warmup_updates > self.max_updates:

@@ -72,11 +72,11 @@ from normlab.config import (
     apply_overrides,
     config,
     field,
-    load_yaml,
 )
 from normlab.metrics import mean_ci
 from normlab.model import PairClassifier
 from normlab.pretrained import Pretrained, locate_pretrained
+from normlab.rundir import RunDir, write_atomic, write_json_atomic
 
 __all__ = [
     "FinetuneConfig", "SCALES", "PAPER", "Setting", "FinetuneRun", "grid", "finetune", "epoch_curve", "scale_note",
@@ -233,29 +233,23 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def _run_status(run: FinetuneRun) -> str:
     """new (nothing there), done (completed or diverged), or resume; an error for a run of another config."""
     d = run.run_dir
-    if not d.exists() or not any(d.iterdir()):
+    rd = RunDir(d)
+    if rd.is_empty():
         return "new"
-    if not (d / "config.yaml").is_file():
-        raise ConfigError(f"{d} holds files but no run (no config.yaml); remove it or choose another --out")
-    saved = TrainConfig.from_dict(load_yaml((d / "config.yaml").read_text(encoding="utf-8")))
+    if not rd.is_run():
+        raise ConfigError(f"{d} holds files but no run (no {RunDir.CONFIG}); remove it or choose another --out")
+    saved = rd.read_config()
     if saved != run.cfg:
         mine, theirs = _flat(run.cfg.to_dict()), _flat(saved.to_dict())
         diff = sorted(k for k in mine if mine[k] != theirs.get(k))
         raise ConfigError(f"{d} was run with another configuration (differs in {diff[:4]}); choose another --out")
-    summary = d / "summary.json"
-    if summary.is_file() and json.loads(summary.read_text(encoding="utf-8"))["status"] in ("completed", "diverged"):
-        return "done"
-    return "resume"
+    return "done" if rd.finished() else "resume"
 
 
 def epoch_curve(run_dir: str | Path) -> list[dict[str, Any]]:
     """The validation records of a run, one per epoch: epoch, update, accuracy (and test_accuracy, nll)."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    recs = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     keys = ("epoch", "update", "accuracy", "nll", "test_accuracy")
-    return [{k: r[k] for k in keys if k in r} for r in recs if r["type"] == "valid"]
+    return [{k: r[k] for k in keys if k in r} for r in RunDir(run_dir).metrics("valid")]
 
 
 def _train_one(run: FinetuneRun, pre: Pretrained, data: Any, status: str, *, keep: bool, verbose: bool) -> None:
@@ -284,7 +278,7 @@ def _train_one(run: FinetuneRun, pre: Pretrained, data: Any, status: str, *, kee
         trainer.extra_eval = test_eval
     summary = trainer.fit(resume=status == "resume")
     if summary["status"] in ("completed", "diverged") and not keep:
-        shutil.rmtree(run.run_dir / "checkpoints", ignore_errors=True)
+        shutil.rmtree(RunDir(run.run_dir).checkpoints, ignore_errors=True)
 
 
 def _majority(data: Any) -> dict[str, float | int]:
@@ -313,9 +307,8 @@ def _results(runs: list[FinetuneRun], fc: FinetuneConfig) -> tuple[list[dict[str
         group = list(group)
         seeds, valid, test, diverged, curves = [], [], [], [], []
         for run in group:
-            summary = json.loads((run.run_dir / "summary.json").read_text(encoding="utf-8"))
             curve = epoch_curve(run.run_dir)
-            if summary["status"] != "completed" or not curve:
+            if RunDir(run.run_dir).status() != "completed" or not curve:
                 diverged.append(run.seed)
                 continue
             seeds.append(run.seed)
@@ -423,16 +416,14 @@ def finetune(
     locate(data_cfg)
     out.mkdir(parents=True, exist_ok=True)
     if not meta_path.is_file():  # claims the directory for this checkpoint (the config is recorded once checked)
-        meta_path.write_text(json.dumps(meta, indent=1), encoding="utf-8")
+        write_json_atomic(meta_path, meta)
     if not tok_path.is_file():
-        tmp = tok_path.with_name(".tokenizer.model.tmp")
-        tmp.write_bytes(tok.proto)
-        tmp.replace(tok_path)
+        write_atomic(tok_path, tok.proto)
     data = prepare(data_cfg, pre.cfg.model.max_positions)
     runs = grid(pre, fc, tok_path, data.splits["train"], data.num_classes, out)
     pre.check_encoder(PairClassifier(runs[0].cfg.model))  # init_from will fill the whole encoder
     statuses = [_run_status(r) for r in runs]  # every run checked before any trains
-    meta_path.write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    write_json_atomic(meta_path, meta)
 
     say(f"fine-tuning {pre.describe()}")
     say(f"task {fc.task}: {', '.join(f'{k} {len(v):,}' for k, v in data.splits.items())} pairs; "
@@ -451,9 +442,7 @@ def finetune(
     settings, chosen = _results(runs, fc)
     results = {**meta, "out": str(out), "scale_note": scale_note(fc), "tokenizer": str(tok_path),
                "majority_baseline": _majority(data), "settings": settings, "chosen": chosen}  # fmt: skip
-    tmp = out / ".results.json.tmp"
-    tmp.write_text(json.dumps(results, indent=1), encoding="utf-8")
-    tmp.replace(out / "results.json")
+    write_json_atomic(out / "results.json", results)
     return results
 
 

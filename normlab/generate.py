@@ -33,7 +33,6 @@ short ones' rows computing; the state below is indexed by *active* sentence.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 from collections.abc import Callable
@@ -45,6 +44,7 @@ from torch import Tensor
 from torch.utils import _pytree as pytree
 
 from normlab.data.batch import BOS, EOS, PAD
+from normlab.device import autocast
 
 __all__ = [
     "StepFn",
@@ -432,12 +432,6 @@ def seq2seq_step_fn(model: Any) -> StepFn:
     return step
 
 
-def _autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextManager:
-    if not enabled:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-
-
 @torch.inference_mode()
 def translate_batch(
     model: Any,
@@ -472,7 +466,7 @@ def translate_batch(
         pad=cfg.pad_id,
         device=src.device,
     )
-    with _autocast(src.device, bf16):
+    with autocast(src.device, torch.bfloat16 if bf16 else None):
         state = seq2seq_init(model, src)
         step = seq2seq_step_fn(model)
         if beam_size == 1:

@@ -24,7 +24,8 @@ from torch import nn
 
 from normlab.config import ConfigError, TrainConfig
 from normlab.model import MaskedLM
-from normlab.train.checkpoint import load_checkpoint, read_state, resolve_checkpoint
+from normlab.rundir import RunDir
+from normlab.train.checkpoint import MODEL, STATE, CheckpointError, load_checkpoint, read_state
 
 if TYPE_CHECKING:
     import argparse
@@ -60,7 +61,7 @@ class Pretrained:
         the one its data configuration makes; a :class:`ConfigError` when its size differs from the checkpoint's."""
         from normlab.data import Tokenizer, prepare
 
-        saved = None if self.run_dir is None else self.run_dir / "tokenizer.model"
+        saved = None if self.run_dir is None else RunDir(self.run_dir).tokenizer_path
         if saved is not None and saved.is_file():
             tok = Tokenizer.load(saved)
         else:
@@ -83,8 +84,12 @@ class Pretrained:
         :class:`~normlab.model.PairClassifier`) in its shape, so that ``TrainConfig.init_from`` (which takes
         whatever matches) initialises the whole encoder; returns the names it leaves to ``model``'s own
         initialisation (the new head: ``pooler.*``, ``classifier.*``). Reads the file's header only."""
-        with safe_open(str(self.checkpoint / "model.safetensors"), framework="pt") as f:
-            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys() if k.startswith(ENCODER_PREFIX)}
+        file = self.checkpoint / MODEL
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys() if k.startswith(ENCODER_PREFIX)}
+        except Exception as e:  # a cut or foreign (pickled) file: safetensors' own error type, one line here
+            raise CheckpointError(f"{file}: damaged or not safetensors ({' '.join(str(e).split())[:200]})") from None
         own = model.state_dict()
         wanted = [k for k in own if k.startswith(ENCODER_PREFIX)]
         missing = sorted(set(wanted) - set(shapes))
@@ -102,12 +107,12 @@ def locate_pretrained(source: str | Path, which: str = "best") -> Pretrained:
     """The checkpoint ``source`` names: a checkpoint directory, or a run directory and ``which`` (``best``,
     ``last`` or an update number). Refuses, in one line, what is not a masked-LM checkpoint."""
     path = Path(source).expanduser()
-    if (path / "state.json").is_file():
+    if (path / STATE).is_file():
         if which != "best":
             raise ConfigError(f"{source} is a checkpoint directory already; --checkpoint {which} needs a run directory")
         checkpoint = path
     elif path.is_dir():
-        checkpoint = resolve_checkpoint(path, which)
+        checkpoint = RunDir(path).resolve(which)
     else:
         raise ConfigError(f"{source}: neither a run directory nor a checkpoint directory")
     state = read_state(checkpoint)
@@ -116,8 +121,8 @@ def locate_pretrained(source: str | Path, which: str = "best") -> Pretrained:
     cfg = TrainConfig.from_dict(state["config"])
     if cfg.data.task != "mlm":
         raise ConfigError(f"{checkpoint}: a {cfg.data.task} run; this needs a masked-LM run (data.task=mlm)")
-    run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
-    return Pretrained(checkpoint=checkpoint.resolve(), run_dir=None if run_dir is None else run_dir.resolve(),
+    run = RunDir.of_checkpoint(checkpoint)
+    return Pretrained(checkpoint=checkpoint.resolve(), run_dir=None if run is None else run.path.resolve(),
                       update=int(state["update"]), cfg=cfg)  # fmt: skip
 
 

@@ -20,15 +20,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from normlab.config import ConfigError, TrainConfig, load_yaml
+from normlab.config import ConfigError, TrainConfig
 from normlab.data.batch import EOS, PAD
 from normlab.data.tokenizer import Tokenizer
+from normlab.device import autocast_dtype
 from normlab.generate import translate_batch
 from normlab.metrics import bleu
-from normlab.model import Seq2Seq, build_model
-from normlab.train import checkpoint as ck
-from normlab.train.distributed import pick_device
-from normlab.train.trainer import autocast_dtype
+from normlab.model import Seq2Seq
+from normlab.rundir import RunDir, strict_json, write_atomic
 
 __all__ = ["load_run", "translate_tokens", "translate_lines", "validation_bleu", "evaluate_run"]
 
@@ -37,20 +36,9 @@ log = logging.getLogger("normlab.translate")
 
 def load_run(run_dir: str | Path, checkpoint: str = "best", device: str = "auto") -> tuple[Seq2Seq, TrainConfig, Tokenizer, Path]:
     """The run's model (with the checkpoint's weights, in eval mode), configuration and tokenizer."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").exists():
-        raise ConfigError(f"{run_dir}: not a run directory (no config.yaml)")
-    cfg = TrainConfig.from_dict(load_yaml((run_dir / "config.yaml").read_text(encoding="utf-8")))
-    if cfg.data.task != "translation":
-        raise ConfigError(f"{run_dir}: a {cfg.data.task} run, not a translation run")
-    path = ck.resolve_checkpoint(run_dir, checkpoint)
-    if not (run_dir / "tokenizer.model").exists():
-        raise ConfigError(f"{run_dir}: no tokenizer.model (runs trained by normlab train have one)")
-    tok = Tokenizer.load(run_dir / "tokenizer.model")
-    dev = pick_device(device)
-    model = build_model(cfg.model, "translation").to(dev)
-    ck.load_checkpoint(path, model, device=dev)
-    model.eval()
+    rd = RunDir(run_dir)
+    model, cfg, path = rd.load_model("translation", checkpoint, device)
+    tok = rd.tokenizer()
     return model, cfg, tok, path  # type: ignore[return-value]
 
 
@@ -161,6 +149,8 @@ def evaluate_run(
     from normlab.data import prepare
     from normlab.train.objectives import compute_loss
 
+    if limit < 0:
+        raise ConfigError(f"--limit must be >= 0 (0 = all), got {limit}")
     model, cfg, tok, path = load_run(run_dir, checkpoint, device)
     data = prepare(cfg.data.replace(valid_subset=0), cfg.model.max_positions)
     if split not in data.splits:
@@ -190,11 +180,10 @@ def evaluate_run(
         "decoding": {"beam": beam, "lenpen": lenpen, "max_len": "1.2 * src_len + 10", "max_tokens": max_tokens},
         "sentences_per_s": n / max(seconds, 1e-9),
     }  # fmt: skip
-    out = Path(run_dir) / "eval"
-    out.mkdir(exist_ok=True)
+    out = RunDir(run_dir).path / "eval"
     stem = f"{split}-{path.name}"
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
-    (out / f"{stem}.hyp").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    write_atomic(out / f"{stem}.json", json.dumps(strict_json(result), indent=1))
+    write_atomic(out / f"{stem}.hyp", "".join(h + "\n" for h in hyps))
     return result
 
 
@@ -215,14 +204,43 @@ def add_translate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", help="a file of sentences, one per line (default: stdin)")
 
 
+def _check_decoding(args: argparse.Namespace) -> None:
+    """The decoding options, checked before a model is loaded (one line each)."""
+    if args.beam < 1:
+        raise ConfigError(f"--beam must be >= 1 (1 = greedy), got {args.beam}")
+    if not (math.isfinite(args.lenpen) and args.lenpen >= 0):
+        raise ConfigError(f"--lenpen must be a finite number >= 0, got {args.lenpen}")
+    if args.max_tokens < 1:
+        raise ConfigError(f"--max-tokens must be positive, got {args.max_tokens}")
+
+
+def _utf8_lines(stream: Any, name: str) -> Iterator[str]:
+    """The lines of a binary stream as text; a line that is not UTF-8 is a one-line error naming it."""
+    for number, raw in enumerate(stream, 1):
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{name}: line {number} is not valid UTF-8 (byte {e.start + 1} of the line)") from None
+
+
 def run_translate(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    _check_decoding(args)
+    if args.input:
+        path = Path(args.input)
+        if not path.exists() or path.is_dir():
+            raise ConfigError(f"--input {args.input}: " + ("is a directory" if path.is_dir() else "no such file"))
+        with open(path, "rb") as f:  # a file is checked whole before anything is translated
+            for _ in _utf8_lines(f, f"--input {args.input}"):
+                pass
     model, cfg, tok, _ = load_run(args.run, args.checkpoint, args.device)
     amp = autocast_dtype(cfg.precision, next(model.parameters()).device) is not None
-    source = open(args.input, encoding="utf-8") if args.input else sys.stdin
+    source = open(args.input, "rb") if args.input else sys.stdin.buffer
+    interactive = not args.input and sys.stdin.isatty()
     try:
-        for line in translate_lines(model, tok, source, beam=args.beam, lenpen=args.lenpen, max_tokens=args.max_tokens,
-                                    chunk=1 if source is sys.stdin and sys.stdin.isatty() else 256, bf16=amp):
+        lines = _utf8_lines(source, f"--input {args.input}" if args.input else "stdin")
+        for line in translate_lines(model, tok, lines, beam=args.beam, lenpen=args.lenpen, max_tokens=args.max_tokens,
+                                    chunk=1 if interactive else 256, bf16=amp):
             print(line, flush=True)
     finally:
         if args.input:
@@ -238,6 +256,7 @@ def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    _check_decoding(args)
     result = evaluate_run(args.run, args.split, checkpoint=args.checkpoint, beam=args.beam, lenpen=args.lenpen,
                           max_tokens=args.max_tokens, limit=args.limit, device=args.device)  # fmt: skip
     print(json.dumps(result, indent=1))

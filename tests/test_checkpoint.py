@@ -9,6 +9,7 @@ import torch
 
 from normlab.config import OptimConfig
 from normlab.model import Seq2Seq
+from normlab.rundir import RunDir
 from normlab.train import checkpoint as ck
 from normlab.train.optim import build_optimizer
 from tests.conftest import tiny_config
@@ -78,19 +79,20 @@ def test_interrupted_save_is_invisible(tmp_path):
 
 def test_resolve(tmp_path):
     model, opt = _trained()
+    run = RunDir(tmp_path)
     with pytest.raises(ck.CheckpointError, match="no checkpoint found"):
-        ck.resolve_checkpoint(tmp_path, "best")
+        run.resolve("best")
     ckpts = tmp_path / "checkpoints"
     for u in (3, 9):
         ck.save_checkpoint(ckpts, u, model, opt, {})
-    assert ck.resolve_checkpoint(tmp_path, "best").name == "update_00000009"  # no best yet: the last
-    assert ck.resolve_checkpoint(tmp_path, "3").name == "update_00000003"
+    assert run.resolve("best").name == "update_00000009"  # no best yet: the last
+    assert run.resolve("3").name == "update_00000003"
     ck.mark_best(ckpts / "update_00000003")
-    assert ck.resolve_checkpoint(tmp_path, "best").name == "best"
+    assert run.resolve("best").name == "best"
     with pytest.raises(ck.CheckpointError, match=r"no checkpoint at update 4 \(have: 3, 9\)"):
-        ck.resolve_checkpoint(tmp_path, "4")
+        run.resolve("4")
     with pytest.raises(ck.CheckpointError, match="'best', 'last' or an update number"):
-        ck.resolve_checkpoint(tmp_path, "newest")
+        run.resolve("newest")
 
 
 def test_wrong_model_is_an_error(tmp_path):

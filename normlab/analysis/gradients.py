@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from normlab.config import ModelConfig, Placement
 from normlab.data.batch import PAD, TranslationBatch
+from normlab.device import autocast
 
 __all__ = [
     "FFN_WEIGHT",
@@ -44,7 +45,6 @@ __all__ = [
     "fit_loglog_slope",
     "fit_paired_loglog_slope",
     "fit_linear_slope",
-    "autocast_context",
 ]
 
 Mode = Literal["train", "eval"]
@@ -126,18 +126,10 @@ def ffn_weights(model: nn.Module) -> dict[str, tuple[str, int, int]]:
     return out
 
 
-def autocast_context(device: torch.device, dtype: str):
-    """``torch.autocast`` for ``bfloat16``, a no-op for ``float32`` (the default; on CPUs without native
-    bf16 matmuls, e.g. AVX2-only ones, bf16 is much slower than fp32)."""
-    if dtype == "float32":
-        return torch.autocast(device.type, enabled=False)
-    return torch.autocast(device.type, dtype=getattr(torch, dtype))
-
-
 def _loss_on(model: nn.Module, batch: TranslationBatch, label_smoothing: float, dtype: str) -> Tensor:
     device = next(model.parameters()).device
     batch = batch.to(device)
-    with autocast_context(device, dtype):
+    with autocast(device, dtype):
         logits = model(batch.src, batch.tgt_in)
     return training_loss(logits, batch.tgt_out, batch.n_tokens, label_smoothing)
 

@@ -15,7 +15,6 @@ on (no verdicts here): see :func:`claims_numbers`.
 from __future__ import annotations
 
 import json
-import os
 import math
 import platform
 import sys
@@ -313,9 +312,9 @@ def run_analysis(
         result["figures"] = write_figures(result, out)
         text = json.dumps(_json_ready(result), indent=1, allow_nan=False)
         # atomic: `normlab reproduce` skips the analysis when analysis.json exists, so never a truncated one
-        tmp = out / "analysis.json.tmp"
-        tmp.write_text(text + "\n", encoding="utf-8")
-        os.replace(tmp, out / "analysis.json")
+        from normlab.rundir import write_atomic
+
+        write_atomic(out / "analysis.json", text + "\n")
     return result
 
 

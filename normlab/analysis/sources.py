@@ -181,15 +181,13 @@ def load_checkpoint(path: str | Path, task: str = "translation") -> nn.Module:
     from normlab.model import build_model
 
     path = Path(path)
-    if path.is_dir() and (path / "checkpoints").is_dir():
-        from normlab.train.checkpoint import CheckpointError, resolve_checkpoint
+    from normlab.rundir import RunDir
+    from normlab.train.checkpoint import STATE, read_state
 
-        try:
-            path = resolve_checkpoint(path, "last")
-        except CheckpointError as e:
-            raise ConfigError(str(e)) from None
-    if path.is_dir() and (path / "state.json").is_file():
-        state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+    if path.is_dir() and RunDir(path).checkpoints.is_dir():
+        path = RunDir(path).resolve("last")
+    if path.is_dir() and (path / STATE).is_file():
+        state = read_state(path)
         run_cfg = state.get("config", {})
         meta = {"model": run_cfg.get("model", {}), "task": run_cfg.get("data", {}).get("task", task)}
         weights = path / "model.safetensors"

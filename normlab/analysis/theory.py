@@ -167,7 +167,7 @@ def hidden_norms(
     FFN branch of about 0.44 d rather than d/2; multi-head attention is not uniform), so the measurement is
     the test of how far the theory carries.
     """
-    from normlab.analysis.gradients import autocast_context
+    from normlab.device import autocast
 
     placement = model.cfg.placement
     was_training = model.training
@@ -177,7 +177,7 @@ def hidden_norms(
     try:
         for batch in batches:
             batch = batch.to(device)
-            with autocast_context(device, dtype):
+            with autocast(device, dtype):
                 _, rec = model(batch.src, batch.tgt_in, return_intermediates=True)
             masks = {"encoder": batch.src.ne(PAD), "decoder": batch.tgt_in.ne(PAD)}
             for stack in acc:

@@ -430,6 +430,9 @@ def prepare(data_cfg: DataConfig, max_positions: int) -> Prepared:
     for split, path in paths.items():
         arrays, meta = load_arrays(path)
         ds, dropped_long = _dataset(corpus.task, arrays, cfg, max_positions, tok.vocab_size)
+        if dropped_long and len(ds) == 0:  # else a "completed" run of 0 updates, or no validation at all
+            raise DataError(f"{corpus.name} {split}: all {dropped_long} examples are longer than the model's "
+                            f"max_positions={max_positions}; raise model.max_positions")  # fmt: skip
         if dropped_long:
             log.warning("%s %s: dropped %d of %d examples longer than max_positions=%d", corpus.name, split,
                         dropped_long, dropped_long + len(ds), max_positions)  # fmt: skip

@@ -43,7 +43,7 @@ def probe_update_seconds(cfg: TrainConfig, *, threads: int, updates: int = 3, se
     from normlab.model import build_model
     from normlab.train.losses import translation_loss
     from normlab.train.optim import build_optimizer
-    from normlab.train.trainer import autocast_dtype
+    from normlab.device import autocast, autocast_dtype
 
     device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
                           else "cpu")  # fmt: skip
@@ -61,7 +61,7 @@ def probe_update_seconds(cfg: TrainConfig, *, threads: int, updates: int = 3, se
         times = []
         for k in range(updates + 1):
             t0 = time.perf_counter()
-            with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
+            with autocast(device, amp):
                 loss, _ = translation_loss(model, src, tgt, tgt, cfg.label_smoothing)
             loss.backward()
             opt.step()

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import json
 import os
 import shutil
 import signal
@@ -34,7 +33,7 @@ from typing import Any
 import yaml
 
 from normlab.experiments.figures import RunSpec
-from normlab.train.checkpoint import latest_checkpoint
+from normlab.rundir import RunDir, write_atomic
 
 __all__ = ["RunOutcome", "run_grid", "run_status", "FINISHED"]
 
@@ -51,13 +50,7 @@ class RunOutcome:
 
 def run_status(run_dir: Path) -> str | None:
     """The status in ``summary.json`` (``running`` while a run is in progress or was killed), or None."""
-    path = run_dir / "summary.json"
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8")).get("status")
-    except (json.JSONDecodeError, OSError):
-        return None
+    return RunDir(run_dir).status()
 
 
 def die_with_parent() -> None:  # runs in the child between fork and exec
@@ -121,7 +114,7 @@ def _train_in_worker(config: dict[str, Any], run_dir: str, resume: bool, log_pat
 
 
 def _finetune_source(spec: RunSpec, out: Path) -> Path:
-    return out / "runs" / str(spec.parent) / "checkpoints" / f"update_{spec.parent_update:08d}"
+    return RunDir(out / "runs" / str(spec.parent)).checkpoints / f"update_{spec.parent_update:08d}"
 
 
 def run_grid(
@@ -176,7 +169,7 @@ def run_grid(
 
     def start(spec: RunSpec) -> None:
         run_dir = out / "runs" / spec.name
-        resume = latest_checkpoint(run_dir / "checkpoints") is not None
+        resume = RunDir(run_dir).latest() is not None
         if not resume and run_dir.exists():
             shutil.rmtree(run_dir)  # killed before its first checkpoint: nothing worth keeping
         cfg = spec.config
@@ -184,11 +177,11 @@ def run_grid(
             # the pre-training run's own weights and tokenizer (normlab train writes RUN/tokenizer.model)
             parent = out / "runs" / str(spec.parent)
             data = cfg.data
-            if (parent / "tokenizer.model").exists():
-                data = data.replace(tokenizer=str(parent / "tokenizer.model"))
+            if RunDir(parent).tokenizer_path.exists():
+                data = data.replace(tokenizer=str(RunDir(parent).tokenizer_path))
             cfg = cfg.replace(init_from=str(_finetune_source(spec, out)), data=data)
         config_path = out / "configs" / f"{spec.name}.yaml"
-        config_path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")
+        write_atomic(config_path, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         log_path = out / "logs" / f"{spec.name}.log"
         with open(log_path, "a", encoding="utf-8") as log:
             log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {'resume' if resume else 'start'} ===\n")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
@@ -10,24 +9,12 @@ from typing import Any
 
 from normlab.experiments.figures import RunSpec
 from normlab.experiments.grid import RunOutcome
+from normlab.rundir import RunDir
 
 __all__ = ["run_record", "collect", "mean_ci95", "seed_curves"]
 
 _SEED = re.compile(r"-s\d+$")
 _TRAIN_POINTS = 200  # training-loss points kept per run (evenly spaced) for the plots
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:  # a line cut by a kill
-                continue
-    return out
 
 
 def _finite(x: Any) -> Any:
@@ -36,9 +23,9 @@ def _finite(x: Any) -> Any:
 
 def run_record(spec: RunSpec, run_dir: Path, outcome: RunOutcome | None) -> dict[str, Any]:
     """One run's entry: its settings, status, per-evaluation validation metrics and a thinned training curve."""
-    records = _read_jsonl(run_dir / "metrics.jsonl")
-    summary_path = run_dir / "summary.json"
-    summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.exists() else {}
+    rd = RunDir(run_dir)
+    records = rd.metrics()  # a line cut by a kill is skipped
+    summary = rd.summary()
     evals = [{k: _finite(v) for k, v in r.items() if k != "type"} for r in records if r.get("type") == "valid"]
     train = [r for r in records if r.get("type") == "train"]
     stride = max(1, math.ceil(len(train) / _TRAIN_POINTS))

@@ -9,9 +9,18 @@ A checkpoint is a directory ``RUN/checkpoints/update_00001234/`` holding
 * ``state.json``: the trainer's position (update, epoch, batch within the epoch), the optimizer's
   hyper-parameters, the best validation score so far, and the run's configuration.
 
-It is written into a temporary directory that is renamed into place (``os.replace``): a run killed at any
-moment leaves either the previous set of checkpoints or the new one, never a half-written directory.
-``best/`` holds hard links to the files of the best checkpoint so that rotation of the last k never removes it.
+It is written into a temporary directory whose files are fsync-ed, renamed into place, and the parent
+fsync-ed: a run killed at any moment leaves either the previous set of checkpoints or the new one, never a
+half-written directory. A checkpoint is deleted (rotation, a re-save of the same update) by renaming it aside
+first, so an interrupted deletion leaves no partial directory under a checkpoint's name.
+
+``best/`` holds a *copy* of the best checkpoint's model and state (no optimizer: it is for loading, not for
+resuming). A copy, not hard links: a link shares storage, so damage to one file (a truncating write, a disk
+error) would take the best checkpoint with it.
+
+Loading never unpickles and turns every kind of damage (a truncated file, a pickle or zip archive where a
+safetensors file belongs, a cut state.json) into a one-line :class:`CheckpointError`. Which checkpoint a run
+directory's ``best`` / ``last`` / ``N`` means is :meth:`normlab.rundir.RunDir.resolve`.
 """
 
 from __future__ import annotations
@@ -25,17 +34,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, load_model, save_file, save_model
+from safetensors.torch import load_file, save_file, save_model
 from torch import nn
 
 from normlab.config import ConfigError
+from normlab.rundir import fsync_dir, remove_tree, sweep
 
 __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "list_checkpoints",
-    "latest_checkpoint",
-    "resolve_checkpoint",
     "mark_best",
     "rotate",
     "read_state",
@@ -43,10 +51,29 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"^update_(\d{8,})$")
+STATE, MODEL, OPTIMIZER = "state.json", "model.safetensors", "optimizer.safetensors"
 
 
 class CheckpointError(ConfigError):
     """A checkpoint that cannot be found or does not fit the model (a one-line error of the CLI, exit 2)."""
+
+
+def _load_model_tensors(model: nn.Module, tensors: dict[str, torch.Tensor]) -> tuple[list[str], list[str]]:
+    """``safetensors.torch.load_model`` on tensors already read: tied weights were stored once (save_model),
+    so a missing name whose storage twin is present is not missing."""
+    from safetensors.torch import _remove_duplicate_names
+
+    state = model.state_dict()
+    to_removes = _remove_duplicate_names(state, preferred_names=list(tensors))
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    missing, unexpected = set(missing), list(unexpected)
+    for names in to_removes.values():
+        for name in names:
+            if name in missing:
+                missing.remove(name)
+            else:
+                unexpected.append(name)
+    return sorted(missing), sorted(unexpected)
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
@@ -97,21 +124,22 @@ def save_checkpoint(
     final = directory / f"update_{update:08d}"
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=directory))
     try:
-        save_model(_unwrap(model), str(tmp / "model.safetensors"))
+        save_model(_unwrap(model), str(tmp / MODEL))
         tensors = _rng_tensors()
         groups: list[dict[str, Any]] = []
         if optimizer is not None:
             opt_tensors, groups = _optimizer_tensors(optimizer)
             tensors.update(opt_tensors)
-        save_file(tensors, str(tmp / "optimizer.safetensors"))
+        save_file(tensors, str(tmp / OPTIMIZER))
         payload = dict(state, update=update, optimizer_param_groups=groups)
-        (tmp / "state.json").write_text(json.dumps(payload, indent=1, sort_keys=True), encoding="utf-8")
+        (tmp / STATE).write_text(json.dumps(payload, indent=1, sort_keys=True), encoding="utf-8")
         for f in tmp.iterdir():  # data on disk before the rename makes it visible
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-        if final.exists():  # re-saving the same update (e.g. after a resume): replace it
-            shutil.rmtree(final)
+        fsync_dir(tmp)
+        remove_tree(final)  # re-saving the same update (e.g. after a resume): replace it
         os.replace(tmp, final)
+        fsync_dir(directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -123,38 +151,54 @@ def list_checkpoints(directory: str | Path) -> list[Path]:
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    found = [p for p in directory.iterdir() if p.is_dir() and _NAME.match(p.name) and (p / "state.json").exists()]
+    found = [p for p in directory.iterdir() if p.is_dir() and _NAME.match(p.name) and (p / STATE).exists()]
     return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))  # type: ignore[union-attr]
 
 
-def latest_checkpoint(directory: str | Path) -> Path | None:
-    found = list_checkpoints(directory)
-    return found[-1] if found else None
-
-
-def resolve_checkpoint(run_dir: str | Path, which: str = "best") -> Path:
-    """``best``, ``last``, or an update number, inside ``run_dir/checkpoints``; a one-line error otherwise."""
-    ckpts = Path(run_dir) / "checkpoints"
-    if which == "best":
-        if (ckpts / "best" / "state.json").exists():
-            return ckpts / "best"
-        which = "last"  # a run without a validation score yet: its last checkpoint is its best
-    if which == "last":
-        last = latest_checkpoint(ckpts)
-        if last is None:
-            raise CheckpointError(f"{run_dir}: no checkpoint found (looked in {ckpts})")
-        return last
-    if which.isdigit():
-        path = ckpts / f"update_{int(which):08d}"
-        if not (path / "state.json").exists():
-            have = ", ".join(p.name.removeprefix("update_").lstrip("0") or "0" for p in list_checkpoints(ckpts))
-            raise CheckpointError(f"{run_dir}: no checkpoint at update {which} (have: {have or 'none'})")
-        return path
-    raise CheckpointError(f"checkpoint must be 'best', 'last' or an update number, got {which!r}")
-
-
 def read_state(path: str | Path) -> dict[str, Any]:
-    return json.loads((Path(path) / "state.json").read_text(encoding="utf-8"))
+    """A checkpoint's state.json; a one-line :class:`CheckpointError` when it is missing or damaged."""
+    path = Path(path)
+    if not path.is_dir():
+        what = "does not exist" if not path.exists() else f"is a file ({_kind(path)}), not a checkpoint directory"
+        raise CheckpointError(f"{path}: {what}")
+    try:
+        state = json.loads((path / STATE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: not a checkpoint (no {STATE})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: damaged checkpoint ({STATE}: {_one_line(e)})") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: damaged checkpoint ({STATE} is not a JSON object)")
+    return state
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[-1].strip() if text else type(e).__name__
+
+
+def _kind(path: Path) -> str:
+    """What a file that should be safetensors is: a pickle, a torch.save zip archive, or unknown."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return "unreadable"
+    if head.startswith(b"\x80"):
+        return "a pickle; normlab never unpickles"
+    if head.startswith(b"PK"):
+        return "a zip archive such as torch.save writes; normlab never unpickles"
+    return "not safetensors"
+
+
+def _load_tensors(file: Path, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors; damage is a one-line :class:`CheckpointError`."""
+    if not file.is_file():
+        raise CheckpointError(f"{file.parent}: damaged checkpoint (no {file.name})")
+    try:
+        return load_file(str(file), device=device)
+    except Exception as e:  # safetensors raises SafetensorError (not an OSError) for a cut or foreign file
+        raise CheckpointError(f"{file}: damaged or foreign file ({_kind(file)}: {_one_line(e)})") from None
 
 
 def load_checkpoint(
@@ -167,18 +211,21 @@ def load_checkpoint(
 ) -> dict[str, Any]:
     """Load tensors into ``model`` (and ``optimizer``); return the JSON state. Nothing is unpickled."""
     path = Path(path)
-    if not (path / "state.json").exists():
-        raise CheckpointError(f"{path}: not a checkpoint (no state.json)")
     state = read_state(path)
+    # read every file before anything is loaded: a damaged checkpoint leaves the model and optimizer untouched
+    weights = _load_tensors(path / MODEL, str(device))
+    need_extra = optimizer is not None or restore_rng
+    tensors = _load_tensors(path / OPTIMIZER) if need_extra else {}
+    if optimizer is not None and not isinstance(state.get("optimizer_param_groups"), list):
+        raise CheckpointError(f"{path}: damaged checkpoint ({STATE} lacks optimizer_param_groups)")
     try:
-        missing, unexpected = load_model(_unwrap(model), str(path / "model.safetensors"), strict=False, device=str(device))
+        missing, unexpected = _load_model_tensors(_unwrap(model), weights)
     except RuntimeError as e:  # a tensor of another shape
-        raise CheckpointError(f"{path}: checkpoint does not fit the model ({str(e).splitlines()[-1].strip()})") from None
+        raise CheckpointError(f"{path}: checkpoint does not fit the model ({_one_line(e)})") from None
     if missing or unexpected:
         raise CheckpointError(
             f"{path}: checkpoint does not fit the model (missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})"
         )
-    tensors = load_file(str(path / "optimizer.safetensors"), device="cpu")
     if optimizer is not None:
         per_param: dict[int, dict[str, torch.Tensor]] = {}
         for key, value in tensors.items():
@@ -200,36 +247,33 @@ def load_checkpoint(
 
 
 def mark_best(checkpoint: str | Path) -> Path:
-    """Make ``checkpoints/best`` the given checkpoint (hard links; a copy where links are not possible)."""
+    """Make ``checkpoints/best`` a copy of the given checkpoint's model and state (see the module docstring)."""
     checkpoint = Path(checkpoint)
     best = checkpoint.parent / "best"
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-best-", dir=checkpoint.parent))
-    for f in checkpoint.iterdir():
-        try:
-            os.link(f, tmp / f.name)
-        except OSError:
-            shutil.copy2(f, tmp / f.name)
-    old = None
-    if best.exists():
-        old = checkpoint.parent / f".old-best-{os.getpid()}"
-        os.replace(best, old)
-    os.replace(tmp, best)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    try:
+        for name in (MODEL, STATE):
+            shutil.copyfile(checkpoint / name, tmp / name)
+            with open(tmp / name, "rb") as fh:
+                os.fsync(fh.fileno())
+        fsync_dir(tmp)
+        remove_tree(best)
+        os.replace(tmp, best)
+        fsync_dir(checkpoint.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return best
 
 
 def rotate(directory: str | Path, keep_last: int, keep_every: int = 0) -> None:
     """Delete all but the newest ``keep_last`` checkpoints and those at multiples of ``keep_every`` updates
-    (``best/`` is separate and never deleted); also remove temporary directories left by a killed save."""
+    (``best/`` is separate and never deleted); also remove what a killed save or deletion left behind."""
     directory = Path(directory)
-    for stale in directory.glob(".tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    for stale in directory.glob(".old-best-*"):
-        shutil.rmtree(stale, ignore_errors=True)
+    sweep(directory)
     found = list_checkpoints(directory)
     for path in found[: max(len(found) - keep_last, 0)]:
         update = int(_NAME.match(path.name).group(1))  # type: ignore[union-attr]
         if keep_every and update % keep_every == 0:
             continue
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)

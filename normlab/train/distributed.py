@@ -12,6 +12,8 @@ import os
 import torch
 import torch.distributed as dist
 
+from normlab.device import pick_device
+
 __all__ = ["Dist", "init_distributed", "pick_device", "all_reduce_sum", "shutdown"]
 
 
@@ -28,15 +30,6 @@ class Dist:
     @property
     def enabled(self) -> bool:
         return self.world > 1
-
-
-def pick_device(preference: str = "auto", local_rank: int = 0) -> torch.device:
-    """``auto``: CUDA when present, else the CPU; the code path is the same."""
-    if preference == "cuda" or (preference == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise RuntimeError("device 'cuda' requested but CUDA is not available")
-        return torch.device("cuda", local_rank % torch.cuda.device_count())
-    return torch.device("cpu")
 
 
 def init_distributed(preference: str = "auto") -> Dist:

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from normlab.config import ConfigError, TrainConfig, add_set_argument, apply_overrides, load_config_file, load_yaml
+from normlab.config import ConfigError, TrainConfig, add_set_argument, apply_overrides, load_config_file
+from normlab.rundir import RunDir
 from normlab.train.distributed import init_distributed, shutdown
 from normlab.train.trainer import EXIT_DIVERGED, Trainer, prepare_run_dir
 
@@ -41,8 +42,11 @@ def resolve_config(config_path: str | None, overrides: list[str], out: str | Pat
     data: dict[str, Any] = {}
     if config_path:
         data = load_config_file(config_path)
-    elif resume and (Path(out) / "config.yaml").exists():
-        data = load_yaml((Path(out) / "config.yaml").read_text(encoding="utf-8"))
+    elif resume and RunDir(out).is_run():
+        try:
+            data = RunDir(out).read_config_dict() or {}
+        except ConfigError as e:
+            raise ConfigError(f"--resume: {RunDir(out).config_path}: {e}") from None
     return TrainConfig.from_dict(apply_overrides(data, overrides))
 
 
@@ -59,7 +63,7 @@ def _fit_to_data(cfg: TrainConfig, data: Any) -> TrainConfig:
 def _bleu_hook(cfg: TrainConfig, tokenizer: Any, valid: Any, is_main: bool) -> Any:
     """The validation BLEU of the first ``cfg.valid_bleu`` sentences after every evaluation (the paper plots
     BLEU per epoch, Figures 2 and 4); decoded on the main rank only."""
-    from normlab.train.trainer import autocast_dtype
+    from normlab.device import autocast_dtype
     from normlab.translate import validation_bleu
 
     def extra(model: Any, epoch: int) -> dict[str, float]:

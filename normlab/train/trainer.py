@@ -2,30 +2,33 @@
 
 One update consumes ``accumulate`` global token batches; the loss is the sum over target positions divided by
 the global number of them (all ranks, all accumulated batches), so every token weighs the same whatever the
-world size. A non-finite loss or gradient norm ends the run with status ``diverged`` before the optimizer
-step, so the last checkpoints stay finite: a diverging Post-LN run is a result, not a crash.
+world size. Divergence, the rule: an update *diverges* when its training loss or gradient norm is not finite, or when its
+training loss exceeds ``diverge_factor * ln(V)``, V the number of outputs the loss is over (the vocabulary, or
+the classes). ln(V) is the loss of a uniform prediction, where every run starts; a loss several times above it
+means the model puts less than V^-(factor-1) of the probability of a uniform guess on the right answer: it
+exploded (Post-LN at lr 10 sits at a loss of 128 with V = 1,000, where 4 ln V = 27.6). A diverged update ends
+the run with status ``diverged`` before the optimizer step, so the last checkpoints stay finite: a diverging
+Post-LN run is a result, not a crash.
 
-Run directory::
-
-    config.yaml       the resolved configuration
-    metrics.jsonl     one JSON object per update ("type": "train") and per evaluation ("type": "valid")
-    summary.json      status (running / completed / diverged), last update, best validation score, timings
-    tb/               TensorBoard event files
-    checkpoints/      update_XXXXXXXX/ (the last ``keep_last``) and best/  (see checkpoint.py)
+The run directory's layout is :class:`normlab.rundir.RunDir`'s. The trainer holds its lock while it runs (a
+second trainer on the same directory is refused with the holder's pid) and writes nothing before every check
+has passed.
 
 Resume is exact on the CPU: the checkpoint holds the model, the optimizer, the random-number generators and
 the position in the epoch's deterministic batch list, so a run killed with SIGKILL and resumed ends with the
 same parameters, bit for bit, as an uninterrupted one, and its metrics.jsonl is cut back to the checkpoint
-before it continues.
+(to nothing, without one) before it continues. A damaged newest checkpoint is set aside
+(``checkpoints/damaged-update_N``) and the run resumes from the newest intact one, saying so. Resuming a
+finished run changes nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -37,16 +40,18 @@ import torch
 from torch import nn
 
 from normlab import __version__
-from normlab.config import ConfigError, TrainConfig, load_yaml
+from normlab.config import ConfigError, TrainConfig
 from normlab.data.batch import Batch
+from normlab.device import autocast, autocast_dtype
 from normlab.model import build_model
+from normlab.rundir import RunDir
 from normlab.train import checkpoint as ckpt
 from normlab.train.distributed import Dist, all_reduce_sum, init_distributed
 from normlab.train.objectives import compute_loss
 from normlab.train.optim import build_optimizer, set_lr
 from normlab.train.schedules import Schedule, build_schedule
 
-__all__ = ["Trainer", "Dataset", "EXIT_DIVERGED", "prepare_run_dir", "autocast_dtype", "write_json_atomic"]
+__all__ = ["Trainer", "Dataset", "EXIT_DIVERGED", "prepare_run_dir", "divergence"]
 
 EXIT_DIVERGED = 3  # `normlab train` exits with this code when the run diverged (2 is a usage error)
 
@@ -65,26 +70,17 @@ class Dataset(Protocol):
     ) -> Batch: ...
 
 
-def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """bf16 where the hardware runs it natively, fp32 (None) otherwise or on request."""
-    if precision == "fp32":
-        return None
-    if device.type == "cuda":
-        supported = torch.cuda.is_bf16_supported()
-    else:
-        # Without AVX-512 BF16 or AMX, bf16 matmuls are emulated on the CPU and slower than fp32.
-        supported = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-    if precision == "bf16" and not supported and device.type == "cuda":
-        raise ConfigError(f"precision 'bf16' requested but {torch.cuda.get_device_name(device)} does not support it")
-    if precision == "bf16":
-        return torch.bfloat16  # on a CPU without native bf16 it runs, slowly: the user asked for it
-    return torch.bfloat16 if supported else None
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str), encoding="utf-8")
-    os.replace(tmp, path)
+def divergence(loss: float, gnorm: float, outputs: int, factor: float) -> str | None:
+    """Why an update with this training ``loss`` and gradient norm diverged (the rule of the module docstring),
+    or None when it did not. ``outputs``: the size of the distribution the loss is over."""
+    if not math.isfinite(loss):
+        return f"non-finite loss ({loss})"
+    if not math.isfinite(gnorm):
+        return f"non-finite gradient norm ({gnorm})"
+    limit = factor * math.log(max(outputs, 2))
+    if factor > 0 and loss > limit:
+        return f"loss {loss:.4g} > diverge_factor {factor:g} x ln({outputs}) = {limit:.4g}"
+    return None
 
 
 def prepare_run_dir(run_dir: str | Path, cfg: TrainConfig, resume: bool) -> TrainConfig:
@@ -94,12 +90,14 @@ def prepare_run_dir(run_dir: str | Path, cfg: TrainConfig, resume: bool) -> Trai
     configuration must equal ``cfg``'s (a checkpoint of another shape is not a resume), other settings may
     change (e.g. more epochs) and the new ones are saved.
     """
-    run_dir = Path(run_dir)
-    saved_path = run_dir / "config.yaml"
+    rd = RunDir(run_dir)
+    if rd.path.exists() and not rd.path.is_dir():
+        raise ConfigError(f"--out {rd.path}: exists and is not a directory")
     if resume:
-        if not saved_path.exists():
-            raise ConfigError(f"--resume: {run_dir} is not a run directory (no config.yaml)")
-        saved = TrainConfig.from_dict(load_yaml(saved_path.read_text(encoding="utf-8")))
+        if not rd.is_run():
+            raise ConfigError(f"--resume: {rd.path} is not a run directory (no {RunDir.CONFIG})")
+        rd.check_unlocked()
+        saved = rd.read_config()
         # vocab_size and num_classes are fitted to the data, whose equality is checked next
         mine, theirs = cfg.model.to_dict(), saved.model.to_dict()
         diff = [k for k, v in mine.items() if theirs[k] != v and k not in ("vocab_size", "num_classes")]
@@ -107,15 +105,10 @@ def prepare_run_dir(run_dir: str | Path, cfg: TrainConfig, resume: bool) -> Trai
             raise ConfigError(f"--resume: the model configuration differs from the run's in {diff}")
         if saved.data != cfg.data or saved.seed != cfg.seed:
             raise ConfigError("--resume: the data or the seed differ from the run's; start a new run instead")
-    elif run_dir.exists() and any(run_dir.iterdir()):
-        raise ConfigError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
+    else:
+        rd.check_unlocked()
+        rd.check_new()
     return cfg
-
-
-def _dump_config(cfg: TrainConfig) -> str:
-    import yaml
-
-    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
 
 
 @dataclasses.dataclass
@@ -150,6 +143,7 @@ class Trainer:
     ) -> None:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
+        self.rundir = RunDir(self.run_dir)
         self.train_data, self.valid_data = train, valid
         self.dist = dist or init_distributed(cfg.device)
         self.device = self.dist.device
@@ -167,25 +161,25 @@ class Trainer:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.net = nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
         self.state = TrainState()
-        self.ckpt_dir = self.run_dir / "checkpoints"
+        # the size of the distribution the training loss is over (the divergence rule)
+        self._outputs = cfg.model.num_classes if cfg.data.task == "classification" else cfg.model.vocab_size
+        self.ckpt_dir = self.rundir.checkpoints
         self._writer = None
+        self._lock = None
         self._metrics_file = None
         self._bar = None
         self._evaluated_at: int | None = None
-        self._saved_at: int | None = None
+        self._saved_at: dict[str, Any] | None = None
 
     # ---------------------------------------------------------------------------------------------- helpers
 
     def _autocast(self) -> contextlib.AbstractContextManager:
-        if self.amp is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.amp)
+        return autocast(self.device, self.amp)
 
     def _log(self, record: dict[str, Any]) -> None:
         if not self.dist.is_main:
             return
-        self._metrics_file.write(json.dumps(record, sort_keys=True) + "\n")
-        self._metrics_file.flush()
+        self._metrics_file.write(record)  # strict JSON: a non-finite value is written as null
         step = record["update"]
         prefix = record["type"]
         for key, value in record.items():
@@ -210,47 +204,86 @@ class Trainer:
             **extra,
         }
         if self.dist.is_main:
-            write_json_atomic(self.run_dir / "summary.json", summary)
+            self.rundir.write_summary(summary)
         return summary
 
     def _ckpt_state(self) -> dict[str, Any]:
         return dict(dataclasses.asdict(self.state), config=self.cfg.to_dict(), normlab_version=__version__)
 
     def save(self) -> Path | None:
-        if not self.dist.is_main or self._saved_at == self.state.update:
+        # saved already, unless an evaluation since then changed the state (e.g. save_every coincides with the
+        # run's last update, evaluated after it): re-saved, so that the checkpoint and best/ carry the score
+        if not self.dist.is_main or self._saved_at == dataclasses.asdict(self.state):
             return None
-        self._saved_at = self.state.update
+        self._saved_at = dataclasses.asdict(self.state)
         path = ckpt.save_checkpoint(self.ckpt_dir, self.state.update, self.model, self.optimizer, self._ckpt_state())
         if self.state.best_update == self.state.update:
             ckpt.mark_best(path)
         ckpt.rotate(self.ckpt_dir, self.cfg.keep_last, self.cfg.keep_every)
         return path
 
-    def _resume(self) -> None:
-        last = ckpt.latest_checkpoint(self.ckpt_dir)
-        if last is None:
-            return
-        saved = ckpt.load_checkpoint(last, self.model, self.optimizer, restore_rng=True, device=self.device)
-        fields = {f.name for f in dataclasses.fields(TrainState)}
-        self.state = TrainState(**{k: v for k, v in saved.items() if k in fields})
-        if self.dist.is_main:
-            # forget what the killed run logged after its last checkpoint: it is about to be done again
-            path = self.run_dir / "metrics.jsonl"
-            if path.exists():
-                kept = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-                kept = [ln for ln in kept if json.loads(ln)["update"] <= self.state.update]
-                tmp = path.with_name(".metrics.jsonl.tmp")
-                tmp.write_text("".join(ln + "\n" for ln in kept), encoding="utf-8")
-                os.replace(tmp, path)
+    def _resume(self) -> list[Path]:
+        """Load the newest intact checkpoint (model, optimizer, RNG, position); returns the damaged newer ones,
+        which :meth:`_set_aside` moves out of the way once writing starts. Reads only."""
+        damaged: list[Path] = []
+        for path in reversed(self.rundir.list_checkpoints()):
+            try:
+                saved = ckpt.load_checkpoint(path, self.model, self.optimizer, restore_rng=True, device=self.device)
+            except ckpt.CheckpointError as e:
+                self._say(f"resume: {e}")
+                damaged.append(path)
+                continue
+            fields = {f.name for f in dataclasses.fields(TrainState)}
+            self.state = TrainState(**{k: v for k, v in saved.items() if k in fields})
+            if damaged:
+                self._say(f"resume: {len(damaged)} newer checkpoint(s) damaged; resuming from {path.name}, the newest "
+                          "intact one")  # fmt: skip
+            return damaged
+        if damaged:
+            raise ckpt.CheckpointError(f"--resume: no intact checkpoint in {self.ckpt_dir} (all {len(damaged)} damaged)")
+        return damaged
+
+    def _set_aside(self, damaged: list[Path]) -> None:
+        """Rename damaged checkpoints to ``damaged-update_N`` (kept for inspection, never loaded or rotated)."""
+        for path in damaged:
+            if not path.exists():
+                continue
+            target = path.with_name(f"damaged-{path.name}")
+            k = 1
+            while target.exists():
+                k += 1
+                target = path.with_name(f"damaged-{path.name}-{k}")
+            os.replace(path, target)
+            self._say(f"resume: set the damaged {path.name} aside as {target.name}")
+
+    def _finished(self, resume: bool, total: int) -> bool:
+        """A resumed run with nothing left to do: completed at (or past) its length, or diverged with the very
+        configuration it diverged with (it would diverge again)."""
+        if not resume:
+            return False
+        status = self.rundir.status()
+        s = self.state
+        if status == "completed":
+            return s.update >= total or s.epoch > self.cfg.max_epochs
+        if status == "diverged":
+            try:
+                return self.rundir.read_config() == self.cfg
+            except ConfigError:
+                return False
+        return False
 
     def _init_from(self, path: Path) -> None:
         """Start from another run's weights: every tensor of ``path/model.safetensors`` whose name and shape
         match one of the model's (the rest keep their initialisation: e.g. a new classification head)."""
         from safetensors.torch import load_file
 
-        if not (path / "model.safetensors").exists():
-            raise ConfigError(f"TrainConfig.init_from: {path} is not a checkpoint (no model.safetensors)")
-        source = load_file(str(path / "model.safetensors"), device=str(self.device))
+        if not (path / ckpt.MODEL).is_file():
+            raise ConfigError(f"TrainConfig.init_from: {path} is not a checkpoint directory (no {ckpt.MODEL})")
+        try:
+            source = load_file(str(path / ckpt.MODEL), device=str(self.device))
+        except Exception as e:  # a cut or foreign (pickled) file: one line, never unpickled
+            raise ConfigError(f"TrainConfig.init_from: {path / ckpt.MODEL} is damaged or not safetensors "
+                              f"({str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__})") from None
         own = self.model.state_dict()
         taken = {k: v for k, v in source.items() if k in own and own[k].shape == v.shape}
         if not taken:
@@ -295,9 +328,11 @@ class Trainer:
             "type": "train", "update": self.state.update + 1, "epoch": epoch, "loss": loss, "nll": nll,
             "lr": lr, "gnorm": gnorm, "tokens": int(n_global),
         }  # fmt: skip
-        if not (math.isfinite(loss) and math.isfinite(gnorm)):
+        reason = divergence(loss, gnorm, self._outputs, cfg.diverge_factor)
+        if reason is not None:
             self.optimizer.zero_grad(set_to_none=True)
             record["diverged"] = True
+            record["diverged_reason"] = reason
             return record
         if cfg.optim.clip_norm > 0:
             torch.nn.utils.clip_grads_with_norm_(self.params, cfg.optim.clip_norm, torch.tensor(gnorm))
@@ -377,21 +412,58 @@ class Trainer:
                 f"({total} updates = {cfg.max_epochs} epochs of {per_epoch})"
             )
         schedule: Schedule = build_schedule(cfg.schedule, cfg.optim.lr, total, per_epoch)
-        # everything is checked: from here on the run directory is written
-        if self.dist.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.yaml").write_text(_dump_config(cfg), encoding="utf-8")
+        if self.valid_data is not None:  # a validation example longer than max_tokens: now, not after an epoch
+            from normlab.data.corpora import DataError
+
+            try:
+                self.valid_data.epoch_batches(0, cfg.seed, cfg.data.max_tokens, shuffle=False,
+                                              max_sentences=cfg.data.max_sentences)  # fmt: skip
+            except DataError as e:
+                raise DataError(f"the validation split: {e}") from None
+        if not self.dist.is_main:
+            damaged = self._resume() if resume else []
+            if self._finished(resume, total):
+                return self.rundir.summary()
+            if cfg.init_from and self.state.update == 0:
+                self._init_from(Path(cfg.init_from))
+            return self._fit(schedule, total, per_epoch)
+        created = not self.run_dir.exists()
+        self._lock = self.rundir.lock()  # refused, naming the holder's pid, while another trainer runs here
+        try:
+            try:
+                if not resume:
+                    self.rundir.check_new()  # another trainer may have started here since prepare_run_dir
+                damaged = self._resume() if resume else []
+                if self._finished(resume, total):
+                    self._say(f"{self.run_dir}: the run is {self.rundir.status()} (update {self.state.update}); "
+                              "nothing to do")  # fmt: skip
+                    return self.rundir.summary()
+                if cfg.init_from and self.state.update == 0:
+                    self._init_from(Path(cfg.init_from))
+            except BaseException:
+                if created:  # nothing of this run was written: leave no directory behind
+                    self._lock.release()
+                    shutil.rmtree(self.run_dir, ignore_errors=True)
+                raise
+            # everything is checked: from here on the run directory is written
+            self._set_aside(damaged)
+            self.rundir.write_config(cfg)
             for name, content in self.files.items():
-                (self.run_dir / name).write_bytes(content)
-        if resume:
-            self._resume()
-        if cfg.init_from and self.state.update == 0:
-            self._init_from(Path(cfg.init_from))
+                self.rundir.write_file(name, content)
+            if resume:
+                self.rundir.truncate_metrics(self.state.update)  # each update once, even without a checkpoint
+            return self._fit(schedule, total, per_epoch)
+        finally:
+            self._lock.release()
+
+    def _fit(self, schedule: Schedule, total: int, per_epoch: int) -> dict[str, Any]:
+        cfg = self.cfg
+        metrics = contextlib.ExitStack()
         if self.dist.is_main:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=self.state.update + 1)
-            self._metrics_file = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")
+            self._writer = SummaryWriter(str(self.rundir.tensorboard), purge_step=self.state.update + 1)
+            self._metrics_file = metrics.enter_context(self.rundir.metrics_writer())
         self._bar = None
         show_bar = self.progress if self.progress is not None else sys.stderr.isatty()
         if self.dist.is_main and show_bar and not self.quiet:
@@ -413,9 +485,9 @@ class Trainer:
                         self._log(record)
                         status = "diverged"
                         extra.update(diverged_at_update=record["update"], diverged_loss=record["loss"],
-                                     diverged_gnorm=record["gnorm"])  # fmt: skip
-                        self._say(f"diverged at update {record['update']}: loss {record['loss']}, "
-                                  f"gradient norm {record['gnorm']}; last finite loss {s.last_finite_loss}")
+                                     diverged_gnorm=record["gnorm"], diverged_reason=record["diverged_reason"])  # fmt: skip
+                        self._say(f"diverged at update {record['update']}: {record['diverged_reason']}; gradient "
+                                  f"norm {record['gnorm']}; last loss below the rule {s.last_finite_loss}")
                         return self._summary(status, **extra)
                     s.update += 1
                     s.step_in_epoch += 1
@@ -443,8 +515,8 @@ class Trainer:
                 self._bar.close()
             if self._writer is not None:
                 self._writer.close()
-            if self._metrics_file is not None:
-                self._metrics_file.close()
+            metrics.close()
+            self._metrics_file = None
 
     def _progress(self, record: dict[str, Any], total: int) -> None:
         if not self.dist.is_main or self.quiet:

@@ -1,0 +1,55 @@
+"""Device and precision: the one place that decides where a model runs and in which dtype (a leaf module:
+it imports nothing of normlab but the config error).
+
+* :func:`pick_device` turns ``auto`` / ``cpu`` / ``cuda`` (and a torchrun local rank) into a ``torch.device``;
+* :func:`autocast_dtype` turns a run's ``precision`` (``auto`` / ``bf16`` / ``fp32``) into the autocast dtype
+  (None: fp32, no autocast);
+* :func:`autocast` is the one autocast context of the package (training, evaluation, decoding, analysis and
+  the budget probe all use it): a no-op for None / ``float32``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from normlab.config import ConfigError
+
+__all__ = ["pick_device", "autocast_dtype", "autocast"]
+
+
+def pick_device(preference: str = "auto", local_rank: int = 0) -> torch.device:
+    """``auto``: CUDA when present, else the CPU; the code path is the same."""
+    if preference == "cuda" or (preference == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise ConfigError("device 'cuda' requested but CUDA is not available")
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """bf16 where the hardware runs it natively, fp32 (None) otherwise or on request."""
+    if precision == "fp32":
+        return None
+    if device.type == "cuda":
+        supported = torch.cuda.is_bf16_supported()
+    else:
+        # Without AVX-512 BF16 or AMX, bf16 matmuls are emulated on the CPU and slower than fp32.
+        supported = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    if precision == "bf16" and not supported and device.type == "cuda":
+        raise ConfigError(f"precision 'bf16' requested but {torch.cuda.get_device_name(device)} does not support it")
+    if precision == "bf16":
+        return torch.bfloat16  # on a CPU without native bf16 it runs, slowly: the user asked for it
+    return torch.bfloat16 if supported else None
+
+
+def autocast(device: torch.device | str, dtype: torch.dtype | str | None) -> contextlib.AbstractContextManager:
+    """``torch.autocast`` in ``dtype`` on ``device``'s type; a no-op for None or float32 (autocast would
+    leave an fp32 model as it is anyway, the no-op costs nothing)."""
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    if dtype is None or dtype == torch.float32:
+        return contextlib.nullcontext()
+    kind = device if isinstance(device, str) else device.type
+    return torch.autocast(kind, dtype=dtype)

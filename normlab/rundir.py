@@ -1,0 +1,420 @@
+"""The run directory of ``normlab train``: the one module that knows its layout (STYLE.md item 11).
+
+Layout::
+
+    config.yaml       the resolved configuration (written atomically)
+    tokenizer.model   the run's sentencepiece model
+    metrics.jsonl     one strict-JSON object per update ("type": "train") and per evaluation ("type": "valid")
+    summary.json      status (running / completed / diverged), last update, best validation score, timings
+    tb/               TensorBoard event files
+    checkpoints/      update_XXXXXXXX/ (the last ``keep_last``) and best/  (see normlab/train/checkpoint.py)
+    .lock             the trainer's lock (``flock``) and its pid
+
+Every file is written atomically: into a temporary file in the same directory, ``fsync``, renamed into place,
+then the directory ``fsync``-ed so that the rename itself survives a power cut. A reader never sees a half
+file, except metrics.jsonl, which is appended to: its reader skips a last line cut by a kill.
+
+Callers ask a :class:`RunDir`: ``RunDir(path).resolve("best")``, ``.metrics()``, ``.status()``,
+``.load_model("translation")``. Nothing else in normlab spells these file names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from normlab.config import ConfigError, TrainConfig, load_yaml
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from normlab.data.tokenizer import Tokenizer
+
+__all__ = ["RunDir", "RunLocked", "write_atomic", "write_json_atomic", "fsync_dir", "strict_json", "json_line"]
+
+FINISHED = ("completed", "diverged")
+
+
+# ------------------------------------------------------------------------------------------------ atomic writes
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Make a rename (or creation) inside ``path`` durable; a no-op where directories cannot be opened."""
+    try:
+        fd = os.open(str(path), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str | Path, data: bytes | str) -> None:
+    """Write ``data`` to ``path``: a temporary file in the same directory, fsync, rename, fsync the directory.
+    A kill at any moment leaves the old file or the new one, never an empty or partial one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def strict_json(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None: JSON has no NaN or Infinity (RFC 8259), and
+    ``json.dumps`` would write the tokens ``NaN`` / ``Infinity`` that strict parsers refuse."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
+
+
+def json_line(record: dict[str, Any]) -> str:
+    """One strict-JSON line (a metrics.jsonl record)."""
+    return json.dumps(strict_json(record), sort_keys=True, allow_nan=False, default=str)
+
+
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    write_atomic(path, json.dumps(strict_json(data), indent=1, sort_keys=True, allow_nan=False, default=str) + "\n")
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file; a line cut by a kill (or otherwise unreadable) is skipped."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    out = []
+    with open(path, "rb") as f:
+        for raw in f:
+            try:
+                rec = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ lock
+
+
+class RunLocked(ConfigError):
+    """Another process trains into this run directory."""
+
+
+class _Lock:
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing the descriptor releases the flock
+            self.fd = -1
+
+
+# ------------------------------------------------------------------------------------------------------ RunDir
+
+
+class RunDir:
+    """A run directory (it need not exist yet)."""
+
+    CONFIG = "config.yaml"
+    TOKENIZER = "tokenizer.model"
+    METRICS = "metrics.jsonl"
+    SUMMARY = "summary.json"
+    CHECKPOINTS = "checkpoints"
+    TENSORBOARD = "tb"
+    LOCK = ".lock"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    # -------------------------------------------------------------------------------------------- paths
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / self.CONFIG
+
+    @property
+    def tokenizer_path(self) -> Path:
+        return self.path / self.TOKENIZER
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / self.METRICS
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / self.SUMMARY
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / self.CHECKPOINTS
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.path / self.TENSORBOARD
+
+    def is_run(self) -> bool:
+        """Whether a run was started here (its config.yaml exists)."""
+        return self.config_path.is_file()
+
+    def is_empty(self) -> bool:
+        """Missing, or holding nothing but a stale lock file."""
+        if not self.path.exists():
+            return True
+        return all(p.name == self.LOCK for p in self.path.iterdir())
+
+    def check_new(self) -> None:
+        """A one-line error unless a new run may start here."""
+        if self.path.exists() and not self.path.is_dir():
+            raise ConfigError(f"--out {self.path}: exists and is not a directory")
+        if not self.is_empty():
+            raise ConfigError(f"{self.path} already holds a run; pass --resume to continue it or choose another --out")
+
+    # ----------------------------------------------------------------------------------------- config
+
+    def read_config(self) -> TrainConfig:
+        """The run's configuration; a one-line error for a directory that is not a run or a damaged config."""
+        if self.path.exists() and not self.path.is_dir():
+            raise ConfigError(f"{self.path}: not a run directory (a file)")
+        if not self.is_run():
+            raise ConfigError(f"{self.path}: not a run directory (no {self.CONFIG})")
+        try:
+            data = load_yaml(self.config_path.read_text(encoding="utf-8"))
+        except ConfigError as e:
+            raise ConfigError(f"{self.config_path}: {e}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{self.config_path}: damaged (expected a mapping, got {type(data).__name__})")
+        return TrainConfig.from_dict(data)
+
+    def read_config_dict(self) -> dict[str, Any] | None:
+        """The saved configuration as a plain dict (for ``--resume`` with ``--set``), or None."""
+        if not self.is_run():
+            return None
+        data = load_yaml(self.config_path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ConfigError(f"{self.config_path}: damaged (expected a mapping, got {type(data).__name__})")
+        return data
+
+    def write_config(self, cfg: TrainConfig) -> None:
+        import yaml
+
+        write_atomic(self.config_path, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+    def write_file(self, name: str, content: bytes) -> None:
+        write_atomic(self.path / name, content)
+
+    def tokenizer(self) -> Tokenizer:
+        from normlab.data.tokenizer import Tokenizer
+
+        if not self.tokenizer_path.is_file():
+            raise ConfigError(f"{self.path}: no {self.TOKENIZER} (runs trained by normlab train have one)")
+        return Tokenizer.load(self.tokenizer_path)
+
+    # ---------------------------------------------------------------------------------- status, summary
+
+    def summary(self) -> dict[str, Any]:
+        """summary.json, or {} when there is none (or it cannot be read)."""
+        try:
+            data = json.loads(self.summary_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def status(self) -> str | None:
+        """``running`` (in progress, or killed), ``completed``, ``diverged``, or None (no summary)."""
+        return self.summary().get("status")
+
+    def finished(self) -> bool:
+        return self.status() in FINISHED
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        write_json_atomic(self.summary_path, summary)
+
+    # ---------------------------------------------------------------------------------------- metrics
+
+    def metrics(self, kind: str | None = None) -> list[dict[str, Any]]:
+        """The records of metrics.jsonl (those of ``kind``, "train" or "valid", when given); a last line cut
+        by a kill is skipped."""
+        recs = read_jsonl(self.metrics_path)
+        return recs if kind is None else [r for r in recs if r.get("type") == kind]
+
+    def truncate_metrics(self, update: int) -> None:
+        """Keep the records up to ``update`` (a resume forgets what the killed run logged after its checkpoint:
+        it is about to be done again); atomic."""
+        if not self.metrics_path.exists():
+            return
+        kept = [r for r in self.metrics() if isinstance(r.get("update"), int) and r["update"] <= update]
+        write_atomic(self.metrics_path, "".join(json_line(r) + "\n" for r in kept))
+
+    @contextlib.contextmanager
+    def metrics_writer(self) -> Iterator[Any]:
+        """An append-only writer of records: ``write(record)`` writes one strict-JSON line and flushes it."""
+        f = open(self.metrics_path, "a", encoding="utf-8")
+
+        class _Writer:
+            def write(self, record: dict[str, Any]) -> None:
+                f.write(json_line(record) + "\n")
+                f.flush()
+
+        try:
+            yield _Writer()
+        finally:
+            f.close()
+
+    # ------------------------------------------------------------------------------------------- lock
+
+    def holder(self) -> int | None:
+        """The pid of the process that holds this run's lock, or None when nobody does."""
+        import fcntl
+
+        lock = self.path / self.LOCK
+        try:
+            fd = os.open(str(lock), os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                text = lock.read_text(encoding="utf-8", errors="replace").strip()
+                return int(text) if text.isdigit() else -1
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+
+    def check_unlocked(self) -> None:
+        pid = self.holder()
+        if pid is not None:
+            raise RunLocked(f"{self.path} is in use by another trainer (pid {pid if pid >= 0 else 'unknown'}); "
+                            "wait for it to end or choose another --out")  # fmt: skip
+
+    def lock(self) -> _Lock:
+        """Take the run's lock (creating the directory), or raise :class:`RunLocked` naming the holder's pid.
+        The lock is an ``flock``: the kernel releases it when the process ends, even by SIGKILL."""
+        import fcntl
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        lock = self.path / self.LOCK
+        fd = os.open(str(lock), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            self.check_unlocked()
+            raise RunLocked(f"{self.path} is in use by another trainer") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        os.fsync(fd)
+        return _Lock(fd)
+
+    # ------------------------------------------------------------------------------------ checkpoints
+
+    def list_checkpoints(self) -> list[Path]:
+        """Complete ``update_*`` checkpoints, oldest first."""
+        from normlab.train.checkpoint import list_checkpoints
+
+        return list_checkpoints(self.checkpoints)
+
+    def latest(self) -> Path | None:
+        found = self.list_checkpoints()
+        return found[-1] if found else None
+
+    def resolve(self, which: str | int = "best") -> Path:
+        """``best``, ``last``, or an update number; a one-line error otherwise."""
+        from normlab.train.checkpoint import STATE, CheckpointError
+
+        ckpts = self.checkpoints
+        which = str(which)
+        if which == "best":
+            if (ckpts / "best" / STATE).exists():
+                return ckpts / "best"
+            which = "last"  # a run without a validation score yet: its last checkpoint is its best
+        if which == "last":
+            last = self.latest()
+            if last is None:
+                raise CheckpointError(f"{self.path}: no checkpoint found (looked in {ckpts})")
+            return last
+        if which.isdigit():
+            path = ckpts / f"update_{int(which):08d}"
+            if not (path / STATE).exists():
+                have = ", ".join(p.name.removeprefix("update_").lstrip("0") or "0" for p in self.list_checkpoints())
+                raise CheckpointError(f"{self.path}: no checkpoint at update {which} (have: {have or 'none'})")
+            return path
+        raise CheckpointError(f"checkpoint must be 'best', 'last' or an update number, got {which!r}")
+
+    @staticmethod
+    def of_checkpoint(checkpoint: str | Path) -> RunDir | None:
+        """The run a checkpoint directory belongs to (``RUN/checkpoints/NAME``), or None."""
+        checkpoint = Path(checkpoint)
+        if checkpoint.parent.name == RunDir.CHECKPOINTS:
+            return RunDir(checkpoint.parent.parent)
+        return None
+
+    # ---------------------------------------------------------------------------------------- loading
+
+    def load_model(
+        self, task: str | None = None, which: str = "best", device: str | torch.device = "auto"
+    ) -> tuple[nn.Module, TrainConfig, Path]:
+        """The run's model with the weights of checkpoint ``which``, in eval mode, its configuration and the
+        checkpoint's path. ``task``: refuse (one line) a run of another task."""
+        from normlab.device import pick_device
+        from normlab.model import build_model
+        from normlab.train.checkpoint import load_checkpoint
+
+        cfg = self.read_config()
+        if task is not None and cfg.data.task != task:
+            raise ConfigError(f"{self.path}: a {cfg.data.task} run, not a {task} run")
+        path = self.resolve(which)
+        dev = device if not isinstance(device, str) else pick_device(device)
+        model = build_model(cfg.model, cfg.data.task).to(dev)
+        load_checkpoint(path, model, device=dev)
+        return model.eval(), cfg, path
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a directory so that a kill midway leaves no partial copy under its name: rename it to a hidden
+    ``.trash-*`` sibling first (atomic), then delete that (a later :func:`sweep` finishes an interrupted one)."""
+    if not path.exists():
+        return
+    trash = Path(tempfile.mkdtemp(prefix=".trash-", dir=path.parent))
+    os.replace(path, trash / path.name)
+    fsync_dir(path.parent)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def sweep(directory: Path) -> None:
+    """Remove what an interrupted save or deletion left in ``directory`` (hidden ``.tmp-*`` / ``.trash-*``)."""
+    for pattern in (".tmp-*", ".trash-*", ".old-best-*"):
+        for stale in directory.glob(pattern):
+            shutil.rmtree(stale, ignore_errors=True)
