@@ -7,6 +7,7 @@ import copy
 import math
 
 import pytest
+import torch
 
 from normlab.report.claims import (
     CLAIMS,
@@ -74,8 +75,9 @@ def paper_like() -> dict:
     put(runs, "bert-post-3e-4", {f"-s{k}": {"status": "diverged", "evals": [{"epoch": 1, "update": 100, "nll": 6.0}]}
                                  for k in (1, 2, 3)})  # fmt: skip
 
-    def cell(mean):
-        return {"mean": mean, "ci95": 0.01, "seeds": [mean - 0.005, mean, mean + 0.005]}
+    def cell(mean):  # fine-tuned from 3 pre-training seeds (parent_seeds: the mean over fine-tuning seeds of each)
+        return {"mean": mean, "ci95": 0.01, "seeds": [mean - 0.005, mean, mean + 0.005],
+                "parent_seeds": {"1": mean - 0.005, "2": mean, "3": mean + 0.005}}
 
     finetune = {
         "bert-pre-3e-4": {"paraphrase": {"100": cell(0.70), "200": cell(0.80)},
@@ -154,9 +156,20 @@ FLIPS = {
     "C9": _replace("pre-adam-5e-4-nowarm-step", 5.6, 4.6, 4.0),  # the same curve as Post-LN's
     "C10": _replace("pre-radam-5e-4-nowarm-linear", 5.5, 4.8, 4.5),  # RAdam 15% worse than Adam for Pre-LN
     "C11": lambda r: put(r["runs"], "bert-post-3e-4", seeds(6.0, 4.0, 2.01)),  # 3e-4 trains as well
-    "C12": lambda r: r["finetune"]["bert-pre-3e-4"].update(copy.deepcopy(r["finetune"]["bert-post-1e-4"])),
+    "C12": lambda r: r["finetune"].update({"bert-pre-3e-4": _shifted(r["finetune"]["bert-post-1e-4"], -0.03)}),
     "C13": _replace("post-adam-1e-4-const", 7.5, 7.4, 7.3),  # the small fixed rate is worse than 1e-3 w/o warm-up
 }  # fmt: skip
+
+
+def _shifted(table: dict, by: float) -> dict:
+    """A fine-tuning table with every accuracy moved by ``by`` (Pre-LN 3 points behind Post-LN: the reverse)."""
+    out = copy.deepcopy(table)
+    for cells in out.values():
+        for cell in cells.values():
+            cell["mean"] += by
+            cell["seeds"] = [x + by for x in cell["seeds"]]
+            cell["parent_seeds"] = {k: x + by for k, x in cell["parent_seeds"].items()}
+    return out
 
 
 @pytest.mark.parametrize("cid", sorted(FLIPS, key=lambda c: int(c[1:])))
@@ -175,7 +188,7 @@ GATE_REFERENCES = {
     "C7": ["post-adam-5e-4-w4000", "post-adam-1e-3-w4000"],
     "C8": ["post-adam-5e-4-w4000", "post-adam-1e-3-w4000"],
     "C9": ["post-adam-5e-4-w4000"],
-    "C10": ["post-adam-5e-4-w4000"],
+    "C10": ["post-adam-5e-4-w4000", "pre-adam-5e-4-nowarm-step"],
     "C11": ["bert-post-1e-4"],
     "C13": ["post-adam-1e-3-w4000"],
 }
@@ -191,6 +204,36 @@ def test_a_reference_that_did_not_learn_makes_the_claim_inconclusive(cid):
     c = claim(results, cid)
     assert c["verdict"] == INCONCLUSIVE, c["evidence"]
     assert "did not learn" in c["evidence"] and "did not learn" in c["gate"]
+
+
+def test_the_arm_said_to_train_must_leave_the_plateau_itself():
+    # C13: the fixed 1e-4 on the plateau (6.9 = the unigram loss) while 1e-3 without warm-up diverged: far worse
+    # than the small rate, but "the small rate trains" is not shown
+    results = paper_like()
+    put(results["runs"], "post-adam-1e-4-const", seeds(6.95, 6.92, 6.9))
+    put(results["runs"], "post-adam-1e-3-nowarm", {f"-s{k}": {"status": "diverged", "evals": []} for k in (1, 2, 3)})
+    c = claim(results, "C13")
+    assert c["verdict"] == INCONCLUSIVE and "has not left the plateau" in c["evidence"], c["evidence"]
+    # C10: RAdam's Post-LN within 5% of a barely-learned Adam reference, yet itself above the gate
+    results = paper_like()
+    put(results["runs"], "post-adam-5e-4-w4000", seeds(6.6, 6.5, 6.35))
+    put(results["runs"], "post-radam-5e-4-nowarm-linear", seeds(6.7, 6.6, 6.55))
+    put(results["runs"], "post-adam-5e-4-nowarm", seeds(7.0, 7.0, 7.0))  # keep C7 decided
+    c = claim(results, "C10")
+    assert c["verdict"] == INCONCLUSIVE and "has not left the plateau" in c["evidence"], c["evidence"]
+
+
+def test_an_early_divergence_of_one_seed_does_not_hide_the_others():
+    results = paper_like()
+    results["runs"]["pre-adam-5e-4-nowarm-step-s2"] = {"status": "diverged", "evals": []}
+    c = claim(results, "C9")
+    assert c["verdict"] == INCONCLUSIVE and "1/3 seeds diverged" in c["evidence"], c["evidence"]
+
+
+def test_a_failed_seed_is_counted():
+    results = paper_like()
+    results["runs"]["post-adam-5e-4-w4000-s3"]["status"] = "failed"
+    assert "2 seeds; 1 more failed and left out" in claim(results, "C7")["evidence"]
 
 
 def test_the_fine_tuning_gate():
@@ -216,6 +259,7 @@ def _one_seed(results):
         for task in parent.values():
             for cell in task.values():
                 cell["seeds"] = cell["seeds"][:1]
+                cell["parent_seeds"] = {"1": cell["parent_seeds"]["1"]}
 
 
 def test_one_seed_makes_every_training_claim_inconclusive():
@@ -254,10 +298,23 @@ def test_an_effect_within_the_noise_is_inconclusive_never_does_not_hold(cid):
 def test_c12_within_the_noise():
     results = paper_like()
     for task, cells in results["finetune"]["bert-pre-3e-4"].items():
-        for cell in cells.values():  # the same means, seeds that spread over 40 points
-            cell["seeds"] = [cell["mean"] - 0.2, cell["mean"], cell["mean"] + 0.2]
+        for cell in cells.values():  # the same means, pre-training seeds that spread over 40 points
+            m = cell["mean"]
+            cell["parent_seeds"] = {"1": m - 0.2, "2": m, "3": m + 0.2}
     c = claim(results, "C12")
-    assert c["verdict"] == INCONCLUSIVE and "within 2 standard errors" in c["evidence"]
+    assert c["verdict"] == INCONCLUSIVE and "within the noise" in c["evidence"]
+
+
+def test_c12_the_unit_is_the_pre_training_seed():
+    # many fine-tuning seeds with a tight spread, but one pre-training run: the noise of pre-training is unmeasured
+    results = paper_like()
+    for parent in results["finetune"].values():
+        for cells in parent.values():
+            for cell in cells.values():
+                cell["seeds"] = [cell["mean"]] * 6
+                cell["parent_seeds"] = {"1": cell["mean"]}
+    c = claim(results, "C12")
+    assert c["verdict"] == INCONCLUSIVE and "pre-training" in c["evidence"], c["evidence"]
 
 
 def test_smoke_like_results_decide_no_training_claim():
@@ -373,8 +430,16 @@ def test_at_most_and_within():
     assert at_most(noisy, 0.05)[0] == INCONCLUSIVE and within(noisy, 0.05)[0] == INCONCLUSIVE
 
 
-def test_effect_standard_error():
-    e = Effect([1.0, 1.2], [1.0, 1.0])
-    # Welch: sqrt(var_a / n_a + var_b / n_b) / |mean_b| = sqrt(0.02 / 2) / 1
-    assert math.isclose(e.size, 0.1) and math.isclose(e.se, 0.1)
-    assert math.isclose(e.low, -0.1) and math.isclose(e.high, 0.3)
+def test_effect_standard_error_and_interval():
+    e = Effect([1.0, 1.1, 1.2], [1.0, 1.0, 1.0])
+    # Welch: sqrt(var_a / n_a + var_b / n_b) / |mean_b| = sqrt(0.01 / 3); df = (0.01/3)^2 / ((0.01/3)^2 / 2) = 2
+    torch.testing.assert_close(e.size, 0.1)
+    torch.testing.assert_close(e.se, math.sqrt(0.01 / 3))
+    torch.testing.assert_close(e.df, 2.0)
+    torch.testing.assert_close(e.k, 4.302653, atol=1e-5, rtol=0)  # t_{0.975, 2} from the standard table
+    torch.testing.assert_close(e.low, 0.1 - 4.302653 * math.sqrt(0.01 / 3), atol=1e-5, rtol=0)
+    # equal spreads and sizes: df = 2 (n - 1) = 4, t_{0.975, 4} = 2.776445
+    torch.testing.assert_close(Effect([1.0, 1.1, 1.2], [2.0, 2.1, 2.2]).k, 2.776445, atol=1e-5, rtol=0)
+    # many seeds: the t quantile falls towards 1.96, and the rule's floor of 2 standard errors takes over
+    many = Effect([1.0 + 0.01 * (i % 5) for i in range(200)], [1.0 + 0.01 * (i % 7) for i in range(200)])
+    assert many.k == 2.0

@@ -117,9 +117,9 @@ def test_all_runs_merges_shared_runs_and_orders_finetuning_last():
     kinds = [r.kind for r in runs]
     assert kinds.index("finetune") > max(i for i, k in enumerate(kinds) if k != "finetune")
     ft = [r for r in runs if r.kind == "finetune"]
-    assert len(ft) == 2 * s.finetune.checkpoints * len(s.finetune.tasks) * s.finetune.seeds
-    # fine-tuned from the first seed of each pre-training run; the diverging 3e-4 run is not fine-tuned
-    assert {r.parent for r in ft} == {"bert-post-1e-4-s1", "bert-pre-3e-4-s1"}
+    assert len(ft) == 2 * s.seeds * s.finetune.checkpoints * len(s.finetune.tasks) * s.finetune.seeds
+    # every seed of each pre-training run is fine-tuned; the diverging 3e-4 run is not
+    assert {r.parent for r in ft} == {f"bert-{p}-s{k}" for p in ("post-1e-4", "pre-3e-4") for k in (1, 2, 3)}
     assert all(r.parent_update in finetune_points(s) for r in ft)
     assert all(r.config.data.tokenizer == "en-mono" for r in ft)  # the pre-training vocabulary
 

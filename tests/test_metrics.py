@@ -154,5 +154,9 @@ def test_unigram_entropy_and_majority_share():
     torch.testing.assert_close(unigram_entropy([5, 7], reference=[5] * 1000 + [7] * 100),
                                -(math.log(q5) + math.log(q7)) / 2)
     assert majority_share([0, 1, 1, 1]) == 0.75
+    from normlab.metrics import masked_lm_unigram_loss
+
+    torch.testing.assert_close(masked_lm_unigram_loss(7.0), 0.9 * 7.0 + 0.2 * math.log(2))
+    assert masked_lm_unigram_loss(7.0, mask=1.0, random=0.0, keep=0.0) == 7.0
     with pytest.raises(ValueError):
         unigram_entropy([])

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from normlab.config import Placement
 from tests.clirun import normlab, sets
 from tests.conftest import SMALL_VOCAB
 
@@ -89,7 +90,8 @@ def test_diverging_run_exits_3(small_corpora, small_translation, data_cache, tmp
         (["--set", "optim.lr=0"], "OptimConfig.lr: must be positive, got 0.0"),
         (["--set", "max_updates=10", "--set", "schedule.warmup_updates=4000"],
          "TrainConfig.schedule: warmup_updates=4000 is longer than the run (max_updates=10)"),
-        (["--set", "model.placement=middle"], "ModelConfig.placement: 'middle' is not one of ['post', 'pre', 'peri']"),
+        (["--set", "model.placement=middle"],
+         f"ModelConfig.placement: 'middle' is not one of {[p.value for p in Placement]}"),
         (["--resume"], "--resume: {out} is not a run directory (no config.yaml)"),
     ],
 )  # fmt: skip

@@ -157,7 +157,8 @@ def fig4_pre_vs_post(scale: Scale, ctx: Context) -> list[RunSpec]:
     """Figure 4 (IWSLT): Pre-LN without warm-up (5e-4, x 0.1 at epoch 8) against Post-LN with 4,000 warm-up
     updates at the same lr_max; RAdam with linear decay and no warm-up for both placements."""
     post = dataclasses.replace(_post_inverse_sqrt(scale, ctx, "adam", 5e-4, 4000), figures=("fig4",))
-    pre = RunSpec("pre-adam-5e-4-nowarm-step", ("fig4",), "Pre-LN, Adam, lr 5e-4, w/o warm-up (x0.1 at epoch 8)",
+    step = "" if _short(scale) else " (x0.1 at epoch 8)"
+    pre = RunSpec("pre-adam-5e-4-nowarm-step", ("fig4",), f"Pre-LN, Adam, lr 5e-4, w/o warm-up{step}",
                   _translation(scale, ctx, placement="pre", optim=_adam(5e-4), schedule=_pre_step_decay(scale, ctx)))
     radam = [
         RunSpec(f"{p}-radam-5e-4-nowarm-linear", ("fig4",), f"{p.capitalize()}-LN, RAdam, lr 5e-4, w/o warm-up",
@@ -281,8 +282,9 @@ def all_runs(scale: Scale, ctx: Context, figures: tuple[str, ...] = ("fig2", "fi
     parents = [r for r in runs if r.kind == "mlm" and r.name != "bert-post-3e-4"]
     runs = [seeded for r in runs for seeded in with_seeds(r, scale.seeds)]
     if "fig5" in figures:
-        # fine-tuning starts from the first seed of each pre-training run; its own seeds measure its noise
-        runs += fig5_finetune(scale, ctx, [dataclasses.replace(p, name=f"{p.name}-s1", group=p.name) for p in parents])
+        # every pre-training seed is fine-tuned: C12's noise is that of pre-training and fine-tuning together
+        # (the points of one pre-training run share it), measured across pre-training seeds
+        runs += fig5_finetune(scale, ctx, [s for p in parents for s in with_seeds(p, scale.seeds)])
     return runs
 
 
@@ -317,6 +319,8 @@ def mappings(scale: Scale, ctx: Context) -> list[Mapping]:
         out.append(Mapping("runs", "every setting of Figures 2, 4, 6", "only " + ", ".join(t.runs) +
                            " (the decisive contrasts; the other claims are not run at this scale)"))
     for w in (500, 4000):
+        if t.runs and not any(f"-w{w}" in r for r in t.runs):
+            continue  # no run of this scale has it
         here = warmup_here(w, scale, ctx)
         how = " (a number of updates, not a fraction of the run: see scales.py)" if _short(scale) else ""
         out.append(Mapping(f"T_warmup={w}", f"{w:,} updates ({100 * w / paper_total:.1f}% of the run)",
@@ -324,7 +328,9 @@ def mappings(scale: Scale, ctx: Context) -> list[Mapping]:
     if _short(scale):
         out.append(Mapping("decay after the warm-up", "inverse square root (Figure 2), linear (RAdam), x0.1 at "
                            "epoch 8 (Pre-LN)", "none: every run keeps lr_max (a short run measures early training; "
-                           "a compressed decay would remove the learning rate before any model leaves the plateau)"))
+                           "a compressed decay would remove the learning rate before any model leaves the plateau). "
+                           "So the runs 'w/o warm-up' train at lr_max throughout, where the paper's inverse square "
+                           "root from update 1 gives lr_max / sqrt(t)"))
         out.append(Mapping("evaluation", "after every epoch", f"every {t.eval_every} updates on {t.valid_subset or 'all'} "
                            "validation pairs"))  # fmt: skip
     else:

@@ -71,7 +71,8 @@ def mean_ci95(values: list[float]) -> dict[str, Any]:
 def _finetune_table(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """finetune[parent][task][update] = mean/CI of the final validation accuracy over seeds, plus the mean
     accuracy after each fine-tuning epoch (the curve); ``parent`` is the pre-training run's group (the paper's
-    run, e.g. bert-pre-3e-4, whichever of its seeds was fine-tuned)."""
+    run, e.g. bert-pre-3e-4) and ``parent_seeds`` the mean over fine-tuning seeds per pre-training seed (the unit
+    of replication of report/claims.py's C12: the points of one pre-training run are not independent)."""
     table: dict[str, Any] = {}
     for rec in runs.values():
         if rec["kind"] != "finetune" or rec["status"] not in ("completed", "cached"):
@@ -80,17 +81,20 @@ def _finetune_table(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
         if not accs:
             continue
         parent = _SEED.sub("", rec["parent"])
+        m = re.search(r"-s(\d+)$", rec["parent"])
         cell = table.setdefault(parent, {}).setdefault(rec["task"], {}).setdefault(
-            str(rec["parent_update"]), {"final": [], "per_epoch": []})
+            str(rec["parent_update"]), {"final": [], "per_epoch": [], "by_parent": {}})
         cell["final"].append(accs[-1])
         cell["per_epoch"].append(accs)
+        cell["by_parent"].setdefault(m[1] if m else "1", []).append(accs[-1])
     for parent in table.values():
         for task in parent.values():
             for update, cell in task.items():
                 stats = mean_ci95(cell["final"])
                 epochs = min(len(c) for c in cell["per_epoch"])
                 curve = [sum(c[i] for c in cell["per_epoch"]) / len(cell["per_epoch"]) for i in range(epochs)]
-                task[update] = {**stats, "seeds": cell["final"], "curve": curve}
+                by_parent = {k: sum(v) / len(v) for k, v in sorted(cell["by_parent"].items(), key=lambda kv: int(kv[0]))}
+                task[update] = {**stats, "seeds": cell["final"], "curve": curve, "parent_seeds": by_parent}
     return table
 
 
