@@ -160,3 +160,25 @@ def test_unigram_entropy_and_majority_share():
     assert masked_lm_unigram_loss(7.0, mask=1.0, random=0.0, keep=0.0) == 7.0
     with pytest.raises(ValueError):
         unigram_entropy([])
+
+
+def test_the_gates_tokens_are_the_validation_losss_tokens(small_translation):
+    """report/claims.py compares a run's validation NLL (summed over the batches' target tokens and divided by
+    their count, train/trainer.py evaluate) with the unigram loss of ``all_targets()``: the same tokens."""
+    from normlab.data import EOS, PAD
+    from normlab.metrics import unigram_entropy
+
+    valid = small_translation.splits["valid"]
+    targets = valid.all_targets()
+    plan = valid.epoch_batches(0, 1, 512, shuffle=False)
+    batches = [valid.collate(idx) for idx in plan]
+    assert sum(b.n_tokens for b in batches) == targets.size
+    seen = np.concatenate([b.tgt_out[b.tgt_out != PAD].numpy() for b in batches])
+    np.testing.assert_array_equal(np.sort(seen), np.sort(targets))
+    assert (targets == EOS).sum() == len(valid)
+    # the loss of the frequencies alone, computed by hand from the same tokens
+    train = small_translation.splits["train"].all_targets()
+    q = np.bincount(train, minlength=targets.max() + 1).astype(float)
+    q += 0.5 * ((q > 0) | (np.bincount(targets, minlength=q.size) > 0))
+    q /= q.sum()
+    torch.testing.assert_close(unigram_entropy(targets, train), float(-np.log(q[targets]).mean()))

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from normlab.assets import bundled_configs
+from normlab.config import Placement
 from normlab.data.corpora import VENDORED_FILES
 from tests.test_readme import README_INSTALL
 
@@ -100,7 +101,8 @@ def test_readme_install_as_a_package(tmp_path, capsys):
                          capture_output=True, text=True)  # fmt: skip
     assert out.returncode == 0 and out.stdout.startswith("MaskedLM: placement=post"), out.stderr
     out = subprocess.run([normlab, "train", "--help"], cwd=work, env=env, capture_output=True, text=True)
-    assert "\n  model.placement (post|pre|peri) = post\n" in out.stdout
+    placements = "|".join(p.value for p in Placement)
+    assert f"\n  model.placement ({placements}) = post\n" in out.stdout
 
     with capsys.disabled():
         print(f"\n{wheel.name}: {wheel.stat().st_size:,} bytes; total {time.perf_counter() - t_all:.0f} s: "
