@@ -148,6 +148,7 @@ def _fig5(bert: dict[str, dict[str, Any]], finetune: dict[str, Any], path: Path,
                         color="tab:orange" if "pre" in parent else "tab:blue")  # fmt: skip
         ax.set_xlabel("pre-training updates of the fine-tuned checkpoint")
         ax.set_ylabel("validation accuracy (%), mean and 95% CI over seeds")
+        ax.set_ylim(0, 100)  # an interval over few seeds can reach past the possible range
         ax.set_title(f"({chr(ord('a') + k)}) fine-tuning on {task}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
