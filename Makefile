@@ -30,7 +30,7 @@ install-ref: install
 test: install
 	$(PY) -m pytest -q
 
-# The main job: the decisive contrasts at the quick scale (~45 min estimated on 2 cores with native bf16; it prints
+# The main job: the decisive contrasts at the quick scale (~2 h estimated on 2 cores with native bf16; it prints
 # its own estimate from a probe of this machine first) and the report
 # reproduce/quick/report/index.html. Re-running it skips finished runs and resumes a killed one.
 reproduce: install
