@@ -231,7 +231,8 @@ SCALES: dict[str, Scale] = {
         seeds=3,
         description="every figure with the quick scale's gates and seeds: 6-6 at d=256 (FFN 512), 1,500 updates "
         "per translation run with a 500-update warm-up (the paper's shortest, standing for its 4,000) and lr kept "
-        "at lr_max, 2,000 BERT updates, 3 seeds; hours on a 2-core CPU with native bf16 (see FULL_BUDGET)",
+        "at lr_max, 2,000 BERT updates, 3 seeds; about a day on a 2-core CPU with native bf16 (see FULL_BUDGET), "
+        "hours on a GPU",
     ),  # fmt: skip
     "paper": Scale(
         name="paper",
