@@ -140,3 +140,21 @@ def test_a_failing_run_is_recorded_and_the_grid_goes_on(tmp_path):
     outcomes = run_grid(specs, tmp_path / "grid", jobs=1, threads=1, say=lambda line: None)
     assert outcomes[specs[0].name].status == "failed" and "no-such-corpus" in outcomes[specs[0].name].error
     assert outcomes[specs[1].name].status == "completed"
+
+
+def test_the_wall_time_estimate():
+    """budget.estimate: a probe of the grid's first translation run, times its updates, over the jobs; the
+    matmul rates measured beside it; no estimate (and says so) when there is no translation run to probe."""
+    from normlab.experiments.budget import estimate
+
+    smoke = get_scale("smoke")
+    ctx = Context(translation_updates_per_epoch=9, finetune_updates_per_epoch={"paraphrase": 4, "wic": 4})
+    e = estimate(fig6_small_lr(smoke, ctx), ctx, jobs=2, threads=1)
+    assert e.updates == 3 * smoke.translation.epochs * 9 and e.seconds_per_update > 0 and e.seconds > 0
+    assert e.fp32_gflops > 0 and e.text().startswith("estimate: 54 updates x")
+    if not e.native_bf16:  # this machine: the warning names both measured rates
+        assert "no native bf16" in e.warning and "GFLOP/s" in e.warning
+    from normlab.experiments.figures import fig5_bert
+
+    bert_only = estimate(fig5_bert(smoke, ctx), ctx, jobs=1, threads=1)
+    assert bert_only.text().startswith("estimate: not available")

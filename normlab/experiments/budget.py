@@ -87,6 +87,10 @@ class Estimate:
     warning: str = ""
 
     def text(self) -> str:
+        if not self.seconds_per_update:  # no translation run to probe (e.g. --figures fig5)
+            return (f"estimate: not available (the probe times a translation model); matmul fp32 "
+                    f"{self.fp32_gflops:.0f} GFLOP/s, bf16 {self.bf16_gflops:.0f} GFLOP/s"
+                    + (f"\nWARNING: {self.warning}" if self.warning else ""))
         line = (f"estimate: {self.updates:,} updates x {self.seconds_per_update:.2f} s (probe) / {self.jobs} job(s) "
                 f"+ validation = ~{self.seconds / 60:.0f} min on this machine (matmul fp32 {self.fp32_gflops:.0f} "
                 f"GFLOP/s, bf16 {self.bf16_gflops:.0f} GFLOP/s)")  # fmt: skip
@@ -126,7 +130,7 @@ def estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int,
         bf16 = matmul_peak_flops(torch.bfloat16, device, n=1024, budget_s=0.3) / 1e9
     finally:
         torch.set_num_threads(before)
-    per_update = probe_update_seconds(ref, threads=threads) if ref.model.decoder_layers else 0.0
+    per_update = probe_update_seconds(ref, threads=threads) if trans else 0.0
     updates = 0
     work = 0.0  # in probed updates
     for s in specs:
@@ -146,7 +150,7 @@ def estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int,
     if device.type == "cpu" and not native:
         warning = (f"this CPU has no native bf16 (no AMX or AVX-512 BF16): bf16 matmuls run at {bf16:.1f} GFLOP/s "
                    f"against {fp32:.0f} in fp32, so training runs in fp32. ")  # fmt: skip
-        if budget_minutes:
+        if budget_minutes and per_update:
             warning += (f"The scale's budget of {budget_minutes:g} minutes assumes a CPU with native bf16 (e.g. a "
                         f"Xeon with AMX: ~2,000 GFLOP/s bf16); here it takes ~{seconds / 60:.0f} minutes.")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
