@@ -10,6 +10,7 @@ compared without running anything.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Literal
 
 from normlab.config import DataConfig, ModelConfig, OptimConfig, ScheduleConfig, TrainConfig
@@ -292,6 +293,15 @@ def _selected(scale: Scale, spec: RunSpec) -> bool:
     """Whether the scale runs this run of the paper (``runs`` of its translation / mlm section; () = all)."""
     chosen = scale.translation.runs if spec.kind == "translation" else scale.mlm.runs
     return not chosen or spec.name in chosen
+
+
+_SEEDED = re.compile(r"^(?P<base>.+)-s(?P<seed>\d+)$")
+
+
+def split_seed(name: str) -> tuple[str, int | None]:
+    """``NAME-sK`` -> (``NAME``, K), the inverse of :func:`with_seeds`' naming; a name without it -> (name, None)."""
+    m = _SEEDED.match(name)
+    return (m["base"], int(m["seed"])) if m else (name, None)
 
 
 def with_seeds(spec: RunSpec, seeds: int) -> list[RunSpec]:

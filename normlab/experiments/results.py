@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from typing import Any
 
-from normlab.experiments.figures import RunSpec
+from normlab.experiments.figures import RunSpec, split_seed
 from normlab.experiments.grid import RunOutcome
 from normlab.rundir import RunDir
 
-__all__ = ["run_record", "collect", "mean_ci95", "seed_curves"]
+__all__ = ["run_record", "collect", "mean_ci95", "seed_curves", "group_runs"]
 
-_SEED = re.compile(r"-s\d+$")
 _TRAIN_POINTS = 200  # training-loss points kept per run (evenly spaced) for the plots
 
 
@@ -80,13 +78,12 @@ def _finetune_table(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
         accs = [e["accuracy"] for e in rec["evals"] if e.get("accuracy") is not None]
         if not accs:
             continue
-        parent = _SEED.sub("", rec["parent"])
-        m = re.search(r"-s(\d+)$", rec["parent"])
+        parent, parent_seed = split_seed(rec["parent"])
         cell = table.setdefault(parent, {}).setdefault(rec["task"], {}).setdefault(
             str(rec["parent_update"]), {"final": [], "per_epoch": [], "by_parent": {}})
         cell["final"].append(accs[-1])
         cell["per_epoch"].append(accs)
-        cell["by_parent"].setdefault(m[1] if m else "1", []).append(accs[-1])
+        cell["by_parent"].setdefault(str(parent_seed or 1), []).append(accs[-1])
     for parent in table.values():
         for task in parent.values():
             for update, cell in task.items():
@@ -116,15 +113,24 @@ def seed_curves(members: list[dict[str, Any]], key: str = "nll") -> dict[str, An
     return {"curve": curve, "finals": finals, "seeds": len(done), "diverged": sum(r.get("status") == "diverged" for r in done)}
 
 
+def group_runs(runs: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The runs of ``results["runs"]`` by seed group (a run's ``group`` field, else its name less ``-sK``), in
+    seed order; fine-tuning runs are left out (the fine-tuning table holds their seed statistics)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for name, run in runs.items():
+        if run.get("kind") == "finetune":
+            continue
+        groups.setdefault(run.get("group") or split_seed(name)[0], []).append(dict(run, name=run.get("name", name)))
+    for members in groups.values():
+        members.sort(key=lambda r: split_seed(r["name"])[1] or 0)
+    return groups
+
+
 def _groups(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """groups[GROUP] = the seeds of one run of the paper: members, label, figures, and the seed-mean curves of
     the validation loss and (where measured) BLEU."""
-    members: dict[str, list[dict[str, Any]]] = {}
-    for rec in runs.values():
-        if rec["kind"] != "finetune":
-            members.setdefault(rec.get("group", rec["name"]), []).append(rec)
     out = {}
-    for group, recs in members.items():
+    for group, recs in group_runs(runs).items():
         out[group] = {"runs": [r["name"] for r in recs], "label": recs[0]["label"], "figures": recs[0]["figures"],
                       "kind": recs[0]["kind"], "nll": seed_curves(recs, "nll"), "bleu": seed_curves(recs, "bleu")}
     return out

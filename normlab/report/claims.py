@@ -56,9 +56,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from normlab.experiments.results import group_runs
 
 __all__ = [
     "Claim", "CLAIMS", "evaluate_claims", "HOLDS", "FAILS", "INCONCLUSIVE", "NOT_RUN", "VERDICTS", "FAR_WORSE",
@@ -117,23 +118,7 @@ def _guard(fn: Callable[[dict[str, Any]], Verdict]) -> Callable[[dict[str, Any]]
 # ------------------------------------------------------------------------------------------------------------
 # seeds: runs named BASE-sK form the group BASE
 
-_SEED = re.compile(r"^(?P<base>.+)-s(?P<seed>\d+)$")
 _FINISHED = ("completed", "cached", "diverged")
-
-
-def group_runs(runs: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """The runs of ``results["runs"]`` by seed group (a run's ``group`` field, else its name less ``-sK``), in
-    seed order; fine-tuning runs are left out (results["finetune"] holds their seed statistics)."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for name, run in runs.items():
-        if run.get("kind") == "finetune":
-            continue
-        m = _SEED.match(name)
-        base = run.get("group") or (m["base"] if m else name)
-        groups.setdefault(base, []).append(dict(run, name=run.get("name", name)))
-    for members in groups.values():
-        members.sort(key=lambda r: int(m["seed"]) if (m := _SEED.match(r["name"])) else 0)
-    return groups
 
 
 @dataclasses.dataclass
