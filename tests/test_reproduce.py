@@ -55,8 +55,12 @@ def test_smoke_reproduce_writes_the_report(tmp_path, data_cache):
     assert {"fig2", "fig4", "fig6"} <= {f for r in results["runs"].values() for f in r["figures"]}
     page = (out / "report" / "index.html").read_text()
     for section in ("Claims", "Gates", "inconclusive", "How the paper", "Figure 2", "Figure 3", "Figure 4", "Figure 5",
-                    "Figure 6", "Runs"):
+                    "Figure 6", "Beyond the paper", "Runs"):
         assert section in page, section
+    # the width sweep is not in the smoke scale's default figures: the section says how to add it
+    assert results["width_sweep"] == {"ran": False, "preset": "smoke", "runs": 24,
+                                      "description": results["width_sweep"]["description"]}
+    assert "not run at this scale. `normlab reproduce --figures" in page
     assert page.count("data:image/png;base64,") >= 5  # self-contained: the figures are inside the page
     md = (out / "report" / "REPORT.md").read_text()
     assert all(f"| {i} |" in md for i in claims) and "## Runs" in md
@@ -72,6 +76,37 @@ def test_smoke_reproduce_writes_the_report(tmp_path, data_cache):
     assert json.loads((out / "report" / "results.json").read_text())["meta"]["outcomes"]["cached"] == len(
         results["runs"]
     )
+
+
+def test_width_figure_runs_the_sweep_into_the_report(tmp_path, data_cache, monkeypatch):
+    """``--figures width`` (beyond the paper) runs the scale's sweep preset into OUT/width and the report gains its
+    section: the frontier table, the width law, diagnose beside the sweep, and the two figures. A smaller preset
+    than the smoke sweep keeps it to a few seconds (8 runs)."""
+    import dataclasses
+
+    from normlab.experiments import sweep
+    from normlab.experiments.reproduce import reproduce
+    from normlab.report.sweep import BEYOND_TITLE
+
+    small = dataclasses.replace(sweep.SWEEP_SCALES["smoke"], schemes=("post",), lr_min=1e-2)
+    monkeypatch.setitem(sweep.SWEEP_SCALES, "smoke", small)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "repro"
+    results = reproduce("smoke", out, figures=("width",), jobs=2, threads=1, probe=False)
+    w = results["width_sweep"]
+    assert w["ran"] and w["config"]["schemes"] == ["post"] and "cells" not in w
+    assert len(json.loads((out / "width" / "report" / "sweep.json").read_text())["cells"]) == 8
+    assert {(r["warmup"], r["width"]) for r in w["frontier"]} == {(a, b) for a in ("none", "paper") for b in (16, 32)}
+    assert w["diagnose"]["table"] and len(w["width_law"]) == 2
+    assert all(c["verdict"] == "not run at this scale" for c in results["claims"])  # no paper figure was asked for
+    report = out / "report"
+    md = (report / "REPORT.md").read_text()
+    assert f"## {BEYOND_TITLE}" in md and "### Maximum stable learning rate and LR sensitivity" in md
+    assert "| post | none |" in md and "One seed per cell" in md and "diagnose agrees with the sweep" in md
+    for png in ("width_loss_vs_lr.png", "width_frontier.png"):
+        assert (report / png).stat().st_size > 1000 and f"]({png})" in md
+    page = (report / "index.html").read_text()
+    assert BEYOND_TITLE in page and "diagnose held against the sweep" in page and "notrun" not in page.split(BEYOND_TITLE)[1].split("<h2>")[0]
 
 
 def test_figure_subset_on_a_users_own_files(tmp_path, small_corpora):

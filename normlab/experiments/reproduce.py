@@ -37,7 +37,9 @@ from normlab.report.plots import plot_all
 
 __all__ = ["reproduce", "add_arguments", "run", "make_context"]
 
-ALL_FIGURES = ("fig2", "fig3", "fig4", "fig5", "fig6")
+ALL_FIGURES = ("fig2", "fig3", "fig4", "fig5", "fig6", "width")
+"""The paper's figures, and ``width``: beyond the paper, the stability sweep across widths (scales.py)."""
+NOT_TRAINED_HERE = ("fig3", "width")  # fig3: the analysis process; width: its own sweep grid (sweep.py)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -198,12 +200,12 @@ def reproduce(
     threads = threads or max(1, cores // jobs)
     _say(f"normlab reproduce --scale {scale.name} -> {out} ({jobs} job(s) x {threads} thread(s))")
     # The analysis needs no data: it starts first and overlaps the tokenizer training as well as the grid.
-    alone = all(f == "fig3" for f in figures)
+    alone = set(figures) <= {"fig3"}
     analysis_job = (_Analysis(scale, out, threads=cores if alone else 1, device=device)
                     if "fig3" in figures else None)  # fmt: skip
     try:
         ctx = make_context(scale, figures, corpus=corpus, device=device, precision=precision)
-        specs = all_runs(scale, ctx, tuple(f for f in figures if f != "fig3"))
+        specs = all_runs(scale, ctx, tuple(f for f in figures if f not in NOT_TRAINED_HERE))
         todo = [s for s in specs if run_status(out / "runs" / s.name) not in FINISHED]
         if probe and todo:
             from normlab.experiments.budget import estimate
@@ -213,6 +215,9 @@ def reproduce(
             _say(estimate(todo, ctx, jobs=jobs, threads=threads, budget_minutes=budget).text())
         base = baselines(scale, ctx, figures)
         outcomes = run_grid(specs, out, jobs=jobs, threads=threads, launcher=launcher, nproc=nproc, say=_say)
+        # After the paper's runs, so that a stopped job has decided the paper's claims first.
+        width = _width_sweep(scale, out, jobs=jobs, threads=threads, corpus=corpus, device=device,
+                             precision=precision, probe=probe) if "width" in figures else None  # fmt: skip
     except BaseException:  # a bad corpus, Ctrl-C: the analysis must not run on as an orphan
         if analysis_job:
             analysis_job.stop()
@@ -225,9 +230,14 @@ def reproduce(
         results["analysis_summary"] = analysis_text
     results["mappings"] = [m.__dict__ for m in mappings(scale, ctx)]
     results["claims"] = evaluate_claims(results)
+    results["width_sweep"] = _width_summary(scale, width)
     report = out / "report"
     images = plot_all(results, report)
     report.mkdir(parents=True, exist_ok=True)
+    if width is not None:  # the sweep's two figures beside the others, so that the report folder stands alone
+        for key in ("loss_vs_lr", "frontier"):
+            images[f"width_{key}"] = Path(shutil.copyfile(out / "width" / "report" / f"{key}.png",
+                                                          report / f"width_{key}.png"))  # fmt: skip
     for key, png in analysis_images.items():  # beside the other figures, so that the report folder stands alone
         images[key] = Path(shutil.copyfile(png, report / f"{key}.png"))
     wall = time.perf_counter() - t0
@@ -258,6 +268,26 @@ def reproduce(
     for c in results["claims"]:
         _say(f"  {c['id']:>4} {c['verdict']:<22} {c['claim']}")
     return results
+
+
+def _width_sweep(scale: Scale, out: Path, **kw: Any) -> dict[str, Any]:
+    """The ``width`` figure: ``normlab sweep`` at the scale's preset into OUT/width (its own report there too)."""
+    from normlab.experiments.sweep import run_sweep, sweep_scale
+
+    _say(f"width (beyond the paper): the {scale.sweep!r} stability sweep -> {out / 'width'}")
+    return run_sweep(sweep_scale(scale.sweep), out / "width", say=_say, **kw)
+
+
+def _width_summary(scale: Scale, width: dict[str, Any] | None) -> dict[str, Any]:
+    """What the report shows of the sweep: its result without the per-run cells (they are in OUT/width/report/
+    sweep.json), or, when it was not run, what running it would take."""
+    from normlab.experiments.sweep import sweep_scale
+
+    if width is not None:
+        return {"ran": True, **{k: v for k, v in width.items() if k != "cells"}}
+    cfg = sweep_scale(scale.sweep)
+    runs = len(cfg.schemes) * len(cfg.warmups) * len(cfg.widths) * len(cfg.lrs) * cfg.seeds
+    return {"ran": False, "preset": scale.sweep, "runs": runs, "description": cfg.description}
 
 
 def _prior_wall(path: Path) -> float:

@@ -4,7 +4,12 @@
   ``inconclusive`` there (the gate of report/claims.py), never ``holds`` or ``does not hold``.
 * ``quick``: the README's main job (see QUICK_BUDGET below): the two decisive contrasts, C7 and C9, at a width
   where the effect lives, with 3 seeds each. Everything else is ``not run at this scale``.
-* ``full``: every figure, with the same gates and seeds (see FULL_BUDGET).
+* ``full``: every figure, with the same gates and seeds (see FULL_BUDGET), and ``width``.
+* ``width`` (a figure name, beyond the paper): the stability sweep of ``normlab sweep`` (experiments/sweep.py)
+  at the scale's preset (``Scale.sweep``): the maximum stable learning rate of each scheme with and without
+  warm-up across widths, i.e. whether the need for warm-up grows with d as Theorem 1 says. ``full`` and
+  ``paper`` run it by default; ``quick`` does not (its 126 short runs would add ~30 minutes with native bf16 to
+  a job already over its budget), and the report says how to add it (``--figures fig2,fig3,fig4,width``).
 * ``paper``: the paper's own settings (Appendix A.1: 6-6, d=512, FFN 1024, 4 heads, 10k joint BPE, 4,096
   tokens per batch, beam 5, length penalty 1.2), for GPUs and the user's own IWSLT14 files.
 
@@ -179,7 +184,9 @@ class Scale(Strict):
     mlm: MLMScale = field(default_factory=MLMScale, help="Figure 5(a)")
     finetune: FinetuneScale = field(default_factory=FinetuneScale, help="Figure 5(b, c)")
     analysis: Literal["smoke", "quick", "paper"] = field("paper", help="the `normlab analyze` scale (Figure 3)")
-    figures: tuple[str, ...] = field(("fig2", "fig3", "fig4", "fig5", "fig6"), help="the figures run by default")
+    figures: tuple[str, ...] = field(("fig2", "fig3", "fig4", "fig5", "fig6"), help="the figures run by default "
+                                     "(`width`, beyond the paper, is the stability sweep across widths)")
+    sweep: str = field("full", help="the `normlab sweep` preset (experiments/sweep.py) that the `width` figure runs")
     seeds: int = field(1, help="training seeds per translation/pre-training run (named RUN-s1, RUN-s2, ...)")
     description: str = field("", help="what the scale is for, in the report")
 
@@ -195,6 +202,7 @@ SCALES: dict[str, Scale] = {
         finetune=FinetuneScale(tasks=("paraphrase", "wic"), checkpoints=2, seeds=1, epochs=1, lr=1e-4,
                                batch_sentences=16, train_subset=64, valid_subset=32),
         analysis="smoke",
+        sweep="smoke",
         seeds=2,
         description="seconds, for the tests: checks that every part of the pipeline runs, two seeds included; its "
         "models learn nothing, so every training claim is inconclusive",
@@ -212,6 +220,7 @@ SCALES: dict[str, Scale] = {
                                batch_sentences=32, train_subset=2000, valid_subset=500),
         analysis="quick",
         figures=("fig2", "fig3", "fig4"),
+        sweep="quick",
         seeds=3,
         description="the README's main job: the decisive contrasts C7 (Post-LN with vs without warm-up, Adam 5e-4) "
         "and C9 (Pre-LN without warm-up vs Post-LN with), 3 seeds each, at the paper's depth 6-6 and d=256 "
@@ -228,15 +237,19 @@ SCALES: dict[str, Scale] = {
         finetune=FinetuneScale(tasks=("paraphrase", "wic"), checkpoints=4, seeds=2, epochs=3, lr=5e-5,
                                batch_sentences=32, train_subset=8000, valid_subset=1000),
         analysis="paper",
+        figures=("fig2", "fig3", "fig4", "fig5", "fig6", "width"),
+        sweep="quick",
         seeds=3,
         description="every figure with the quick scale's gates and seeds: 6-6 at d=256 (FFN 512), 1,500 updates "
         "per translation run with a 500-update warm-up (the paper's shortest, standing for its 4,000) and lr kept "
-        "at lr_max, 2,000 BERT updates, 3 seeds; about a day on a 2-core CPU with native bf16 (see FULL_BUDGET), "
+        "at lr_max, 2,000 BERT updates, 3 seeds; the quick stability sweep across widths 64-256 (beyond the paper); about a day on a 2-core CPU with native bf16 (see FULL_BUDGET), "
         "hours on a GPU",
     ),  # fmt: skip
     "paper": Scale(
         name="paper",
         analysis="paper",
+        figures=("fig2", "fig3", "fig4", "fig5", "fig6", "width"),
+        sweep="full",
         seeds=3,
         description="the paper's settings (Appendix A.1, A.2, A.3), for GPUs: 6-6, d=512, FFN 1024, 4 heads, 10k "
         "joint BPE, 4,096 tokens per batch, beam 5, length penalty 1.2; BERT-base for Figure 5; 3 seeds",

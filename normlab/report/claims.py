@@ -715,7 +715,8 @@ def c12_finetune(results: dict[str, Any]) -> Verdict:
 
 
 _GATE = f"decided only if the reference runs end >= {LEARN_MARGIN:g} nats below the unigram loss (seed mean)"
-_NOISE = f"effects are relative gaps of seed means, counted beyond {NOISE_SE:g} standard errors"
+_NOISE = (f"effects are relative gaps of seed means, counted beyond their 95% Welch t interval (never narrower "
+          f"than {NOISE_SE:g} standard errors)")
 
 CLAIMS: list[Claim] = [
     Claim("C1", "Post-LN: E||x^{post,5}_l||^2 = 3d/2 at every layer at initialisation", "Lemma 2", c1_lemma2_post,

@@ -77,7 +77,8 @@ def baseline_lines(results: dict[str, Any]) -> list[str]:
         out.append(f"fine-tuning {task}: majority class {100 * b['majority']:.1f}% of {b['examples']:,} validation "
                    "pairs; the reference must beat it beyond its 95% interval")
     if out:
-        out.append(f"an effect counts only beyond {NOISE_SE:g} standard errors of the difference of seed means")
+        out.append("an effect counts only beyond the 95% interval of the difference of seed means (Welch's t, "
+                   f"never narrower than {NOISE_SE:g} standard errors)")
     return out
 
 
@@ -115,7 +116,7 @@ def write_html(results: dict[str, Any], images: dict[str, Path], path: Path) -> 
         "runs learned the task, the seeds measured the noise) and saw it, or saw its absence or reverse. "
         "<b>inconclusive</b>: it could not decide, and the evidence says why.</p>",
         "<h2>Claims</h2><table><tr><th>id</th><th>claim (paper)</th><th>verdict</th><th>gate: did the reference "
-        "learn?</th><th>effect (± 2 s.e.)</th><th>evidence</th><th>rule</th></tr>",
+        "learn?</th><th>effect (95% interval)</th><th>evidence</th><th>rule</th></tr>",
     ]
     for c in claims:
         parts.append(
@@ -149,6 +150,19 @@ def write_html(results: dict[str, Any], images: dict[str, Path], path: Path) -> 
             parts.append(_img(images[k]))
         if fig == "fig3" and results.get("analysis_summary"):
             parts.append(f"<pre class='small'>{_e(results['analysis_summary'])}</pre>")
+    from normlab.report.sweep import beyond_the_paper  # report/sweep.py imports this module
+
+    beyond = beyond_the_paper(results.get("width_sweep"))
+    parts.append(f"<h2>{_e(beyond['title'])}</h2>")
+    opening = "<p>" if beyond["tables"] else "<p class='notrun'>"
+    parts.append("".join(f"{opening}{_e(x)}</p>" for x in beyond["sentences"]))
+    for title, head, rows in beyond["tables"]:
+        parts.append(f"<h3>{_e(title)}</h3><table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
+                     + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
+                     + "</table>")  # fmt: skip
+    for k in ("width_loss_vs_lr", "width_frontier"):
+        if k in images:
+            parts.append(_img(images[k]))
     parts.append("<h2>Runs</h2><table><tr>" + "".join(f"<th>{_e(c)}</th>" for c in RUN_COLUMNS) + "</tr>")
     for r in results.get("runs", {}).values():
         cells = [_e(c) for c in run_cells(r)]

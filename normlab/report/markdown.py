@@ -33,7 +33,7 @@ def write_markdown(results: dict[str, Any], images: dict[str, Path], path: Path)
         "",
         counts_sentence(claims),
         "",
-        "| id | claim (paper) | verdict | gate: did the reference learn? | effect (± 2 s.e.) |",
+        "| id | claim (paper) | verdict | gate: did the reference learn? | effect (95% interval) |",
         "|---|---|---|---|---|",
     ]
     lines += [f"| {c['id']} | {_cell(c['claim'])} ({_cell(c['source'])}) | **{c['verdict']}** | "
@@ -44,6 +44,13 @@ def write_markdown(results: dict[str, Any], images: dict[str, Path], path: Path)
     lines += [f"- **{c['id']}** ({c['verdict']}): {c['evidence']}" for c in claims]
     lines += ["", "Rules (normlab/report/claims.py):", ""]
     lines += [f"- {c['id']}: {c['rule']}" for c in claims]
+    from normlab.report.sweep import beyond_the_paper
+
+    beyond = beyond_the_paper(results.get("width_sweep"))
+    lines += ["", f"## {beyond['title']}", ""] + [_cell(x) + "\n" for x in beyond["sentences"]]
+    for title, head, rows in beyond["tables"]:
+        lines += [f"### {title}", "", "| " + " | ".join(map(_cell, head)) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(map(_cell, row)) + " |" for row in rows] + [""]
     lines += ["", "## Runs", "", "| " + " | ".join(RUN_COLUMNS) + " |", "|" + "---|" * len(RUN_COLUMNS)]
     for r in results.get("runs", {}).values():
         lines.append("| " + " | ".join(_cell(c) for c in [r["name"], *run_cells(r)]) + " |")

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from normlab.report.html import _CSS, _e, _img, format_number  # noqa: E402
 
-__all__ = ["write_sweep_report", "plot_loss_vs_lr", "plot_frontier"]
+__all__ = ["write_sweep_report", "plot_loss_vs_lr", "plot_frontier", "beyond_the_paper"]
 
 _COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive",
            "tab:cyan", "tab:gray"]  # fmt: skip
@@ -266,3 +266,70 @@ def _write_markdown(result: dict[str, Any], images: dict[str, Path], rules: list
         lines.append(f"- [{k}]({Path(rel).as_posix()})")
     lines += ["", "## Runs", ""] + _md_table(*_cell_rows(result))
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+# -------------------------------------------------------------------------------------------------------------
+# the reproduce report's "beyond the paper" section (report/html.py and report/markdown.py render it)
+
+BEYOND_TITLE = "Beyond the paper: does the need for warm-up grow with width, as Theorem 1 says?"
+
+
+def _widths_text(widths: list[int]) -> str:
+    return ", ".join(f"d={w}" for w in widths) or "none"
+
+
+def beyond_the_paper(summary: dict[str, Any] | None) -> dict[str, Any]:
+    """The section from results.json's ``width_sweep`` (reproduce.py: the sweep's result without its cells):
+    sentences that read the sweep, and its tables, shared by index.html and REPORT.md. No verdict: the sweep's
+    preset runs one seed per cell unless told otherwise, and a frontier one grid step apart is within that
+    noise; the sentences say what the grid shows and how far it can be trusted."""
+    if not summary or not summary.get("ran"):
+        if not summary:
+            return {"title": BEYOND_TITLE, "sentences": ["not run (this report predates the width sweep)"], "tables": []}
+        return {"title": BEYOND_TITLE, "tables": [], "sentences": [
+            f"not run at this scale. `normlab reproduce --figures <the scale's figures>,width` adds it: the "
+            f"{summary['preset']!r} stability sweep, {summary['runs']} short runs ({summary['description']}); "
+            f"`normlab sweep --scale {summary['preset']}` runs it alone."]}  # fmt: skip
+    result = summary
+    cfg = result["config"]
+    sentences = [_meta_line(result),
+                 f"Each cell is {cfg['updates']} updates of {cfg['max_tokens']:,} tokens at {cfg['layers']}-"
+                 f"{cfg['layers']} layers (FFN = {cfg['ffn_ratio']} d, {cfg['n_heads']} heads), learning rates "
+                 f"{_lr(result['lrs'][0])}..{_lr(result['lrs'][-1])} ({cfg['per_decade']} per decade), with no warm-up "
+                 f"or a warm-up of {result['warmup_updates']} updates (the paper's share of its run), lr_max kept "
+                 "after it."]  # fmt: skip
+    truth = result.get("warmup_truth") or []
+    for scheme in cfg["schemes"]:
+        rows = [t for t in truth if t["scheme"] == scheme]
+        need = [t["width"] for t in rows if t["warmup_needed"] is True]
+        free = [t["width"] for t in rows if t["warmup_needed"] is False]
+        open_ = [t["width"] for t in rows if t["warmup_needed"] is None]
+        parts = []
+        if need:
+            parts.append(f"warm-up needed (the no-warm-up frontier falls below the warm-up one) at {_widths_text(need)}")
+        if free:
+            parts.append(f"not needed at {_widths_text(free)}")
+        if open_:
+            parts.append(f"undecided at {_widths_text(open_)} (neither arm trained, or both frontiers are the top of "
+                         "the grid)")  # fmt: skip
+        sentences.append(f"{scheme}: " + "; ".join(parts or ["no width was run with both arms"]) + ".")
+    for s in result.get("width_law", []):
+        if s["measured"] is None or set(s["censored"]) >= set(s["widths"]):
+            continue  # fewer than two frontiers, or only lower bounds: no slope to read
+        text = (f"{s['scheme']}, {'no warm-up' if s['warmup'] == 'none' else 'warm-up'}: log-log slope of the "
+                f"maximum stable learning rate against width {s['measured']:.2f} over {_widths_text(s['widths'])} "
+                f"(Theorem 1 predicts {s['predicted_post_ln']:.2f} for Post-LN")
+        if s["censored"]:
+            text += f"; at {_widths_text(s['censored'])} the frontier is the top of the grid, a lower bound"
+        sentences.append(text + ").")
+    if cfg.get("seeds", 1) < 2:
+        step = 10 ** (1 / cfg["per_decade"])
+        sentences.append(f"One seed per cell: a frontier can move by one grid step (x{step:.2f}) from seed noise "
+                         "alone, so a slope from a few widths is a reading, not a test (`normlab sweep --set "
+                         "seeds=3` measures the spread).")  # fmt: skip
+    sentences.append(_diagnose_sentence(result))
+    tables = [(title, *fn(result)) for title, fn in _SECTIONS]
+    diag = _diagnose_rows(result)
+    if diag:
+        tables.append(("diagnose held against the sweep", *diag))
+    return {"title": BEYOND_TITLE, "sentences": sentences, "tables": tables}
