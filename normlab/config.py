@@ -470,6 +470,12 @@ class Placement(enum.StrEnum):
       "The Curse of Depth", LayerNorm Scaling).
     * ``output``: N on the branch output only, plus a final N (OLMo 2, Team OLMo 2024): h <- h + N(F(h)).
     * ``rezero``: no norm; h <- h + a F(h) with a learned scalar a = 0 at init (Bachlechner et al. 2020).
+    * ``admin``: Post-LN with a learned per-channel weight on the residual, h <- N(omega * h + F(h)), omega set
+      by a profiling pass on a batch before the first update (Liu et al. 2020, "Admin"; ``admin_profile``).
+    * ``b2t``: Post-LN plus, in each layer, the layer's input added before its last norm, bypassing the
+      others, and every projection scaled by 1/sqrt(L) at init (Takase et al. 2023, "B2T connection").
+    * ``resi_dual``: a Post-LN stream x_a and a second stream x_d that sums the branch outputs; the stack's
+      output is x_a + N(x_d) (Xie et al. 2023, "ResiDual").
     """
 
     POST = "post"
@@ -481,6 +487,9 @@ class Placement(enum.StrEnum):
     LNS = "lns"
     OUTPUT = "output"
     REZERO = "rezero"
+    ADMIN = "admin"
+    B2T = "b2t"
+    RESI_DUAL = "resi_dual"
 
 
 NORMS = ("layernorm", "rmsnorm", "dyt", "none")

@@ -90,6 +90,10 @@ _NO_PLACE = {
     Placement.LNS: "a LayerNorm on each branch input scaled by 1/sqrt(l), and a final LayerNorm",
     Placement.OUTPUT: "a LayerNorm on each branch output and a final LayerNorm, with no LayerNorm after the add",
     Placement.REZERO: "ReZero's learned scalar on each branch, nor for a layer without a LayerNorm after the add",
+    Placement.ADMIN: "Admin's learned residual weight omega of LN(omega*x + F(x)) (a per-channel vector, not "
+    "foldable into BERT's weights)",
+    Placement.B2T: "B2T's connection adding each layer's input before its last LayerNorm",
+    Placement.RESI_DUAL: "ResiDual's second residual stream and its final LayerNorm (output x + LN(x_d))",
 }
 
 

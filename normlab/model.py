@@ -9,10 +9,14 @@ every placement::
 Post-LN fills ``norm_add`` (Table 1, left); Pre-LN fills ``norm_in`` and puts a final LayerNorm after the
 stack (Table 1, right, "Final LayerNorm"); Peri-LN fills ``norm_in`` and ``norm_out`` and has the final
 LayerNorm too. An unfilled slot is ``nn.Identity`` and owns no parameters. The other schemes of the
-literature (DeepNorm, Sub-LN, Mix-LN, LayerNorm Scaling, OLMo 2's output norm, ReZero) are rows of the same
-table with a few more factors (a weight on the residual, a gain on the branch, a norm inside the branch),
-resolved per layer by :func:`plan_layer`; the norm function itself (LayerNorm, RMSNorm, DyT, none) is the
-second switch, ``ModelConfig.norm`` (:func:`make_norm`), and ``qk_norm`` puts it on queries and keys.
+literature (DeepNorm, Sub-LN, Mix-LN, LayerNorm Scaling, OLMo 2's output norm, ReZero, Admin) are rows of the
+same table with a few more factors (a weight on the residual, a gain on the branch, a norm inside the branch),
+resolved per layer by :func:`plan_layer`. B2T and ResiDual need a second tensor beside the residual stream (the
+layer's input; the sum of the branch outputs): every sub-layer carries it, ``(x, z) -> (out, z')``, and the row
+says how it is updated and where it is added (:class:`StreamRule`), so ``forward`` stays one line for them too.
+The norm function itself (LayerNorm, RMSNorm, DyT, none) is the second switch, ``ModelConfig.norm``
+(:func:`make_norm`), and ``qk_norm`` puts it on queries and keys. Admin's omega is set by a profiling pass on a
+batch (:func:`admin_profile`, run by :func:`profile_init` where training and the analyses start).
 
 Encoder and decoder are one :class:`TransformerStack` with ``causal`` and ``cross_attention`` switches.
 Parameter names are stable and readable (``decoder.layers.5.ffn.w2.weight``) so analyses select by name.
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
@@ -56,6 +61,10 @@ __all__ = [
     "make_norm",
     "DyT",
     "NORM_TYPES",
+    "Omega",
+    "StreamRule",
+    "admin_profile",
+    "profile_init",
 ]
 
 
@@ -64,8 +73,9 @@ class NormSlots:
     """One normalisation scheme: which norms a sub-layer and a stack have, and how the residual is wired.
 
     A sub-layer computes, for every scheme, ``out = norm_add(skip * x + gain * norm_out(F(scale_in *
-    norm_in(x))))``; each field below switches one factor of that line on (an unfilled norm is
-    ``nn.Identity`` and owns no parameters, an unused factor is not multiplied at all).
+    norm_in(x))) [+ z])`` and passes a second stream ``z`` on; each field below switches one factor of that
+    line on (an unfilled norm is ``nn.Identity`` and owns no parameters, an unused factor is not multiplied at
+    all, and a scheme without ``stream`` carries ``z = None``).
     """
 
     branch_in: bool  # N on the branch input: F(N(x)) (Pre-LN, Peri-LN)
@@ -73,11 +83,14 @@ class NormSlots:
     after_add: bool  # N after the residual add: N(x + F(x)) (Post-LN)
     final: bool  # N after the last layer of a stack (Pre-LN's "Final LayerNorm", Table 1)
     inner: bool = False  # Sub-LN: N before the attention output projection and before the FFN's W^2
-    skip: Literal["one", "deepnorm"] = "one"  # weight on the residual x: 1, or DeepNorm's alpha
+    skip: Literal["one", "deepnorm", "admin"] = "one"  # weight on x: 1, DeepNorm's alpha, Admin's learned omega
     gain: Literal["none", "rezero"] = "none"  # learned scalar on the branch output, 0 at init (ReZero)
     scale_in: Literal["none", "lns"] = "none"  # constant on the branch input: 1/sqrt(l) (LayerNorm Scaling)
-    init: Literal["xavier", "deepnorm", "subln"] = "xavier"  # value/output/FFN projections x beta or gamma
+    init: Literal["xavier", "deepnorm", "subln", "b2t"] = "xavier"  # projections x beta, gamma or 1/sqrt(L)
     post_first: bool = False  # Mix-LN: the first floor(mixln_alpha * L) layers take Post-LN's slots
+    # the second stream z (StreamRule): "b2t", the layer's input, added before the layer's last norm;
+    # "dual", ResiDual's sum of the branch outputs, the stack's output x + N(z) (its final norm is on z)
+    stream: Literal["none", "b2t", "dual"] = "none"
 
 
 _POST = NormSlots(branch_in=False, branch_out=False, after_add=True, final=False)
@@ -123,6 +136,35 @@ NORM_SLOTS: dict[Placement, NormSlots] = {
     # sub-layer, a = 0 at init (every layer starts as the identity); no norm anywhere, no final norm.
     #   x --+--> F --> x a --(+)--> out
     Placement.REZERO: NormSlots(branch_in=False, branch_out=False, after_add=False, final=False, gain="rezero"),
+    # Liu et al. 2020 ("Understanding the Difficulty of Training Transformers", arXiv 2004.08249, Admin, Eq. 4-5;
+    # code: github.com/LiyuanLucasLiu/Transformer-Clinic, fairseq/modules/transformer_layer.py): Post-LN with
+    # x <- N(omega_i . x + F_i(x)), omega_i a learned d-vector per sub-layer (the code's `*_ratio_change`),
+    # all channels set to the same value by a profiling pass before training (admin_profile):
+    # omega_i = sqrt(sum_{j<i} Var[F_j]) with the embedding as F_0 (omega_1 = 1); Xavier init unchanged; no
+    # final N (Post-LN). Until admin_profile runs, omega = 1 and the model is Post-LN.
+    #   x --+--> F --(+)--> N --> out
+    #       '--x omega--'
+    Placement.ADMIN: dataclasses.replace(_POST, skip="admin"),
+    # Takase et al. 2023 ("B2T Connection", Findings of ACL, arXiv 2206.00330; code github.com/takase/
+    # b2t_connection, `--residual-bottom-to-top`): Post-LN whose layer input x_l is also added before the
+    # layer's last N, bypassing the others (encoder: 2 sub-layers, decoder: 3):
+    #   h = N(x_l + Attn(x_l)) [decoder: h = N(h + Cross(h))];  x_{l+1} = N(h + FFN(h) + x_l).
+    # No final N (Post-LN). Init: the code's rescaling_init multiplies every weight of the layer but the
+    # norms' (W^Q, W^K, W^V, W^O, cross-attention, W^1, W^2; not the biases) by 1/sqrt(L) after Xavier, L the
+    # stack's depth.
+    #   x_l --+--> Attn --(+)--> N --+--> FFN --(+)--(+)--> N --> x_{l+1}
+    #         |'----------'          '---------'     |
+    #         '--------------------------------------'
+    Placement.B2T: dataclasses.replace(_POST, init="b2t", stream="b2t"),
+    # Xie et al. 2023 ("ResiDual: Transformer with Dual Residual Connections", arXiv 2304.14802; code
+    # github.com/microsoft/ResiDual, resi_dual/resi_dual_layers.py): two streams from the embedding x_1,
+    # x_a (Post-LN) and x_d (the raw branch outputs summed, as Pre-LN's residual stream), F seeing x_a:
+    #   y = F(x_a);  x_a <- N(x_a + y);  x_d <- x_d + y;  output x_a + N_final(x_d)  (the code's alpha = 1).
+    # The final N is on x_d only; init unchanged (Xavier). The official code's final N has eps 1e-7; normlab's
+    # layer_norm_eps is used.
+    #   x_a --+--> F --(+)--> N --> x_a          x_d --(+)--> x_d      ... out = x_a + N(x_d)
+    #         '--------'  '--------- y -----------------'
+    Placement.RESI_DUAL: dataclasses.replace(_POST, final=True, stream="dual"),
 }
 
 
@@ -179,7 +221,7 @@ class LayerPlan:
     layer: int  # 1-based depth l in the stack
     skip: float = 1.0  # DeepNorm's alpha
     scale_in: float = 1.0  # LayerNorm Scaling's 1/sqrt(l)
-    init_gain: float = 1.0  # DeepNorm's beta or Sub-LN's gamma
+    init_gain: float = 1.0  # DeepNorm's beta, Sub-LN's gamma or B2T's 1/sqrt(L)
 
 
 def plan_layer(cfg: ModelConfig, role: str, index: int, n_layers: int) -> LayerPlan:
@@ -195,6 +237,8 @@ def plan_layer(cfg: ModelConfig, role: str, index: int, n_layers: int) -> LayerP
         skip, gain = deepnorm_constants(role, N, M)
     if slots.init == "subln":
         gain = subln_gamma(role, N, M)
+    if slots.init == "b2t":
+        gain = 1.0 / math.sqrt(n_layers)  # B2T's rescaling_init: layer_num ** -0.5, the stack's own depth
     scale_in = 1.0 / math.sqrt(index + 1) if slots.scale_in == "lns" else 1.0
     return LayerPlan(slots, index + 1, skip=skip, scale_in=scale_in, init_gain=gain)
 
@@ -281,8 +325,67 @@ class ReZeroGain(nn.Module):
         return x * self.alpha
 
 
+class Omega(nn.Module):
+    """Admin's learned weight on the residual, omega . x with omega a d-vector (Liu et al. 2020, Eq. 5; the
+    official code's ``*_ratio_change`` parameters). 1 at init; :func:`admin_profile` sets it."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.omega = nn.Parameter(torch.ones(d))
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            self.omega.fill_(1.0)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * self.omega
+
+
+def _skip(slots: NormSlots, c: float, d: int) -> nn.Module:
+    if slots.skip == "admin":
+        return Omega(d)
+    return _maybe(c)
+
+
 def _maybe(c: float) -> nn.Module:
     return Scale(c) if c != 1.0 else nn.Identity()
+
+
+class StreamRule(nn.Module):
+    """How one sub-layer treats the second stream ``z`` of B2T and ResiDual (no parameters).
+
+    ``add(z)`` is the term the sub-layer adds to its residual sum before ``norm_add``; ``update(z, x, y)``
+    is the ``z`` it passes on (``x`` its input, ``y`` its dropped-out branch output). Decided once from the
+    scheme and the sub-layer's place in its layer (:attr:`Sublayer.place`):
+
+    ====================  ==============================  ===============================
+    scheme, sub-layer     add                             update
+    ====================  ==============================  ===============================
+    (no second stream)    0                               z (None)
+    b2t, first            0                               x: the layer's input
+    b2t, middle (cross)   0                               z
+    b2t, last (FFN)       z: the layer's input (bypass)   z
+    resi_dual, every one  0                               z + y (x_d accumulates F(x_a))
+    ====================  ==============================  ===============================
+    """
+
+    def __init__(self, stream: str, place: str) -> None:
+        super().__init__()
+        self.bypass = stream == "b2t" and place == "last"
+        self.rule = {"none": "keep", "dual": "accumulate"}.get(stream) or ("input" if place == "first" else "keep")
+
+    def add(self, z: Tensor | None) -> Tensor | float:
+        return z if self.bypass else 0.0
+
+    def update(self, z: Tensor | None, x: Tensor, y: Tensor) -> Tensor | None:
+        if self.rule == "input":
+            return x
+        if self.rule == "accumulate":
+            return z + y
+        return z
+
+    def extra_repr(self) -> str:
+        return f"add={'z' if self.bypass else 0}, update={self.rule}"
 
 
 class _MaskDropout(torch.autograd.Function):
@@ -378,13 +481,17 @@ class EncoderOut:
 
 
 class Sublayer(nn.Module):
-    """A residual sub-layer ``x -> norm_add(skip(x) + dropout(gain(norm_out(branch(scale_in(norm_in(x)))))))``.
+    """A residual sub-layer ``(x, z) -> (norm_add(skip(x) + dropout(gain(norm_out(branch(scale_in(norm_in(x))))))
+    + stream.add(z)), stream.update(z, x, dropout(...)))``.
 
     The only place where the normalisation scheme acts: the slots and factors are chosen here, once, from
     the layer's :class:`LayerPlan` (:data:`NORM_SLOTS` resolved by :func:`plan_layer`); an unused one is
-    ``nn.Identity``. Subclasses implement ``branch`` (attention or FFN), and ``init_gain_weights`` (the
-    projections DeepNorm and Sub-LN rescale at init), and nothing else.
+    ``nn.Identity``. ``z`` is the second stream of B2T and ResiDual (:class:`StreamRule`), None otherwise.
+    Subclasses implement ``branch`` (attention or FFN), ``init_gain_weights`` (the projections DeepNorm and
+    Sub-LN rescale at init), and say their ``place`` in a layer, and nothing else.
     """
+
+    place = "middle"  # first (self-attention), middle (cross-attention) or last (FFN) sub-layer of a layer
 
     def __init__(self, cfg: ModelConfig, plan: LayerPlan | None = None) -> None:
         super().__init__()
@@ -394,9 +501,10 @@ class Sublayer(nn.Module):
         self.scale_in = _maybe(plan.scale_in)
         self.norm_out = _norm(slots.branch_out, cfg)
         self.gain = ReZeroGain() if slots.gain == "rezero" else nn.Identity()
-        self.skip = _maybe(plan.skip)
+        self.skip = _skip(slots, plan.skip, cfg.d_model)
         self.norm_add = _norm(slots.after_add, cfg)
         self.drop = Dropout(cfg.dropout)
+        self.stream = StreamRule(slots.stream, self.place)
         self.init_gain = plan.init_gain
 
     def branch(self, h: Tensor, **kwargs: Any) -> Tensor:
@@ -406,14 +514,27 @@ class Sublayer(nn.Module):
         """The parameters DeepNorm divides by 1/beta and Sub-LN multiplies by gamma after Xavier."""
         raise NotImplementedError
 
-    def forward(self, x: Tensor, record: dict[str, Tensor] | None = None, **kwargs: Any) -> Tensor:
+    def init_gain_params(self) -> list[Tensor]:
+        """What ``init_weights`` multiplies by ``init_gain``: B2T's rescaling_init takes every projection
+        weight of the sub-layer (not the biases, not the norms), DeepNorm and Sub-LN ``init_gain_weights``."""
+        if self.plan.slots.init == "b2t":
+            return [m.weight for m in self.modules() if isinstance(m, nn.Linear)]
+        return self.init_gain_weights()
+
+    def forward(
+        self, x: Tensor, z: Tensor | None = None, record: dict[str, Tensor] | None = None, **kwargs: Any
+    ) -> tuple[Tensor, Tensor | None]:
         h = self.scale_in(self.norm_in(x))
         y = self.gain(self.norm_out(self.branch(h, **kwargs)))
-        s = self.skip(x) + self.drop(y)  # the residual carries the raw x, never the normalised h
+        yd = self.drop(y)
+        s = self.skip(x) + yd + self.stream.add(z)  # the residual carries the raw x, never the normalised h
         out = self.norm_add(s)
+        z_next = self.stream.update(z, x, yd)
         if record is not None:
             record.update(input=x, branch_in=h, branch_out=y, sum=s, output=out)
-        return out
+            if z is not None or z_next is not None:
+                record.update(stream_in=z, stream_out=z_next)
+        return out, z_next
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float) -> Tensor:
@@ -426,6 +547,8 @@ class SelfAttention(Sublayer):
     """Multi-head self-attention with one fused QKV projection (Section 3.1); with ``qk_norm`` each head's
     queries and keys are normalised over head_dim before the dot product (Dehghani et al. 2023, ViT-22B),
     with Sub-LN a norm sits before the output projection W^O."""
+
+    place = "first"
 
     def __init__(self, cfg: ModelConfig, plan: LayerPlan | None = None) -> None:
         super().__init__(cfg, plan)
@@ -531,6 +654,8 @@ class FeedForward(Sublayer):
     """Position-wise FFN(h) = act(h W^1 + b^1) W^2 + b^2 (Section 3.1); with Sub-LN a norm over the d_ffn
     features sits before W^2 (torchscale's ``ffn_layernorm``)."""
 
+    place = "last"
+
     def __init__(self, cfg: ModelConfig, plan: LayerPlan | None = None) -> None:
         super().__init__(cfg, plan)
         self.w1 = nn.Linear(cfg.d_model, cfg.d_ffn)
@@ -567,14 +692,16 @@ class Block(nn.Module):
         memory_padding_mask: Tensor | None = None,
         cache: LayerCache | None = None,
         record: dict[str, dict[str, Tensor]] | None = None,
-    ) -> Tensor:
+        z: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """``(x, z) -> (x', z')``: ``z`` is the second stream of B2T and ResiDual (None otherwise)."""
         rec = (lambda key: record.setdefault(key, {})) if record is not None else (lambda key: None)
-        x = self.self_attn(x, rec("self_attn"), padding_mask=padding_mask, causal=causal, cache=cache)
+        x, z = self.self_attn(x, z, rec("self_attn"), padding_mask=padding_mask, causal=causal, cache=cache)
         if self.cross_attn is not None:
-            x = self.cross_attn(
-                x, rec("cross_attn"), memory=memory, memory_padding_mask=memory_padding_mask, cache=cache
+            x, z = self.cross_attn(
+                x, z, rec("cross_attn"), memory=memory, memory_padding_mask=memory_padding_mask, cache=cache
             )
-        return self.ffn(x, rec("ffn"))
+        return self.ffn(x, z, rec("ffn"))
 
 
 def table1(layer_record: dict[str, dict[str, Tensor]], placement: Placement | str) -> dict[str, Tensor]:
@@ -666,6 +793,9 @@ class TransformerStack(nn.Module):
             for i in range(n_layers)
         )
         self.final_norm = _norm(stack_has_final_norm(cfg, n_layers), cfg)
+        # ResiDual: the second stream starts as the embedded input and the output is x_a + N(x_d); every other
+        # scheme starts without one (B2T's first sub-layer of each layer sets its own) and ends with N(x)
+        self.dual = NORM_SLOTS[cfg.placement].stream == "dual"
 
     def embed(self, tokens: Tensor, segments: Tensor | None = None, start: int = 0) -> Tensor:
         T = tokens.shape[1]
@@ -691,12 +821,13 @@ class TransformerStack(nn.Module):
         if record is not None:
             record["embed"] = x
             record["layers"] = []
+        z = x if self.dual else None
         for i, layer in enumerate(self.layers):
             rec = None
             if record is not None:
                 rec = {}
                 record["layers"].append(rec)
-            x = layer(
+            x, z = layer(
                 x,
                 padding_mask=padding_mask,
                 causal=self.causal,
@@ -704,8 +835,9 @@ class TransformerStack(nn.Module):
                 memory_padding_mask=memory_padding_mask,
                 cache=None if cache is None else cache.layers[i],
                 record=rec,
+                z=z,
             )
-        out = self.final_norm(x)
+        out = x + self.final_norm(z) if self.dual else self.final_norm(x)
         if record is not None:
             for rec, layer in zip(record["layers"], self.layers):
                 rec["table1"] = table1(rec, Placement.POST if layer.plan.slots.after_add else Placement.PRE)
@@ -882,7 +1014,8 @@ def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
     * LayerNorm: gamma = 1, beta = 0 (RMSNorm: g = 1; DyT: alpha = ``dyt_alpha``, gamma = 1, beta = 0;
       ReZero's gains: 0);
     * DeepNorm and Sub-LN: then W^V, W^O, W^1, W^2 (weights and biases) times the stack's beta or gamma
-      (:func:`deepnorm_constants`, :func:`subln_gamma`);
+      (:func:`deepnorm_constants`, :func:`subln_gamma`); B2T: every projection weight times 1/sqrt(L);
+    * Admin: omega = 1 here; :func:`admin_profile` sets it from a batch (it needs one, so it is not here);
     * token, learned-position and segment embeddings: N(0, 1/d) (fairseq's transformer, the code the paper
       used); with the sqrt(d) scale each input coordinate has unit variance, as Section 3.3 assumes of the
       Gaussian inputs. The padding row is 0;
@@ -897,17 +1030,18 @@ def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
                 w.normal_(0.0, math.sqrt(2.0 / (n_in + n_out)))
             if module.bias is not None:
                 module.bias.zero_()
-        elif isinstance(module, (*NORM_TYPES, ReZeroGain)):
-            module.reset_parameters()  # gamma = 1, beta = 0; DyT's alpha = alpha0; ReZero's a = 0
+        elif isinstance(module, (*NORM_TYPES, ReZeroGain, Omega)):
+            module.reset_parameters()  # gamma = 1, beta = 0; DyT's alpha = alpha0; ReZero's a = 0; Admin's omega = 1
         elif isinstance(module, nn.Embedding):
             module.weight.normal_(0.0, cfg.d_model**-0.5)
             if module.padding_idx is not None:
                 module.weight[module.padding_idx].zero_()
     for module in model.modules():
         # DeepNorm (x beta, beta < 1) and Sub-LN (x gamma) rescale the value, output and FFN projections
-        # after Xavier, weights and biases as torchscale does (its loop matches names, biases included)
+        # after Xavier, weights and biases as torchscale does (its loop matches names, biases included);
+        # B2T every projection weight by 1/sqrt(L) (its rescaling_init)
         if isinstance(module, Sublayer) and module.init_gain != 1.0:
-            for p in module.init_gain_weights():
+            for p in module.init_gain_params():
                 p.mul_(module.init_gain)
     if cfg.init == "theory":
         d = cfg.d_model
@@ -917,6 +1051,81 @@ def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
             elif isinstance(module, CrossAttention):
                 module.q.weight.zero_()
                 module.kv.weight[:d].zero_()
+
+
+@torch.no_grad()
+def admin_profile(model: nn.Module, inputs: Sequence[Tensor], *, seed: int = 0) -> dict[str, list[float]]:
+    """Set every Admin omega of ``model`` by one forward pass ``model(*inputs)``; returns ``{stack: [omega_i]}``.
+
+    Liu et al. 2020 (Admin, Section 5 and Eq. 5): omega_i = sqrt(sum_{j<i} Var[F_j]), computed as the official
+    code's ``adaptive-profiling`` pass does (Transformer-Clinic, fairseq/modules/transformer_layer.py): per
+    stack a running value v starts at 1 (the embedding's share); sub-layer i, in the order the forward pass
+    meets them (self-attention, cross-attention, FFN, layer by layer), takes omega_i = v on every channel,
+    then v <- sqrt(Var[omega_i x_i] + Var[dropout(F_i(x_i))]), each variance over every element of the batch
+    (padding included, as the code's ``np.var`` of the flattened tensor). As x_i is the previous LN's output
+    (variance about 1) this is omega_{i+1}^2 = omega_i^2 + Var[F_i]. Encoder and decoder run separately.
+
+    The pass runs in training mode (the code profiles under ``self.training``: dropout on) under its own
+    random seed (``torch.random.fork_rng``), so it is reproducible and leaves the caller's random stream as it
+    was; the model's mode is restored. Other schemes are left untouched (an empty dict).
+    """
+    stacks = [(n, st) for n, st in model.named_modules() if isinstance(st, TransformerStack)]
+    found = {n: [sub for sub in st.modules() if isinstance(sub, Sublayer) and isinstance(sub.skip, Omega)]
+             for n, st in stacks}
+    found = {n: subs for n, subs in found.items() if subs}
+    if not found:
+        return {}
+    out: dict[str, list[float]] = {n: [] for n in found}
+    handles = []
+    for name, subs in found.items():
+        state: dict[str, Any] = {"v": 1.0, "var_f": None}
+
+        def branch_hook(module: nn.Module, args: Any, output: Tensor, state: dict[str, Any] = state) -> None:
+            state["var_f"] = output.float().var(unbiased=False).item()  # Var[dropout(F_i(x_i))]
+
+        def skip_hook(module: Omega, args: tuple[Tensor], state: dict[str, Any] = state, name: str = name) -> None:
+            # the sub-layer computes its branch (and its dropout) before omega . x: both are known here
+            if state["var_f"] is None:
+                raise RuntimeError("admin_profile: a sub-layer used omega before its branch")
+            module.omega.fill_(state["v"])
+            out[name].append(state["v"])
+            var_in = (args[0] * module.omega).float().var(unbiased=False).item()  # Var[omega_i x_i]
+            state["v"], state["var_f"] = math.sqrt(var_in + state["var_f"]), None
+
+        for sub in subs:
+            handles.append(sub.drop.register_forward_hook(branch_hook))
+            handles.append(sub.skip.register_forward_pre_hook(skip_hook))
+    was_training = model.training
+    device = next(model.parameters()).device
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(seed)
+            model.train()
+            model(*inputs)
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+    return out
+
+
+def profile_init(model: nn.Module, batch: Any, *, seed: int = 0) -> dict[str, list[float]]:
+    """The initialisation step that needs data: Admin's omega (:func:`admin_profile`) from ``batch`` (a
+    translation, masked-LM or classification batch, or a tuple of the model's inputs); a no-op returning {}
+    for every other scheme. Where it runs: ``Trainer.fit`` on a fresh run before the first update (on the first
+    global batch of epoch 1, the same on every rank, seed ``TrainConfig.seed``; a resumed run or one started
+    ``init_from`` another run's weights keeps its saved omega), and ``diagnose_config`` and ``figure3cd`` on
+    their first batch, so that the at-initialisation measurements see Admin's initialisation."""
+    if not any(isinstance(m, Omega) for m in model.modules()):
+        return {}
+    if isinstance(batch, tuple):
+        inputs = batch
+    elif hasattr(batch, "src"):
+        inputs = (batch.src, batch.tgt_in)
+    else:
+        inputs = (batch.tokens, batch.segments)
+    device = next(model.parameters()).device
+    return admin_profile(model, tuple(t.to(device) for t in inputs), seed=seed)
 
 
 MODELS: dict[str, type[nn.Module]] = {"translation": Seq2Seq, "mlm": MaskedLM, "classification": PairClassifier}
@@ -941,7 +1150,12 @@ def _where(slots: NormSlots) -> str:
     if slots.branch_out:
         parts.append("branch output")
     if slots.after_add:
-        parts.append("after the residual add" + (" of alpha*x + F(x)" if slots.skip == "deepnorm" else ""))
+        parts.append("after the residual add" + {"one": "", "deepnorm": " of alpha*x + F(x)",
+                                                  "admin": " of omega*x + F(x) (Admin)"}[slots.skip])
+    if slots.stream == "b2t":
+        parts.append("and the layer's input added before its last norm (B2T)")
+    if slots.stream == "dual":
+        parts.append("and a second stream summing the branch outputs, output x + N(stream) (ResiDual)")
     return ", ".join(parts) if parts else "nothing"
 
 
@@ -961,7 +1175,8 @@ def describe(model: nn.Module) -> str:
     if uniform and plans:
         where = _where(plans[0].slots)
         lines.append((f"  {name} on each sub-layer's {where}" if where != "nothing" else "  no norm in the sub-layers")
-                     + f"; final {name} after each stack: {'yes' if next(iter(finals.values())) else 'no'}")
+                     + f"; final {name} {'on the second stream' if plans[0].slots.stream == 'dual' else 'after each stack'}"
+                     f": {'yes' if next(iter(finals.values())) else 'no'}")
     for stack_name, st in stacks:
         groups: list[tuple[int, int, NormSlots]] = []
         for layer in st.layers:
@@ -976,9 +1191,15 @@ def describe(model: nn.Module) -> str:
             lines.append(f"  {stack_name}: final {name} after the stack: {'yes' if finals[stack_name] else 'no'}")
         p0 = st.layers[0].plan if len(st.layers) else None
         if p0 is not None and (p0.skip != 1.0 or p0.init_gain != 1.0):
-            lines.append(f"  {stack_name} ({st.role}): residual weight alpha={p0.skip:.4g}, value/output/FFN "
-                         f"projections x {p0.init_gain:.4g} at init")
+            which = "every projection weight" if p0.slots.init == "b2t" else "value/output/FFN projections"
+            lines.append(f"  {stack_name} ({st.role}): residual weight alpha={p0.skip:.4g}, {which} "
+                         f"x {p0.init_gain:.4g} at init")
         if p0 is not None and p0.slots.gain == "rezero":
             lines.append(f"  {stack_name}: each branch output x a, a learned scalar, 0 at init (ReZero)")
+        if p0 is not None and p0.slots.skip == "admin":
+            omegas = [float(sub.skip.omega.detach().mean()) for sub in st.modules() if isinstance(sub, Sublayer)]
+            state = ("= 1, not profiled yet (admin_profile sets it from a batch)" if all(w == 1.0 for w in omegas)
+                     else "profiled: " + ", ".join(f"{w:.3g}" for w in omegas))
+            lines.append(f"  {stack_name}: residual weight omega per sub-layer {state}")
     lines.append("  " + ", ".join(f"{k}={v}" for k, v in cfg.to_dict().items()))
     return "\n".join(lines)

@@ -13,7 +13,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from normlab.config import ConfigError, Placement
-from normlab.model import NORM_SLOTS, NORM_TYPES, DyT, MaskedLM, Seq2Seq, describe, plan_layer
+from normlab.model import (
+    NORM_SLOTS, NORM_TYPES, DyT, MaskedLM, Omega, Seq2Seq, admin_profile, describe, plan_layer, profile_init,
+)
 from tests.conftest import tiny_config
 
 SCHEMES = [p.value for p in Placement]
@@ -33,9 +35,14 @@ def _records(**overrides):
     torch.manual_seed(0)
     model = Seq2Seq(tiny_config(**overrides)).eval()
     src, tgt = _batch()
+    profile_init(model, (src, tgt))  # Admin's omega; a no-op for the other schemes
     with torch.no_grad():
         _, rec = model(src, tgt, return_intermediates=True)
     return model, rec
+
+
+def _var(t):
+    return t.double().var(unbiased=False)
 
 
 def _sublayers(rec):
@@ -190,6 +197,115 @@ def test_rezero_lines():
         torch.testing.assert_close(r["output"], r["input"] + layer.gain.alpha * layer.branch(r["input"]))
 
 
+def test_admin_lines():
+    """Admin: x <- LN(omega_i . x + F_i(x)) per sub-layer, no final LN (Liu et al. 2020, Eq. 5); omega_1 = 1 and
+    omega_{i+1}^2 = Var[omega_i x_i] + Var[F_i(x_i)] per stack (the official code's profiling, Eq. 5's
+    omega_i^2 = sum_{j<i} Var[F_j] with the embedding as F_0), every channel the same value."""
+    model, rec = _records(placement="admin", encoder_layers=3, decoder_layers=2)
+    for stack in ("encoder", "decoder"):
+        subs = [r for st, _, _, r in _sublayers(rec) if st == stack]
+        omegas = [sub.skip.omega for sub in getattr(model, stack).modules() if isinstance(getattr(sub, "skip", None), Omega)]
+        assert len(omegas) == len(subs) == (6 if stack == "encoder" else 6)
+        assert float(omegas[0][0].detach()) == 1.0
+        for i, (r, w) in enumerate(zip(subs, omegas)):
+            assert torch.equal(w, torch.full_like(w, float(w[0])))  # one value on every channel at init
+            torch.testing.assert_close(r["branch_in"], r["input"])  # the branch sees the raw x
+            torch.testing.assert_close(r["sum"], w * r["input"] + r["branch_out"])  # omega . x + F(x)
+            torch.testing.assert_close(r["output"], _ln(r["sum"]))  # LN(.)
+            if i + 1 < len(omegas):
+                want = torch.sqrt(_var(w * r["input"]) + _var(r["branch_out"]))
+                torch.testing.assert_close(omegas[i + 1][0].double(), want, rtol=1e-5, atol=0)
+        assert float(omegas[-1][0].detach()) > float(omegas[1][0].detach()) > 1.0  # grows with depth: sum of the branch variances
+        torch.testing.assert_close(rec[stack]["final"], subs[-1]["output"])  # no final LN
+
+
+def test_admin_profiling_is_reproducible_and_leaves_the_random_stream():
+    cfg = tiny_config(placement="admin", dropout=0.1)
+    src, tgt = _batch()
+    torch.manual_seed(0)
+    a = Seq2Seq(cfg).eval()
+    before = a.encoder.layers[1].ffn.skip.omega.clone()
+    assert torch.equal(before, torch.ones_like(before))  # omega = 1 (Post-LN) until profiled
+    assert "not profiled yet" in describe(a)
+    torch.manual_seed(123)
+    wa = admin_profile(a, (src, tgt), seed=7)
+    after_a = torch.rand(3)
+    torch.manual_seed(123)
+    after_none = torch.rand(3)
+    torch.testing.assert_close(after_a, after_none)  # the caller's random stream is untouched
+    assert not a.training  # mode restored
+    torch.manual_seed(0)
+    b = Seq2Seq(cfg)
+    assert admin_profile(b, (src, tgt), seed=7) == wa  # same seed, same omega
+    assert admin_profile(b, (src, tgt), seed=8) != wa  # profiled in training mode: dropout on, as the reference
+    assert "profiled: 1, " in describe(a)
+    assert profile_init(Seq2Seq(tiny_config(placement="post")), (src, tgt)) == {}
+    m = MaskedLM(tiny_config(placement="admin"))
+    omegas = profile_init(m, (src, torch.zeros_like(src)))
+    assert list(omegas) == ["encoder"] and len(omegas["encoder"]) == 4
+
+
+def test_b2t_lines():
+    """B2T (Takase et al. 2023): h = LN(x_l + Attn(x_l)) [decoder: h = LN(h + Cross(h))], x_{l+1} =
+    LN(h + FFN(h) + x_l); no final LN; every projection weight x 1/sqrt(L) at init (the code's rescaling_init)."""
+    model, rec = _records(placement="b2t", encoder_layers=3, decoder_layers=2)
+    for stack in ("encoder", "decoder"):
+        for layer in rec[stack]["layers"]:
+            x_l = layer["self_attn"]["input"]
+            for sub in ("self_attn", "cross_attn"):
+                if sub in layer:
+                    r = layer[sub]
+                    torch.testing.assert_close(r["branch_in"], r["input"])
+                    torch.testing.assert_close(r["output"], _ln(r["input"] + r["branch_out"]))
+            r = layer["ffn"]
+            torch.testing.assert_close(r["sum"], r["input"] + r["branch_out"] + x_l)  # the bottom-to-top bypass
+            torch.testing.assert_close(r["output"], _ln(r["sum"]))
+        torch.testing.assert_close(rec[stack]["final"], rec[stack]["layers"][-1]["ffn"]["output"])
+    torch.manual_seed(0)
+    post = Seq2Seq(tiny_config(placement="post", encoder_layers=3, decoder_layers=2))
+    torch.manual_seed(0)
+    b2t = Seq2Seq(tiny_config(placement="b2t", encoder_layers=3, decoder_layers=2))
+    theirs = dict(post.named_parameters())
+    for name, p in b2t.named_parameters():
+        L = 3 if name.startswith("encoder") else 2
+        scaled = ".layers." in name and name.endswith("weight") and "norm" not in name
+        torch.testing.assert_close(p, theirs[name] / math.sqrt(L) if scaled else theirs[name], msg=name)
+
+
+def test_resi_dual_lines():
+    """ResiDual (Xie et al. 2023): x_a <- LN(x_a + F(x_a)), x_d <- x_d + F(x_a), both from the embedding;
+    the stack's output is x_a + LN(x_d)."""
+    model, rec = _records(placement="resi_dual", encoder_layers=3, decoder_layers=2)
+    for stack in ("encoder", "decoder"):
+        subs = [r for st, _, _, r in _sublayers(rec) if st == stack]
+        torch.testing.assert_close(subs[0]["stream_in"], rec[stack]["embed"])
+        for r in subs:
+            torch.testing.assert_close(r["branch_in"], r["input"])
+            torch.testing.assert_close(r["output"], _ln(r["input"] + r["branch_out"]))  # x_a: Post-LN
+            torch.testing.assert_close(r["stream_out"], r["stream_in"] + r["branch_out"])  # x_d += F(x_a)
+        torch.testing.assert_close(subs[-1]["stream_out"], rec[stack]["embed"] + sum(r["branch_out"] for r in subs))
+        torch.testing.assert_close(rec[stack]["final"], subs[-1]["output"] + _ln(subs[-1]["stream_out"]))
+    assert isinstance(model.encoder.final_norm, nn.LayerNorm)
+
+
+def test_admin_profiled_when_training_starts(tmp_path):
+    """Trainer.fit profiles Admin's omega on a fresh run before the first update; a resumed run keeps its own."""
+    from normlab.config import TrainConfig
+    from normlab.train.trainer import Trainer
+    from tests.synthetic import ReverseTask
+
+    cfg = TrainConfig.from_dict({
+        "model": dict(d_model=32, n_heads=2, d_ffn=64, encoder_layers=2, decoder_layers=2, vocab_size=20,
+                      dropout=0.1, max_positions=32, placement="admin"),
+        "data": {"max_tokens": 120}, "optim": {"lr": 1e-6}, "max_updates": 1, "max_epochs": 1,
+        "device": "cpu", "precision": "fp32", "seed": 1,
+    })  # fmt: skip
+    trainer = Trainer(cfg, tmp_path / "run", ReverseTask(), quiet=True)
+    assert trainer.fit()["status"] == "completed"
+    w = [float(m.omega.detach().mean()) for m in trainer.model.decoder.modules() if isinstance(m, Omega)]
+    assert w[0] == pytest.approx(1.0, abs=1e-4) and all(b > a for a, b in zip(w, w[1:])), w
+
+
 # ---- every scheme: init, decoding, training, analysis, description --------------------------------------
 
 
@@ -204,6 +320,7 @@ def test_every_scheme_decodes_incrementally(scheme):
                     m.gain.alpha.fill_(0.5)
     src, tgt = _batch(B=2, S=6, T=5)
     src[1, 4:] = 0
+    profile_init(model, (src, tgt))
     with torch.no_grad():
         full = model(src, tgt)
         enc = model.encode(src)
@@ -220,6 +337,7 @@ def _train(cfg, steps=25):
     g = torch.Generator().manual_seed(1)
     src = torch.randint(3, cfg.vocab_size, (16, 8), generator=g)
     tgt_in = torch.cat([torch.full((16, 1), 1), src[:, :-1]], 1)
+    profile_init(model, (src, tgt_in))  # Admin's omega, as Trainer.fit does before the first update
     losses = []
     for _ in range(steps):
         loss = F.cross_entropy(model(src, tgt_in).flatten(0, 1), src.flatten())
@@ -268,9 +386,11 @@ def test_describe_says_where_the_norms_sit(scheme):
     assert f"placement={scheme}" in text
     expect = {"post": "after the residual add", "pre": "branch input", "peri": "branch input, branch output",
               "deepnorm": "alpha*x + F(x)", "subln": "before the self-attention's W^O", "mixln": "layers 1-2",
-              "lns": "1/sqrt(l)", "output": "branch output", "rezero": "no norm in the sub-layers"}[scheme]
+              "lns": "1/sqrt(l)", "output": "branch output", "rezero": "no norm in the sub-layers",
+              "admin": "omega*x + F(x) (Admin)", "b2t": "layer's input added before its last norm (B2T)",
+              "resi_dual": "final LayerNorm on the second stream: yes"}[scheme]
     assert expect in text, text
-    if scheme in ("deepnorm", "subln"):
+    if scheme in ("deepnorm", "subln", "b2t"):
         assert "at init" in text
     assert "norm=rmsnorm" in describe(MaskedLM(tiny_config(placement=scheme, norm="rmsnorm")))
 
@@ -280,3 +400,10 @@ def test_plan_numbers():
     assert plan_layer(cfg, "encoder", 0, 6).init_gain == pytest.approx(math.sqrt(math.log(12)))
     assert plan_layer(cfg, "seq2seq-decoder", 0, 6).init_gain == pytest.approx(math.sqrt(math.log(18)))
     assert plan_layer(tiny_config(placement="lns"), "encoder", 3, 6).scale_in == pytest.approx(0.5)
+    assert plan_layer(tiny_config(placement="b2t"), "seq2seq-decoder", 0, 9).init_gain == pytest.approx(1 / 3)
+
+
+def test_sweep_accepts_every_scheme():
+    from normlab.experiments.sweep import SweepConfig
+
+    assert SweepConfig(schemes=tuple(SCHEMES)).schemes == tuple(SCHEMES)

@@ -352,6 +352,9 @@ def diagnose_config(
         batches = synthetic_classification_batches(
             steps, vocab_size=cfg.vocab_size, num_classes=cfg.num_classes, length=min(32, cfg.max_positions), seed=seed
         )
+    from normlab.model import profile_init
+
+    profile_init(model, batches[0], seed=seed)  # Admin's omega is part of its initialisation (no-op otherwise)
     it = iter(_cycle([b.to(device) for b in batches]))
 
     def closure() -> Tensor:

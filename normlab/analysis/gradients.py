@@ -232,7 +232,7 @@ def figure3cd(
     ddof=1), the log-log fit of :func:`fit_loglog_slope` over all (depth, seed) points (``fit``) and the
     paired one of :func:`fit_paired_loglog_slope` (``paired``: same slope, the standard error across seeds).
     """
-    from normlab.model import Seq2Seq
+    from normlab.model import Seq2Seq, profile_init
 
     out: dict[str, Any] = {"depths": list(depths), "seeds": list(seeds), "theory_slope": {"post": 0.0, "pre": -0.5}}
     for placement in placements:
@@ -245,6 +245,7 @@ def figure3cd(
             for seed in seeds:
                 torch.manual_seed(seed)
                 model = Seq2Seq(cfg).to(device)
+                profile_init(model, batches_for_seed(seed)[0], seed=seed)  # Admin's omega; no-op otherwise
                 names = [f"{s}.layers.{depth - 1}.ffn.w2.weight" for s in ("encoder", "decoder")]
                 moments, batch_losses = expected_gradients(
                     model, batches_for_seed(seed), names, mode=mode, label_smoothing=label_smoothing, seed=seed, dtype=dtype

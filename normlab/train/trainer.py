@@ -296,6 +296,22 @@ class Trainer:
         self._say(f"initialised {len(taken)} tensors from {path}; {len(fresh)} new: {', '.join(fresh[:6])}"
                   + (" ..." if len(fresh) > 6 else ""))
 
+    def _profile_init(self) -> None:
+        """The part of the initialisation that needs data (Admin's omega, :func:`normlab.model.profile_init`),
+        on a fresh run only: before the first update, on the first global batch of epoch 1 (all ranks' shares,
+        so every rank sets the same omega), seeded by ``TrainConfig.seed`` and without touching the training's
+        random stream. A resumed run and one started ``init_from`` other weights keep the omega they load."""
+        if self.state.update > 0 or self.cfg.init_from:
+            return
+        from normlab.model import Omega, profile_init
+
+        if not any(isinstance(m, Omega) for m in self.model.modules()):
+            return
+        batch = self.train_data.collate(self._epoch_plan(1)[0], rank=0, world=1, seed=self.cfg.seed, epoch=1, step=0)
+        omegas = profile_init(self.model, batch.to(self.device), seed=self.cfg.seed)
+        self._say("admin: omega profiled on the first batch: " + "; ".join(
+            f"{k} {', '.join(f'{w:.3g}' for w in v)}" for k, v in omegas.items()))
+
     # ------------------------------------------------------------------------------------------------- steps
 
     def train_step(self, group: list[np.ndarray], epoch: int, step: int, lr: float) -> dict[str, Any]:
@@ -426,6 +442,7 @@ class Trainer:
                 return self.rundir.summary()
             if cfg.init_from and self.state.update == 0:
                 self._init_from(Path(cfg.init_from))
+            self._profile_init()
             return self._fit(schedule, total, per_epoch)
         created = not self.run_dir.exists()
         self._lock = self.rundir.lock()  # refused, naming the holder's pid, while another trainer runs here
@@ -440,6 +457,7 @@ class Trainer:
                     return self.rundir.summary()
                 if cfg.init_from and self.state.update == 0:
                     self._init_from(Path(cfg.init_from))
+                self._profile_init()
             except BaseException:
                 if created:  # nothing of this run was written: leave no directory behind
                     self._lock.release()
