@@ -386,6 +386,11 @@ class Trainer:
         self._log({"type": "valid", "update": s.update, "epoch": epoch, **metrics})
         self._say(f"valid | epoch {epoch} | update {s.update} | " + " | ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
 
+    def close(self) -> None:
+        """Release the DistributedDataParallel wrapper: its Reducer holds the process group, which must go before
+        :func:`normlab.train.distributed.shutdown` for gloo's threads to stop (see that module's docstring)."""
+        self.net = self.model
+
     def _say(self, line: str) -> None:
         if self.dist.is_main and not self.quiet:
             if self._bar is not None:
