@@ -79,7 +79,8 @@ from normlab.pretrained import Pretrained, locate_pretrained
 from normlab.rundir import RunDir, write_atomic, write_json_atomic
 
 __all__ = [
-    "FinetuneConfig", "SCALES", "PAPER", "Setting", "FinetuneRun", "grid", "finetune", "epoch_curve", "scale_note",
+    "FinetuneConfig", "SCALES", "PAPER", "Setting", "FinetuneRun", "data_config", "run_config", "grid", "finetune",
+    "epoch_curve", "scale_note",
     "table", "add_arguments", "run",
 ]  # fmt: skip
 
@@ -108,6 +109,9 @@ class FinetuneConfig(Strict):
     eps: float = field(1e-6, help="AdamW epsilon (BERT: 1e-6)")
     clip_norm: float = field(1.0, help="clip the gradient norm (BERT: 1.0); 0 = off")
     max_length: int = field(128, help="longest example in tokens, [CLS] and [SEP]s included (BERT: 128)")
+    labels: tuple[str, ...] = field(
+        ("0", "1"), help="the task's label set in class-id order (DataConfig.labels); the head has one output each"
+    )
     train_subset: int = field(0, help="use only the first N training pairs (0 = all)")
     valid_subset: int = field(0, help="use only the first N validation pairs (0 = all)")
     precision: Literal["auto", "bf16", "fp32"] = field("auto", help="as TrainConfig.precision")
@@ -191,34 +195,46 @@ class FinetuneRun:
     run_dir: Path
 
 
-def data_config(pre: Pretrained, fc: FinetuneConfig, tokenizer: Path, batch_size: int) -> DataConfig:
-    """The pair task encoded with the pre-training tokenizer; batches of exactly ``batch_size`` pairs (the token
+def data_config(pretrain: TrainConfig, fc: FinetuneConfig, tokenizer: str | Path, batch_size: int) -> DataConfig:
+    """The pair task ``fc.task`` encoded with the pre-training tokenizer (a path, or the pre-training corpus's
+    cache name); examples up to ``fc.max_length`` tokens; batches of exactly ``batch_size`` pairs (the token
     budget is never the binding limit)."""
-    length = min(fc.max_length, pre.cfg.model.max_positions)
+    length = min(fc.max_length, pretrain.model.max_positions)
     return DataConfig(task="classification", corpus=fc.task, tokenizer=str(tokenizer),
-                      vocab_size=pre.cfg.data.vocab_size, block_size=length, max_sentences=batch_size,
+                      vocab_size=pretrain.data.vocab_size, block_size=length, max_sentences=batch_size,
                       max_tokens=batch_size * length, train_subset=fc.train_subset, valid_subset=fc.valid_subset,
-                      cache_dir=pre.cfg.data.cache_dir)  # fmt: skip
+                      labels=fc.labels, cache_dir=pretrain.data.cache_dir)  # fmt: skip
 
 
-def grid(
-    pre: Pretrained, fc: FinetuneConfig, tokenizer: Path, train: Any, num_classes: int, out: Path
-) -> list[FinetuneRun]:
+def run_config(
+    pretrain: TrainConfig, fc: FinetuneConfig, data: DataConfig, *, lr: float, epochs: int, seed: int,
+    updates_per_epoch: int, init_from: str = "",
+) -> TrainConfig:
+    """The fine-tuning recipe, the one place it is written (``normlab finetune``'s grid and the Figure 5(b, c)
+    runs of ``normlab reproduce`` both call it): the pre-training model with a new classification head of one
+    output per label of ``data`` (:func:`data_config`: ``fc.labels``), AdamW with ``fc``'s betas, epsilon,
+    weight decay and clipping, a linear warm-up over ``fc.warmup`` of the ``epochs * updates_per_epoch``
+    updates then a linear decay to 0, no label smoothing, the last checkpoint kept."""
+    return TrainConfig(
+        model=pretrain.model.replace(num_classes=len(data.labels)), data=data, seed=seed, max_epochs=epochs,
+        precision=fc.precision, device=fc.device,
+        optim=OptimConfig(name="adamw", lr=lr, betas=fc.betas, eps=fc.eps, weight_decay=fc.weight_decay,
+                          clip_norm=fc.clip_norm),
+        schedule=ScheduleConfig(warmup_updates=round(fc.warmup * epochs * updates_per_epoch), decay="linear"),
+        keep_last=1, label_smoothing=0.0, init_from=init_from,
+    )  # fmt: skip
+
+
+def grid(pre: Pretrained, fc: FinetuneConfig, tokenizer: Path, train: Any, out: Path) -> list[FinetuneRun]:
     """Every run of the search space, settings in grid order (batch size, then lr, then epochs), seeds 1..N."""
     runs = []
-    model = pre.cfg.model.replace(num_classes=num_classes)
     for bs, lr, epochs in itertools.product(fc.batch_sizes, fc.lrs, fc.epochs):
         setting = Setting(bs, lr, epochs)
-        data = data_config(pre, fc, tokenizer, bs)
+        data = data_config(pre.cfg, fc, tokenizer, bs)
         for seed in range(1, fc.seeds + 1):
             per_epoch = len(train.epoch_batches(1, seed, data.max_tokens, max_sentences=bs))  # as Trainer.fit
-            cfg = TrainConfig(
-                model=model, data=data, seed=seed, max_epochs=epochs, precision=fc.precision, device=fc.device,
-                optim=OptimConfig(name="adamw", lr=lr, betas=fc.betas, eps=fc.eps, weight_decay=fc.weight_decay,
-                                  clip_norm=fc.clip_norm),
-                schedule=ScheduleConfig(warmup_updates=round(fc.warmup * epochs * per_epoch), decay="linear"),
-                keep_last=1, label_smoothing=0.0, init_from=str(pre.checkpoint),
-            )  # fmt: skip
+            cfg = run_config(pre.cfg, fc, data, lr=lr, epochs=epochs, seed=seed, updates_per_epoch=per_epoch,
+                             init_from=str(pre.checkpoint))  # fmt: skip
             runs.append(FinetuneRun(setting, seed, cfg, out / "runs" / setting.name / f"seed{seed}"))
     return runs
 
@@ -412,7 +428,7 @@ def finetune(
     else:
         tok = pre.tokenizer()
     # the corpus is checked before the output directory is written
-    data_cfg = data_config(pre, fc, tok_path, fc.batch_sizes[0])
+    data_cfg = data_config(pre.cfg, fc, tok_path, fc.batch_sizes[0])
     locate(data_cfg)
     out.mkdir(parents=True, exist_ok=True)
     if not meta_path.is_file():  # claims the directory for this checkpoint (the config is recorded once checked)
@@ -420,7 +436,7 @@ def finetune(
     if not tok_path.is_file():
         write_atomic(tok_path, tok.proto)
     data = prepare(data_cfg, pre.cfg.model.max_positions)
-    runs = grid(pre, fc, tok_path, data.splits["train"], data.num_classes, out)
+    runs = grid(pre, fc, tok_path, data.splits["train"], out)
     pre.check_encoder(PairClassifier(runs[0].cfg.model))  # init_from will fill the whole encoder
     statuses = [_run_status(r) for r in runs]  # every run checked before any trains
     write_json_atomic(meta_path, meta)

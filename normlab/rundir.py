@@ -21,6 +21,7 @@ Callers ask a :class:`RunDir`: ``RunDir(path).resolve("best")``, ``.metrics()``,
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -38,7 +39,8 @@ if TYPE_CHECKING:
 
     from normlab.data.tokenizer import Tokenizer
 
-__all__ = ["RunDir", "RunLocked", "write_atomic", "write_json_atomic", "fsync_dir", "strict_json", "json_line"]
+__all__ = ["RunDir", "RunLocked", "RunDirUnwritable", "write_atomic", "write_json_atomic", "fsync_dir", "strict_json",
+           "json_line"]
 
 FINISHED = ("completed", "diverged")
 
@@ -132,6 +134,20 @@ class _Lock:
         if self.fd >= 0:
             os.close(self.fd)  # closing the descriptor releases the flock
             self.fd = -1
+
+
+class RunDirUnwritable(ConfigError):
+    """The run directory cannot be written: a full disk, a quota, a read-only file system, no permission."""
+
+
+# errno -> what to say; the trainer turns these OSErrors into one line (exit 2), never a traceback
+_UNWRITABLE = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+}
 
 
 # ------------------------------------------------------------------------------------------------------ RunDir
@@ -290,6 +306,24 @@ class RunDir:
             yield _Writer()
         finally:
             f.close()
+
+    # ------------------------------------------------------------------------------------- write errors
+
+    def unwritable(self, e: OSError) -> RunDirUnwritable | None:
+        """The one-line error for an ``OSError`` met while writing this run (a full or read-only disk), or None
+        for any other error. Every file is written atomically and a checkpoint appears whole or not at all, so
+        a failed write loses nothing: the line says what ``--resume`` continues from once the disk is writable."""
+        what = _UNWRITABLE.get(e.errno or 0)
+        if what is None:
+            return None
+        target = e.filename2 or e.filename  # a copy names its source first and the file it writes second
+        where = f": {target}" if target else ""
+        if not self.is_run():
+            return RunDirUnwritable(f"--out {self.path}: {what}{where}; nothing was written")
+        last = self.latest()
+        start = f"its checkpoint {last.name}" if last is not None else "its start"
+        return RunDirUnwritable(f"--out {self.path}: {what}{where}; nothing is lost: once there is room, --resume "
+                                f"continues from {start}")  # fmt: skip
 
     # ------------------------------------------------------------------------------------------- lock
 

@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("config")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--sleep", type=float, default=0.0, help="seconds per collated batch, to slow the run down")
+    p.add_argument("--report-threads", action="store_true", help="print the process's thread names after shutdown")
     args = p.parse_args(argv)
     cfg = TrainConfig.from_dict(json.loads(args.config))
     train, valid = ReverseTask(), ReverseTask(n=64, seed=1)
@@ -86,7 +87,13 @@ def main(argv: list[str] | None = None) -> int:
         train.collate = slow  # type: ignore[method-assign]
     trainer = Trainer(cfg, args.run_dir, train, valid, progress=False)
     summary = trainer.fit(resume=args.resume)
+    trainer.close()
     shutdown(trainer.dist)
+    if args.report_threads:  # the torchrun test: gloo's threads must be gone before the interpreter exits
+        import glob
+
+        names = sorted(open(p).read().strip() for p in glob.glob("/proc/self/task/*/comm"))
+        print(json.dumps({"rank": trainer.dist.rank, "threads_after_shutdown": names}), file=sys.stderr)
     print(json.dumps(summary), file=sys.stderr)
     return EXIT_DIVERGED if summary["status"] == "diverged" else 0
 

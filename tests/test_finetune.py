@@ -306,3 +306,42 @@ def test_export_hf_refuses_pre_ln(pre_run, tmp_path, capsys):
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("normlab export-hf: error: placement=pre cannot be exported to BERT: BERT has no place for")
     assert not out.exists()
+
+
+def test_a_three_class_task_through_both_paths(pre_run, small_corpora, tmp_path, capsys):
+    """One recipe (normlab.finetune.run_config): `normlab finetune` and reproduce's Figure 5(b, c) runs
+    (experiments/finetuning.py, trained as the grid runner trains them) build the same run for a 3-class pair
+    TSV, with a head of three outputs, and both train it."""
+    from normlab.cli import main
+    from normlab.experiments.finetuning import finetune_config
+    from normlab.experiments.scales import FinetuneScale
+    from normlab.train.run import train
+
+    three = tmp_path / "three"
+    three.mkdir()
+    for split in ("train", "valid"):
+        header, *rows = (small_corpora["paraphrase"] / f"{split}.tsv").read_text(encoding="utf-8").splitlines()
+        relabelled = [f"{k % 3}\t{row.split(chr(9), 1)[1]}" for k, row in enumerate(rows)]
+        (three / f"{split}.tsv").write_text("\n".join([header, *relabelled]) + "\n", encoding="utf-8")
+
+    out = tmp_path / "ft"
+    code = main(["finetune", "--from", str(pre_run), "--task", str(three), "--scale", "tiny", "--out", str(out),
+                 "--set", "precision=fp32", "--set", "seeds=1", "--set", "labels=[\"0\",\"1\",\"2\"]"])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    run_a = out / "runs" / "bs32-lr0.0001-ep1" / "seed1"
+    a = TrainConfig.from_dict(load_yaml((run_a / "config.yaml").read_text()))
+    assert a.model.num_classes == 3 and a.data.labels == ("0", "1", "2")
+    per_epoch = json.loads((run_a / "summary.json").read_text())["update"]
+
+    pre_cfg = TrainConfig.from_dict(load_yaml((pre_run / "config.yaml").read_text()))
+    ft = FinetuneScale(tasks=(str(three),), lr=1e-4, epochs=1, batch_sentences=32, train_subset=512,
+                       valid_subset=256, labels=("0", "1", "2"))  # the tiny scale's setting
+    b = finetune_config(pre_cfg.replace(precision="fp32"), str(three), ft, 1, per_epoch)
+    # what the grid runner fills in (experiments/grid.py): the pre-training run's tokenizer and weights
+    b = b.replace(data=b.data.replace(tokenizer=str(pre_run / "tokenizer.model")), init_from=a.init_from)
+    assert b.model == a.model and b.optim == a.optim and b.schedule == a.schedule and b.max_epochs == a.max_epochs
+    assert b.data.replace(tokenizer="") == a.data.replace(tokenizer="")
+    summary = train(b, tmp_path / "fig5-run", quiet=True)
+    assert summary["status"] == "completed" and summary["update"] == per_epoch
+    acc = [r["accuracy"] for r in valid_records(tmp_path / "fig5-run")]
+    assert len(acc) == 1 and 0.0 <= acc[0] <= 1.0

@@ -310,3 +310,89 @@ def test_kill_9_at_random_moments_then_resume_equals_an_uninterrupted_run(tmp_pa
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert records(run) == records(tmp_path / "ref")
     assert not [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]  # nothing half-done
+
+
+# ------------------------------------------------------------------------------------------------- disk full
+
+
+def test_a_full_disk_is_one_line_exit_2_loses_nothing_and_resumes_exactly(
+    small_corpora, small_translation, data_cache, tmp_path, capsys, monkeypatch
+):
+    """ENOSPC injected into the third checkpoint's optimizer file (half of it written first, as a full disk
+    does): exit 2, one line naming --out and the file, the earlier checkpoints intact, and ``--resume`` once
+    there is room ends with the tensors and metrics of an uninterrupted run. Injected, not a real full file
+    system: a small tmpfs needs root (mount), which the suite must not."""
+    import errno
+
+    from tests.clirun import sets
+    from tests.conftest import SMALL_VOCAB
+    from tests.test_trainer import final_params, records
+
+    args = sets(f"data.corpus={small_corpora['de-en-tsv']}", f"data.cache_dir={data_cache}",
+                f"data.vocab_size={SMALL_VOCAB}", "data.max_tokens=512", "data.train_subset=256",
+                "data.valid_subset=32", "model.d_model=32", "model.n_heads=2", "model.d_ffn=64",
+                "model.encoder_layers=1", "model.decoder_layers=1", "model.max_positions=128",
+                "max_updates=8", "save_every=2", "eval_every=4", "keep_last=1", "precision=fp32",
+                "device=cpu")  # fmt: skip
+    assert cli(capsys, "train", "--out", str(tmp_path / "ref"), "--quiet", *args)[0] == 0
+
+    saves = []
+    real_save_file = ck.save_file
+
+    def full_disk(tensors, filename, *a, **k):
+        saves.append(filename)
+        if len(saves) == 3:
+            Path(filename).write_bytes(b"\0" * 100)  # the part that fitted
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), filename)
+        return real_save_file(tensors, filename, *a, **k)
+
+    run = tmp_path / "run"
+    monkeypatch.setattr(ck, "save_file", full_disk)
+    status, err = cli(capsys, "train", "--out", str(run), "--quiet", *args)
+    assert status == 2 and len(err) == 1, err
+    assert err[0].startswith(f"normlab train: error: --out {run}: no space left on the device: {run}/checkpoints/")
+    assert "nothing is lost: once there is room, --resume continues from its checkpoint update_00000004" in err[0]
+    # nothing lost: the newest checkpoint is whole and loads, the failed one left nothing behind
+    rd = RunDir(run)
+    assert [p.name for p in rd.list_checkpoints()] == ["update_00000004"]
+    assert not [p.name for p in rd.checkpoints.iterdir() if p.name.startswith(".")]
+    rd.load_model("translation", which="last")
+    assert rd.status() == "running"
+    # room again: --resume continues and ends where an uninterrupted run ends
+    monkeypatch.setattr(ck, "save_file", real_save_file)
+    assert cli(capsys, "train", "--out", str(run), "--resume", "--quiet")[0] == 0
+    a, b = final_params(tmp_path / "ref"), final_params(run)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert records(run) == records(tmp_path / "ref")
+    assert rd.status() == "completed"
+
+
+def test_a_read_only_out_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
+    """EROFS where the run directory would be created (injected: as root, chmod does not make a directory
+    read-only, and a read-only mount needs root)."""
+    import errno
+
+    def read_only(self, *a, **k):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+
+    out = tmp_path / "ro" / "run"
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    with pytest.raises(ConfigError) as e:
+        fit(out, max_updates=2)
+    assert str(e.value) == f"--out {out}: read-only file system: {out}; nothing was written"
+    assert not (tmp_path / "ro").exists()
+
+
+def test_resume_restores_a_best_copy_that_a_stop_left_unwritten(tmp_path, monkeypatch):
+    """A full disk (or a kill) between a checkpoint and its copy into best/: the resume copies it, else the
+    rotation would delete the only copy of the best weights."""
+    fit(tmp_path, max_updates=4, eval_every=4)
+    assert ck.read_state(tmp_path / "checkpoints" / "best")["update"] == 4
+    shutil.rmtree(tmp_path / "checkpoints" / "best")
+    marked = []
+    real_mark_best = ck.mark_best
+    monkeypatch.setattr(ck, "mark_best", lambda path: marked.append(Path(path).name) or real_mark_best(path))
+    fit(tmp_path, resume=True, max_updates=8, eval_every=4, keep_last=1)
+    assert marked[0] == "update_00000004"
+    best = ck.read_state(tmp_path / "checkpoints" / "best")
+    assert best["update"] == best["best_update"] in (4, 8)

@@ -175,6 +175,7 @@ class FinetuneScale(Strict):
     batch_sentences: int = field(32, help="sentences per batch (the paper searches 16/32)")
     train_subset: int = field(0, help="training pairs per task (0 = all)")
     valid_subset: int = field(0, help="validation pairs per task (0 = all)")
+    labels: tuple[str, ...] = field(("0", "1"), help="the tasks' label set in class-id order (DataConfig.labels)")
 
 
 @config

@@ -93,14 +93,19 @@ def train(
         from normlab.train.throughput import tune_malloc
 
         tune_malloc()
+    trainer, completed = None, False
     try:
         valid = data.splits.get("valid")
         extra = _bleu_hook(cfg, data.tokenizer, valid, dist.is_main) if cfg.valid_bleu and valid is not None else None
         trainer = Trainer(cfg, out, data.splits["train"], valid, dist=dist, progress=progress, quiet=quiet,
                           extra_eval=extra, files={"tokenizer.model": data.tokenizer.proto})
-        return trainer.fit(resume=resume)
+        summary = trainer.fit(resume=resume)
+        completed = True
+        return summary
     finally:
-        shutdown(dist)
+        if trainer is not None:
+            trainer.close()  # the DDP wrapper holds the process group: released before shutdown
+        shutdown(dist, completed=completed)
 
 
 def run(args: argparse.Namespace) -> int:

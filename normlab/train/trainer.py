@@ -170,6 +170,7 @@ class Trainer:
         self._bar = None
         self._evaluated_at: int | None = None
         self._saved_at: dict[str, Any] | None = None
+        self._resumed_from: Path | None = None  # the checkpoint a resume loaded
 
     # ---------------------------------------------------------------------------------------------- helpers
 
@@ -235,6 +236,7 @@ class Trainer:
                 continue
             fields = {f.name for f in dataclasses.fields(TrainState)}
             self.state = TrainState(**{k: v for k, v in saved.items() if k in fields})
+            self._resumed_from = path
             if damaged:
                 self._say(f"resume: {len(damaged)} newer checkpoint(s) damaged; resuming from {path.name}, the newest "
                           "intact one")  # fmt: skip
@@ -242,6 +244,22 @@ class Trainer:
         if damaged:
             raise ckpt.CheckpointError(f"--resume: no intact checkpoint in {self.ckpt_dir} (all {len(damaged)} damaged)")
         return damaged
+
+    def _repair_best(self) -> None:
+        """After a resume from the best checkpoint, make sure best/ holds it: a run stopped between the
+        checkpoint and its copy into best/ (a full disk, a kill) would otherwise leave best/ behind, and
+        rotation would then delete the only copy of the best weights."""
+        path, s = self._resumed_from, self.state
+        if path is None or s.best_update is None or s.best_update != s.update:
+            return
+        best = self.ckpt_dir / "best"
+        try:
+            current = ckpt.read_state(best).get("update")
+        except ckpt.CheckpointError:
+            current = None
+        if current != s.update:
+            ckpt.mark_best(path)
+            self._say(f"resume: best/ did not hold {path.name}, the best checkpoint; copied it")
 
     def _set_aside(self, damaged: list[Path]) -> None:
         """Rename damaged checkpoints to ``damaged-update_N`` (kept for inspection, never loaded or rotated)."""
@@ -402,6 +420,11 @@ class Trainer:
         self._log({"type": "valid", "update": s.update, "epoch": epoch, **metrics})
         self._say(f"valid | epoch {epoch} | update {s.update} | " + " | ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
 
+    def close(self) -> None:
+        """Release the DistributedDataParallel wrapper: its Reducer holds the process group, which must go before
+        :func:`normlab.train.distributed.shutdown` for gloo's threads to stop (see that module's docstring)."""
+        self.net = self.model
+
     def _say(self, line: str) -> None:
         if self.dist.is_main and not self.quiet:
             if self._bar is not None:
@@ -444,6 +467,17 @@ class Trainer:
                 self._init_from(Path(cfg.init_from))
             self._profile_init()
             return self._fit(schedule, total, per_epoch)
+        try:
+            return self._fit_main(resume, schedule, total, per_epoch)
+        except OSError as e:  # a full or read-only disk: one line (exit 2); what was written stays resumable
+            error = self.rundir.unwritable(e)
+            if error is None:
+                raise
+            raise error from None
+
+    def _fit_main(self, resume: bool, schedule: Schedule, total: int, per_epoch: int) -> dict[str, Any]:
+        """:meth:`fit` on the rank that writes: the lock, the checks, then the run directory is written."""
+        cfg = self.cfg
         created = not self.run_dir.exists()
         self._lock = self.rundir.lock()  # refused, naming the holder's pid, while another trainer runs here
         try:
@@ -465,6 +499,7 @@ class Trainer:
                 raise
             # everything is checked: from here on the run directory is written
             self._set_aside(damaged)
+            self._repair_best()
             self.rundir.write_config(cfg)
             for name, content in self.files.items():
                 self.rundir.write_file(name, content)
