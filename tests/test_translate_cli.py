@@ -63,3 +63,21 @@ def test_run_without_checkpoint_is_one_line_error(tmp_path):
     proc = normlab("translate", "--run", str(run), stdin="Hallo\n")
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and "no checkpoint found" in proc.stderr
+
+
+def test_invalid_utf8_on_stdin_is_one_line_naming_it(trained_run):
+    """stdin is read as a stream (in chunks of lines): the bad line is named in one line, exit 2, no traceback
+    (issue 16, item 7; the file case, checked whole before any translation, is in test_rundir.py)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.clirun import ROOT
+
+    data = "Das ist ein Haus.\nGr\xfc\xdfe\n".encode("latin-1")
+    proc = subprocess.run([sys.executable, "-m", "normlab", "translate", "--run", str(trained_run), "--beam", "1"],
+                          input=data, capture_output=True, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                          timeout=600)  # fmt: skip
+    err = proc.stderr.decode().strip().splitlines()
+    assert proc.returncode == 2 and err == ["normlab translate: error: stdin: line 2 is not valid UTF-8 (byte 3 of the line)"], err
+    assert "Traceback" not in proc.stderr.decode()
