@@ -294,6 +294,6 @@ def test_diagnose_verdicts_give_no_verdict_for_rezero():
     """ReZero at initialisation (alpha = 0): diagnose's ratio is 0/0, so the sweep's verdict is None, not a guess."""
     from normlab.experiments.sweep import diagnose_verdicts
 
-    cfg = SweepConfig(schemes=("rezero", "post"), widths=(16,), n_heads=2, layers=2, vocab_size=200, max_tokens=256)
+    cfg = SweepConfig(schemes=("rezero", "post"), widths=(16,), n_heads=2, layers=2, vocab_size=300, max_tokens=256)
     verdicts = diagnose_verdicts(cfg, steps=1)
     assert verdicts[("rezero", 16)] is None and verdicts[("post", 16)] is not None
