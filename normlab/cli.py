@@ -46,6 +46,9 @@ def _analyze_args(p: argparse.ArgumentParser) -> None:
     add_set_argument(p, AnalysisConfig, note="the defaults shown are before --scale, which sets most of them")
     p.add_argument("--checkpoint", help="Post-LN checkpoint after warm-up (safetensors + JSON sidecar), optional")
     p.add_argument("--data", choices=["synthetic", "de-en"], help="mini-batches (default: the scale's)")
+    p.add_argument("--schemes", help="comma-separated schemes for the depth scan of Figure 3(c,d), as `normlab sweep` "
+                                     "spells them (post,pre,rezero,pre/rmsnorm); default post,pre; same as "
+                                     "--set schemes=[...]")  # fmt: skip
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
 
 
@@ -58,6 +61,11 @@ def _analyze(args: argparse.Namespace) -> int:
         overrides.append(f"checkpoint={args.checkpoint}")
     if args.data:
         overrides.append(f"data={args.data}")
+    if args.schemes is not None:
+        schemes = [x.strip() for x in args.schemes.split(",")]
+        if not all(schemes):
+            raise ConfigError(f"--schemes {args.schemes!r}: an empty scheme name (expected e.g. post,pre,rezero)")
+        overrides.append("schemes=[" + ", ".join(f'"{x}"' for x in schemes) + "]")
     cfg = AnalysisConfig.from_dict(apply_overrides(analysis_scale(args.scale).to_dict(), overrides))
     if args.threads:
         import torch
@@ -99,7 +107,7 @@ def _diagnose(args: argparse.Namespace) -> int:
     print(result.summary())
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(result.to_dict(), f, indent=1)
+            json.dump(result.to_dict(), f, indent=1, allow_nan=False)  # strict: undefined numbers are null
     return 0
 def _data_args(p: argparse.ArgumentParser) -> None:
     from normlab.data.summary import add_arguments

@@ -495,6 +495,30 @@ class Placement(enum.StrEnum):
 NORMS = ("layernorm", "rmsnorm", "dyt", "none")
 
 
+def parse_scheme(text: str) -> tuple[str, str]:
+    """A normalization scheme as ``normlab sweep`` and ``normlab analyze`` spell it: ``PLACEMENT`` or
+    ``PLACEMENT/NORM`` (``pre/rmsnorm``) -> (placement, norm); the norm defaults to layernorm."""
+    placement, _, norm = text.partition("/")
+    return placement, norm or "layernorm"
+
+
+def scheme_errors(schemes: typing.Sequence[str]) -> str | None:
+    """Why a list of schemes (:func:`parse_scheme`) is not valid, or None: empty, an unknown placement or norm
+    (naming the valid ones), or one scheme twice (``pre`` and ``pre/layernorm`` are the same)."""
+    if not schemes:
+        return "needs at least one scheme"
+    placements = [p.value for p in Placement]
+    for s in schemes:
+        placement, norm = parse_scheme(s)
+        if placement not in placements:
+            return f"{s!r}: unknown placement {placement!r}; expected one of {placements}"
+        if norm not in NORMS:
+            return f"{s!r}: unknown norm {norm!r}; expected one of {list(NORMS)}"
+    if len({parse_scheme(s) for s in schemes}) != len(schemes):
+        return f"repeated: {list(schemes)}"
+    return None
+
+
 @config
 class ModelConfig(Strict):
     """The Transformer: shapes, placement of the LayerNorms, embeddings and initialisation."""

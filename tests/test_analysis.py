@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -134,13 +135,13 @@ def test_train_mode_is_seeded_and_differs_from_eval():
 def test_figure3cd_structure_and_paired_initialisation():
     base = tiny_config(dropout=0.0)
     batches = {s: _batches(1, seed=s) for s in (1, 2)}
-    res = figure3cd(base, depths=(1, 2), placements=("post", "pre"), seeds=(1, 2), batches_for_seed=batches.__getitem__, mode="eval")
+    res = figure3cd(base, depths=(1, 2), schemes=("post", "pre"), seeds=(1, 2), batches_for_seed=batches.__getitem__, mode="eval")
     for p in ("post", "pre"):
         for s in ("encoder", "decoder"):
             e = res[p][s]
             assert np.asarray(e["per_seed"]).shape == (2, 2)
             assert e["mean"] == pytest.approx(np.mean(e["per_seed"], 1).tolist())
-            assert set(e["fit"]) >= {"slope", "stderr"} and e["paired"]["slope"] == pytest.approx(e["fit"]["slope"])
+            assert set(e["fit"]) >= {"slope", "stderr"} and e["paired"]["slope"] == pytest.approx(e["fit"]["slope"]) == e["slope"]
     # a seed initialises Post-LN and Pre-LN models with the same weight matrices
     torch.manual_seed(1)
     post = dict(Seq2Seq(base.replace(placement="post")).named_parameters())
@@ -148,6 +149,31 @@ def test_figure3cd_structure_and_paired_initialisation():
     pre = dict(Seq2Seq(base.replace(placement="pre")).named_parameters())
     for name in ("encoder.layers.0.ffn.w2.weight", "decoder.layers.1.self_attn.qkv.weight", "decoder.embed_tokens.weight"):
         assert torch.equal(post[name], pre[name])
+
+
+def test_figure3cd_scans_any_scheme_and_says_when_the_slope_is_undefined():
+    """The depth scan takes sweep's spelling (PLACEMENT[/NORM]); ReZero's W^2 has no gradient at init (alpha = 0),
+    so its slope is None with the reason, never NaN."""
+    base = tiny_config(dropout=0.0)
+    batches = {s: _batches(1, seed=s) for s in (1, 2)}
+    schemes = ("post", "rezero", "pre/rmsnorm")
+    res = figure3cd(base, depths=(1, 2), schemes=schemes, seeds=(1, 2), batches_for_seed=batches.__getitem__, mode="eval")
+    assert res["schemes"] == list(schemes) and set(res["slopes"]) == set(schemes)
+    for scheme in ("post", "pre/rmsnorm"):
+        for s in ("encoder", "decoder"):
+            e = res["slopes"][scheme][s]
+            assert math.isfinite(e["slope"]) and e["slope_undefined"] is None
+            assert e["slope"] == res[scheme][s]["paired"]["slope"]
+    for s in ("encoder", "decoder"):
+        assert res["rezero"][s]["mean"] == [0.0, 0.0]
+        e = res["slopes"]["rezero"][s]
+        assert e["slope"] is None and e["slope_stderr"] is None and "is 0 at 4 of 4" in e["slope_undefined"]
+    assert res["slopes"]["post"]["theory"] == 0.0 and res["slopes"]["pre/rmsnorm"]["theory"] is None
+    json.dumps(res["slopes"], allow_nan=False)
+    # pre/rmsnorm is the Pre-LN model with RMSNorm: the same weight matrices, another norm function
+    torch.manual_seed(1)
+    model = Seq2Seq(base.replace(placement="pre", norm="rmsnorm"))
+    assert model.cfg.norm == "rmsnorm"
 
 
 def test_paired_slope_removes_per_seed_levels():
@@ -313,3 +339,46 @@ def test_analyze_rejects_bad_settings():
     proc = subprocess.run([sys.executable, "-m", "normlab", "analyze", "--scale", "smoke", "--out", "/nonexistent",
                            "--set", "depth=[2]"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "unknown key 'depth'; did you mean 'depths'?" in proc.stderr
+
+
+@pytest.mark.parametrize("given, message", [
+    (["--schemes", "post,postln"], "AnalysisConfig.schemes: 'postln': unknown placement 'postln'; expected one of"),
+    (["--schemes", "pre/batchnorm"], "unknown norm 'batchnorm'"),
+    (["--schemes", "pre,pre/layernorm"], "repeated"),
+    (["--schemes", "post,,pre"], "an empty scheme name"),
+    (["--set", "schemes=[]"], "needs at least one scheme"),
+])  # fmt: skip
+def test_analyze_rejects_unknown_schemes(given, message, tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "normlab", "analyze", "--scale", "smoke", "--out", str(out), *given],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_analyze_depth_scan_of_chosen_schemes(tmp_path):
+    """`normlab analyze --schemes pre,rezero`: a slope per scheme in analysis.json (strict JSON: ReZero's is null
+    with the reason), in the printed summary and in figure3cd.png; C3 needs post in the scan and is left out."""
+    from normlab.analysis.run import AnalysisConfig, SCALES
+
+    assert all(SCALES[name]().schemes == ("post", "pre") for name in SCALES)  # reproduce's Figure 3 is unchanged
+    assert AnalysisConfig().schemes == ("post", "pre")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "normlab", "analyze", "--scale", "smoke", "--out", str(out), "--schemes",
+           "pre, rezero", "--set", "depths=[2, 3]", "--threads", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "Depth scan (Figure 3(c,d)" in proc.stdout
+    assert re.search(r"rezero\s+decoder undefined \(zero gradient\), encoder undefined", proc.stdout), proc.stdout
+    assert re.search(r"pre\s+decoder -?\d+\.\d+ \+- \d", proc.stdout), proc.stdout
+
+    def no_nan(constant):
+        raise AssertionError(f"analysis.json is not strict JSON: {constant}")
+
+    res = json.loads((out / "analysis.json").read_text(), parse_constant=no_nan)
+    cd = res["figure3cd"]
+    assert cd["schemes"] == ["pre", "rezero"] and res["config"]["schemes"] == ["pre", "rezero"]
+    assert math.isfinite(cd["slopes"]["pre"]["decoder"]["slope"]) and cd["slopes"]["pre"]["theory"] == -0.5
+    assert cd["slopes"]["rezero"]["decoder"]["slope"] is None and cd["slopes"]["rezero"]["encoder"]["slope_undefined"]
+    assert "C3" not in res["claims"] and "C4" in res["claims"]
+    assert (out / "figure3cd.png").stat().st_size > 10_000

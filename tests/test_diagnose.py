@@ -52,6 +52,32 @@ def test_verdict_rule():
     assert score(2.0, 4.0) == 1.0
 
 
+def test_undefined_ratio_gives_no_verdict():
+    """A zero or non-finite gradient norm at either end of a stack: r is undefined, and so is the verdict."""
+    zero = LayerProfile("encoder.layers", [0, 1, 2], [0.0, 0.0, 0.0], [None, None, None])
+    assert zero.grad_ratio is None and zero.score is None and zero.grad_log_slope is None
+    assert "first layer's gradient norm is 0" in zero.undefined
+    assert LayerProfile("s", [0, 1], [1.0, float("inf")], [1.0, 1.0]).grad_ratio is None
+    assert LayerProfile("s", [0, 1], [float("nan"), 1.0], [1.0, 1.0]).grad_ratio is None
+    post_like = LayerProfile("decoder.layers", [0, 1, 2], [1.0, 2.0, 3.0], [1.5, 1.5, 1.5])
+    advised, reason = verdict([zero, post_like])  # one undefined stack is enough: no verdict, not the other's
+    assert advised is None and "undefined" in reason and "'encoder.layers'" in reason
+
+
+def test_rezero_at_initialisation_has_no_verdict():
+    """ReZero's alpha = 0: every encoder weight has a zero gradient, r = 0/0; no "warm-up advised", strict JSON."""
+    d = diagnose_config(tiny_config(placement="rezero", encoder_layers=3, decoder_layers=3), "translation", steps=1,
+                        max_tokens=64)  # fmt: skip
+    enc = next(p for p in d.profiles if p.stack == "encoder.layers")
+    assert enc.grad_norm == [0.0, 0.0, 0.0] and enc.grad_ratio is None
+    assert d.warmup_advised is None and "undefined" in d.reason
+    assert "verdict: no verdict" in d.summary() and "r undefined" in d.summary()
+    res = json.loads(json.dumps(d.to_dict(), allow_nan=False))
+    assert res["warmup_advised"] is None
+    (stack,) = [s for s in res["stacks"] if s["stack"] == "encoder.layers"]
+    assert stack["grad_ratio"] is None and stack["score"] is None and "is 0" in stack["grad_ratio_undefined"]
+
+
 @pytest.fixture(scope="module")
 def calibration():
     return calibration_diagnoses(seed=0)
@@ -141,8 +167,9 @@ def test_runs_on_hugging_face_bert():
     assert all(v is not None for v in profile.ln_input)  # BERT's LayerNorms sit in each layer (Post-LN)
 
 
-@pytest.mark.parametrize("placement, word", [("post", "WARM-UP ADVISED"), ("pre", "no warm-up needed")])
-def test_diagnose_command(placement, word, tmp_path):
+@pytest.mark.parametrize("placement, word, advised", [("post", "WARM-UP ADVISED", True),
+                                                      ("pre", "no warm-up needed", False), ("rezero", "no verdict", None)])
+def test_diagnose_command(placement, word, advised, tmp_path):
     out = tmp_path / "d.json"
     proc = subprocess.run(
         [sys.executable, "-m", "normlab", "diagnose", "--set", f"placement={placement}", "--set", "encoder_layers=12",
@@ -153,5 +180,5 @@ def test_diagnose_command(placement, word, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert f"verdict: {word}" in proc.stdout
     assert "decoder.layers: 12 layers" in proc.stdout
-    res = json.loads(out.read_text())
-    assert res["warmup_advised"] is (placement == "post") and len(res["stacks"]) == 2
+    res = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    assert res["warmup_advised"] is advised and len(res["stacks"]) == 2

@@ -368,7 +368,7 @@ def test_every_scheme_through_analysis_and_diagnosis():
 
     base = tiny_config(vocab_size=40, d_ffn=32, dropout=0.1)
     batches = synthetic_translation_batches(1, vocab_size=40, max_tokens=64, seed=0)
-    out = figure3cd(base, depths=(1, 2), placements=SCHEMES, seeds=(0,), batches_for_seed=lambda s: batches)
+    out = figure3cd(base, depths=(1, 2), schemes=SCHEMES, seeds=(0,), batches_for_seed=lambda s: batches)
     for scheme in SCHEMES:
         assert all(math.isfinite(v) for v in out[scheme]["decoder"]["mean"]), scheme
     for scheme in SCHEMES:

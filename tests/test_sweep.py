@@ -58,6 +58,8 @@ def test_config_is_strict():
         SweepConfig(schemes=("postln",))
     with pytest.raises(ConfigError, match="unknown norm"):
         SweepConfig(schemes=("pre/batchnorm",))
+    with pytest.raises(ConfigError, match="repeated"):  # the same scheme spelt twice
+        SweepConfig(schemes=("pre", "pre/layernorm"))
     with pytest.raises(ConfigError, match="not divisible"):
         SweepConfig(widths=(66,))
     with pytest.raises(ConfigError, match="increasing"):
@@ -286,3 +288,12 @@ def test_smoke_sweep_cli(tmp_path):
     assert all((report / link).is_file() for link in re.findall(r"\]\(([^)]+\.png)\)", md))
     again = normlab("sweep", "--scale", "smoke", "--out", str(out), "--no-estimate")
     assert again.returncode == 0 and f"{n} of {n} runs already finished" in again.stderr
+
+
+def test_diagnose_verdicts_give_no_verdict_for_rezero():
+    """ReZero at initialisation (alpha = 0): diagnose's ratio is 0/0, so the sweep's verdict is None, not a guess."""
+    from normlab.experiments.sweep import diagnose_verdicts
+
+    cfg = SweepConfig(schemes=("rezero", "post"), widths=(16,), n_heads=2, layers=2, vocab_size=300, max_tokens=256)
+    verdicts = diagnose_verdicts(cfg, steps=1)
+    assert verdicts[("rezero", 16)] is None and verdicts[("post", 16)] is not None

@@ -23,7 +23,9 @@ Lemma 3 damps the gradients by 1/sqrt(G)). The statistic combines them as eviden
 
     S = r / sqrt(G)     (per stack; G = 1 where a stack shows no LayerNorm input; the largest S counts),
 
-and warm-up is advised when S > :data:`THRESHOLD`. The gradient ratio alone, estimated from a few batches,
+and warm-up is advised when S > :data:`THRESHOLD`. There is no verdict (None, "no verdict") when a stack's r is
+undefined: a zero or non-finite gradient norm in its first or last layer, as in ReZero at initialisation, whose
+alpha = 0 gives every weight in its layers a zero gradient (r = 0/0). The gradient ratio alone, estimated from a few batches,
 is noisy for encoder-only models (one of the Post-LN masked LMs below has r = 0.88 against a Pre-LN
 maximum of 0.82); the LayerNorm growth alone says nothing for a model without LayerNorms, and is fooled by
 inputs far larger than the branches. Together they separate every calibration run by a wide margin.
@@ -95,9 +97,23 @@ THRESHOLD = 0.45
 """Warm-up is advised when S = r / sqrt(G) exceeds this in some stack (calibration: module docstring)."""
 
 
-def score(grad_ratio: float, ln_growth: float | None) -> float:
-    """S = r / sqrt(G): the last/first gradient-norm ratio counted against the LayerNorm-input growth."""
+def score(grad_ratio: float | None, ln_growth: float | None) -> float | None:
+    """S = r / sqrt(G): the last/first gradient-norm ratio counted against the LayerNorm-input growth; None when
+    r is undefined (:attr:`LayerProfile.grad_ratio`)."""
+    if grad_ratio is None:
+        return None
     return grad_ratio / math.sqrt(ln_growth if ln_growth and ln_growth > 0 else 1.0)
+
+
+def _finite_or_none(obj: Any) -> Any:
+    """NaN and infinities become None (JSON null), so that ``to_dict()`` is strict JSON."""
+    if isinstance(obj, dict):
+        return {k: _finite_or_none(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite_or_none(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
 
 
 def modulelist_grouping(model: nn.Module) -> Callable[[str], LayerKey | None]:
@@ -126,15 +142,27 @@ class LayerProfile:
     ln_input: list[float | None]  # mean E||x||^2/d over the layer's LayerNorm inputs (None: no LayerNorm)
 
     @property
-    def grad_ratio(self) -> float:
-        first, last = self.grad_norm[0], self.grad_norm[-1]
-        return last / first if first > 0 else math.inf
+    def undefined(self) -> str | None:
+        """Why r = last/first is undefined, or None: a zero or non-finite gradient norm in the first or the last
+        layer. ReZero at initialisation is the case met in practice: every branch is scaled by alpha = 0, so
+        every weight inside a layer has a zero gradient (only the alphas have one) and r would be 0/0."""
+        ends = {"first": self.grad_norm[0], "last": self.grad_norm[-1]}
+        bad = [f"the {k} layer's gradient norm is {v:g}" for k, v in ends.items() if not math.isfinite(v) or v <= 0]
+        return " and ".join(bad) if bad else None
 
     @property
-    def grad_log_slope(self) -> float:
-        """Slope of log(gradient norm) against the layer index (Appendix F: 0.5 ln 1.5 = 0.2 for Post-LN)."""
-        if len(self.layers) < 2 or min(self.grad_norm) <= 0:
-            return float("nan")
+    def grad_ratio(self) -> float | None:
+        """r: the last layer's gradient norm over the first's; None when :attr:`undefined`."""
+        if self.undefined:
+            return None
+        return self.grad_norm[-1] / self.grad_norm[0]
+
+    @property
+    def grad_log_slope(self) -> float | None:
+        """Slope of log(gradient norm) against the layer index (Appendix F: 0.5 ln 1.5 = 0.2 for Post-LN); None
+        with fewer than two layers or a zero or non-finite norm."""
+        if len(self.layers) < 2 or not all(math.isfinite(g) and g > 0 for g in self.grad_norm):
+            return None
         return fit_linear_slope(self.layers, np.log(self.grad_norm))["slope"]
 
     @property
@@ -146,8 +174,8 @@ class LayerProfile:
         return vals[-1] / vals[0]
 
     @property
-    def score(self) -> float:
-        """S = r / sqrt(G), the verdict's statistic."""
+    def score(self) -> float | None:
+        """S = r / sqrt(G), the verdict's statistic; None when r is undefined."""
         return score(self.grad_ratio, self.ln_growth)
 
 
@@ -159,27 +187,29 @@ class Diagnosis:
     other_grad_norm: float  # parameters in no layer (embeddings, heads, final norms)
     loss: float
     steps: int
-    warmup_advised: bool | None  # None: no layered structure found, no verdict
+    warmup_advised: bool | None  # None: no verdict (no layered structure, or a ratio r is undefined)
     reason: str
     threshold: float = THRESHOLD
 
     @property
     def decisive(self) -> LayerProfile | None:
-        """The stack with the largest S (the one the verdict rests on)."""
-        layered = [p for p in self.profiles if len(p.layers) > 1]
+        """The stack with the largest S (the one the verdict rests on); None when no stack has a defined S."""
+        layered = [p for p in self.profiles if len(p.layers) > 1 and p.score is not None]
         return max(layered, key=lambda p: p.score) if layered else None
 
     @property
-    def score(self) -> float:
-        return self.decisive.score if self.decisive else float("nan")
+    def score(self) -> float | None:
+        return self.decisive.score if self.decisive else None
 
     @property
-    def grad_ratio(self) -> float:
-        """The largest last/first gradient-norm ratio over the stacks."""
-        return max((p.grad_ratio for p in self.profiles if len(p.layers) > 1), default=float("nan"))
+    def grad_ratio(self) -> float | None:
+        """The largest defined last/first gradient-norm ratio over the stacks (None: none is defined)."""
+        return max((p.grad_ratio for p in self.profiles if len(p.layers) > 1 and p.grad_ratio is not None),
+                   default=None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """JSON-ready and strict: an undefined or non-finite number is None (null), never NaN or Infinity."""
+        return _finite_or_none({
             "warmup_advised": self.warmup_advised,
             "reason": self.reason,
             "threshold": self.threshold,
@@ -190,11 +220,11 @@ class Diagnosis:
             "steps": self.steps,
             "other_grad_norm": self.other_grad_norm,
             "stacks": [
-                {**dataclasses.asdict(p), "grad_ratio": p.grad_ratio, "grad_log_slope": p.grad_log_slope,
-                 "ln_growth": p.ln_growth, "score": p.score}
+                {**dataclasses.asdict(p), "grad_ratio": p.grad_ratio, "grad_ratio_undefined": p.undefined,
+                 "grad_log_slope": p.grad_log_slope, "ln_growth": p.ln_growth, "score": p.score}
                 for p in self.profiles
             ],
-        }
+        })
 
     def summary(self) -> str:
         lines = [f"loss at initialisation {self.loss:.4f} (mean of {self.steps} evaluations)"]
@@ -204,8 +234,13 @@ class Diagnosis:
             for i, g, n in zip(p.layers, p.grad_norm, p.ln_input):
                 lines.append(f"  {i:5d}   {g:10.4g}   {'-' if n is None else f'{n:.3f}'}")
             growth = "n/a" if p.ln_growth is None else f"{p.ln_growth:.2f}x"
-            lines.append(f"  gradient last/first r = {p.grad_ratio:.3g} (log-slope {p.grad_log_slope:.3f} per layer); "
-                         f"LayerNorm input growth last/first G = {growth}; S = r/sqrt(G) = {p.score:.3g}")
+            if p.grad_ratio is None:
+                lines.append(f"  gradient last/first r undefined ({p.undefined}); "
+                             f"LayerNorm input growth last/first G = {growth}; S undefined")
+            else:
+                slope = "n/a" if p.grad_log_slope is None else f"{p.grad_log_slope:.3f}"
+                lines.append(f"  gradient last/first r = {p.grad_ratio:.3g} (log-slope {slope} per layer); "
+                             f"LayerNorm input growth last/first G = {growth}; S = r/sqrt(G) = {p.score:.3g}")
         lines.append(f"parameters outside the layers: ||grad||_F {self.other_grad_norm:.4g}")
         word = {True: "WARM-UP ADVISED", False: "no warm-up needed", None: "no verdict"}[self.warmup_advised]
         lines.append(f"verdict: {word}. {self.reason}")
@@ -217,6 +252,15 @@ def verdict(profiles: Sequence[LayerProfile], threshold: float = THRESHOLD) -> t
     layered = [p for p in profiles if len(p.layers) > 1]
     if not layered:
         return None, "no stack of two or more layers was found (pass group_fn to say how parameters map to layers)"
+    undefined = [p for p in layered if p.grad_ratio is None]
+    if undefined:
+        # a 0/0 ratio is no evidence either way: ReZero at init (alpha = 0) gives zero gradients to every weight in
+        # its layers, and reading that as "flat" or "growing" would be a guess, not a measurement
+        where = "; ".join(f"in {p.stack!r} {p.undefined}" for p in undefined)
+        return None, (f"the gradient ratio r = last/first is undefined ({where}), so S = r/sqrt(G) cannot be "
+                      "measured at these parameters. A scheme whose branches are switched off at initialisation "
+                      "(ReZero: alpha = 0) has zero gradients in every layer until its scalars move; this "
+                      "diagnosis at initialisation cannot judge it.")
     worst = max(layered, key=lambda p: p.score)
     advised = worst.score > threshold
     growth = worst.ln_growth

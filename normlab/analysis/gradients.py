@@ -8,7 +8,9 @@
 * Figure 3(c,d), :func:`figure3cd`: ``||dL/dW^{2,L}||_F`` of the last FFN layer of the encoder and of the
   decoder, for models of depth 6-6 ... 14-14 and several seeds, and the slope of log(norm) against log(L)
   (:func:`fit_loglog_slope`). Theorem 1 bounds it by O(d sqrt(ln d)) for Post-LN, independent of L (slope
-  0), and by O(d sqrt(ln d / L)) for Pre-LN (slope -1/2).
+  0), and by O(d sqrt(ln d / L)) for Pre-LN (slope -1/2). Any scheme (``PLACEMENT[/NORM]``, as ``normlab
+  sweep`` spells it) can be scanned; where the gradient is 0 (ReZero at initialisation) the slope is
+  undefined and says so.
 
 The loss is the training loss of Section 3.2 / Appendix A.1: label-smoothed cross entropy with eps = 0.1,
 summed over the target tokens and divided by their number (fairseq's ``label_smoothed_cross_entropy`` with
@@ -30,7 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from normlab.config import ModelConfig, Placement
+from normlab.config import ModelConfig, parse_scheme
 from normlab.data.batch import PAD, TranslationBatch
 from normlab.device import autocast
 
@@ -42,6 +44,7 @@ __all__ = [
     "expected_gradients",
     "figure3ab",
     "figure3cd",
+    "THEOREM1_SLOPE",
     "fit_loglog_slope",
     "fit_paired_loglog_slope",
     "fit_linear_slope",
@@ -207,11 +210,27 @@ def figure3ab(
     return out
 
 
+THEOREM1_SLOPE = {"post": 0.0, "pre": -0.5}
+"""Theorem 1's rate of ||dL/dW^{2,L}||_F in L (log-log slope): flat for Post-LN, L^{-1/2} for Pre-LN. The
+theorem says nothing of the other schemes; their slopes are measured only."""
+
+
+def _undefined_slope(depths: Sequence[int], seeds: Sequence[int], v: np.ndarray) -> str | None:
+    """Why the log-log slope of the (depths, seeds) norms ``v`` is undefined, or None: a zero or non-finite norm."""
+    bad = ~(np.isfinite(v) & (v > 0))
+    if not bad.any():
+        return None
+    zero = int((v == 0).sum())
+    return (f"||dL/dW^{{2,L}}||_F is {'0' if zero == bad.sum() else 'zero or non-finite'} at {int(bad.sum())} of "
+            f"{v.size} (depth, seed) points, so its logarithm, and the slope, are undefined (a scheme whose branches "
+            "are scaled by 0 at initialisation, as ReZero's alpha = 0, gives W^2 no gradient)")
+
+
 def figure3cd(
     base: ModelConfig,
     *,
     depths: Sequence[int],
-    placements: Sequence[Placement | str],
+    schemes: Sequence[str],
     seeds: Sequence[int],
     batches_for_seed: Callable[[int], list[TranslationBatch]],
     mode: Mode = "train",
@@ -221,26 +240,32 @@ def figure3cd(
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Figure 3(c,d) and Theorem 1: ``||dL/dW^{2,L}||_F`` of the last FFN layer of the encoder and of the
-    decoder of an L-L model at initialisation, for each depth, placement and seed.
+    decoder of an L-L model at initialisation, for each depth, scheme and seed.
 
-    Seed ``s`` initialises the model (``torch.manual_seed(s)``; Post-LN and Pre-LN models of one seed then
-    share every weight matrix) and picks its batches ``batches_for_seed(s)``; the same batches serve every
-    depth and placement, so the comparisons across depth are paired. With several batches per seed the
-    value is the norm of the mean gradient, as in Figure 3(a,b).
+    ``schemes``: ``PLACEMENT`` or ``PLACEMENT/NORM`` (:func:`normlab.config.parse_scheme`; the paper's figure
+    is ``("post", "pre")``); each sets ``placement`` and ``norm`` of ``base``. Seed ``s`` initialises the model
+    (``torch.manual_seed(s)``; the models of one seed then share every weight matrix) and picks its batches
+    ``batches_for_seed(s)``; the same batches serve every depth and scheme, so the comparisons across depth are
+    paired. With several batches per seed the value is the norm of the mean gradient, as in Figure 3(a,b).
 
-    Returns, per placement and stack: ``per_seed[depth index][seed index]``, ``mean``, ``std`` (over seeds,
-    ddof=1), the log-log fit of :func:`fit_loglog_slope` over all (depth, seed) points (``fit``) and the
-    paired one of :func:`fit_paired_loglog_slope` (``paired``: same slope, the standard error across seeds).
+    Returns, per scheme (keyed as given) and stack: ``per_seed[depth index][seed index]``, ``mean``, ``std``
+    (over seeds, ddof=1), the log-log fit of :func:`fit_loglog_slope` over all (depth, seed) points (``fit``),
+    the paired one of :func:`fit_paired_loglog_slope` (``paired``: same slope, the standard error across
+    seeds), and ``slope`` / ``slope_stderr`` (the paired fit's). When some norm is 0 or non-finite the slope is
+    undefined: ``slope``, ``slope_stderr``, ``fit`` and ``paired`` are None and ``slope_undefined`` says why
+    (None otherwise). ``slopes`` gathers, per scheme, both stacks' slopes and Theorem 1's (None where the
+    theorem says nothing).
     """
     from normlab.model import Seq2Seq, profile_init
 
-    out: dict[str, Any] = {"depths": list(depths), "seeds": list(seeds), "theory_slope": {"post": 0.0, "pre": -0.5}}
-    for placement in placements:
-        placement = Placement(placement)
+    out: dict[str, Any] = {"depths": list(depths), "seeds": list(seeds), "theory_slope": dict(THEOREM1_SLOPE),
+                           "schemes": list(schemes), "slopes": {}}
+    for scheme in schemes:
+        placement, norm = parse_scheme(scheme)
         res: dict[str, Any] = {s: {"per_seed": []} for s in ("encoder", "decoder")}
         losses = []
         for depth in depths:
-            cfg = base.replace(encoder_layers=depth, decoder_layers=depth, placement=placement)
+            cfg = base.replace(encoder_layers=depth, decoder_layers=depth, placement=placement, norm=norm)
             row: dict[str, list[float]] = {"encoder": [], "decoder": []}
             for seed in seeds:
                 torch.manual_seed(seed)
@@ -254,19 +279,29 @@ def figure3cd(
                     row[stack].append(moments.norm_of_mean(name))
                 losses.extend(batch_losses)
                 if progress:
-                    progress(f"fig3cd {placement.value} {depth}-{depth} seed {seed}: "
+                    progress(f"fig3cd {scheme} {depth}-{depth} seed {seed}: "
                              f"enc {row['encoder'][-1]:.4g} dec {row['decoder'][-1]:.4g}")
             for stack in row:
                 res[stack]["per_seed"].append(row[stack])
         for stack in ("encoder", "decoder"):
-            v = np.asarray(res[stack]["per_seed"])  # (depths, seeds)
-            res[stack]["mean"] = v.mean(1).tolist()
-            res[stack]["std"] = (v.std(1, ddof=1) if v.shape[1] > 1 else np.zeros(len(depths))).tolist()
-            xs = np.repeat(np.asarray(depths, dtype=float), v.shape[1])
-            res[stack]["fit"] = fit_loglog_slope(xs, v.ravel())
-            res[stack]["paired"] = fit_paired_loglog_slope(depths, v)
+            e = res[stack]
+            v = np.asarray(e["per_seed"])  # (depths, seeds)
+            e["mean"] = v.mean(1).tolist()
+            e["std"] = (v.std(1, ddof=1) if v.shape[1] > 1 else np.zeros(len(depths))).tolist()
+            e["slope_undefined"] = _undefined_slope(depths, seeds, v)
+            if e["slope_undefined"]:
+                e["fit"] = e["paired"] = e["slope"] = e["slope_stderr"] = None
+            else:
+                xs = np.repeat(np.asarray(depths, dtype=float), v.shape[1])
+                e["fit"] = fit_loglog_slope(xs, v.ravel())
+                e["paired"] = fit_paired_loglog_slope(depths, v)
+                e["slope"], e["slope_stderr"] = e["paired"]["slope"], e["paired"]["stderr"]
         res["loss"] = float(np.mean(losses))
-        out[placement.value] = res
+        out[scheme] = res
+        out["slopes"][scheme] = {
+            "theory": THEOREM1_SLOPE.get(placement) if norm == "layernorm" else None,
+            **{s: {k: res[s][k] for k in ("slope", "slope_stderr", "slope_undefined")} for s in ("encoder", "decoder")},
+        }
     return out
 
 

@@ -6,6 +6,7 @@
 * ``figure3cd.png``: ||dL/dW^{2,L}||_F of the last FFN layer against the model size (6-6 ... 14-14), mean and
   standard deviation over seeds, (c) Post-LN and (d) Pre-LN, encoder and decoder in each, with the fitted
   log-log slope (mean of the per-seed slopes ± its standard error). (The paper's caption does not say which stack its panels show; both are drawn.)
+  One panel per scheme of the depth scan (``AnalysisConfig.schemes``), four to a row; the default is the paper's two.
 * ``lemma2.png``: E||x^{post,5}_l||^2/d against 3/2, and E||x^{pre}_l||^2/d between its bounds.
 * ``lemma3.png``: ||J_LN(x)||_2 against sqrt(d)/||x||_2 (log-log) with the fitted line.
 * ``concentration.png``: the measured delta per layer at eps = 0.1 against the paper's 0.125.
@@ -64,17 +65,27 @@ def figure3ab(result: dict[str, Any], path: Path) -> str:
 def figure3cd(result: dict[str, Any], path: Path) -> str:
     cd = result["figure3cd"]
     depths = cd["depths"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for ax, placement, title in zip(axes, ("post", "pre"), ("(c) Post-LN Transformer", "(d) Pre-LN Transformer")):
+    schemes = cd.get("schemes", ["post", "pre"])
+    titles = {"post": "(c) Post-LN Transformer", "pre": "(d) Pre-LN Transformer"}  # the paper's two panels
+    ncols = min(len(schemes), 4)
+    nrows = -(-len(schemes) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5 * ncols, 3.8 * nrows), squeeze=False)
+    for ax in axes.ravel()[len(schemes):]:
+        ax.set_visible(False)
+    for ax, scheme in zip(axes.ravel(), schemes):
         for stack, marker in (("encoder", "o-"), ("decoder", "s--")):
-            e = cd[placement][stack]
-            fit = e.get("paired", e["fit"])
-            ax.errorbar(depths, e["mean"], yerr=e["std"], fmt=marker, capsize=3,
-                        label=f"{stack}: log-log slope {fit['slope']:.2f} ± {fit['stderr']:.2f}")
+            e = cd[scheme][stack]
+            if e.get("slope_undefined"):
+                label = f"{stack}: log-log slope undefined (zero gradient)"
+            else:
+                fit = e.get("paired", e["fit"])
+                label = f"{stack}: log-log slope {fit['slope']:.2f} ± {fit['stderr']:.2f}"
+            ax.errorbar(depths, e["mean"], yerr=e["std"], fmt=marker, capsize=3, label=label)
         ax.set_xticks(depths, [f"{d}-{d}" for d in depths])
         ax.set_xlabel("model size")
         ax.set_ylabel(r"$\|\partial L / \partial W^{2,L}\|_F$")
-        ax.set_title(f"{title} (Theorem 1 slope {cd['theory_slope'][placement]})")
+        theory = cd["theory_slope"].get(scheme)
+        ax.set_title(titles.get(scheme, scheme) + ("" if theory is None else f" (Theorem 1 slope {theory})"))
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
     fig.suptitle(f"Figure 3(c,d): last FFN layer at initialisation, mean ± sd over {len(cd['seeds'])} seeds", fontsize=10)

@@ -35,10 +35,10 @@ from normlab.analysis.theory import (
     lemma2_theory,
     lemma3,
 )
-from normlab.config import ConfigError, ModelConfig, Strict, config, field
+from normlab.config import NORMS, ConfigError, ModelConfig, Placement, Strict, config, field, scheme_errors
 from normlab.data.batch import TranslationBatch
 
-__all__ = ["AnalysisConfig", "SCALES", "analysis_scale", "run_analysis", "claims_numbers", "summary_lines", "print_progress", "resolve_device"]
+__all__ = ["AnalysisConfig", "SCALES", "analysis_scale", "run_analysis", "claims_numbers", "summary_lines", "depth_scan_lines", "print_progress", "resolve_device"]
 
 
 @config
@@ -66,6 +66,13 @@ class AnalysisConfig(Strict):
     layers: int = field(6, help="depth L of the L-L models of Figure 3(a,b) (paper: 6)")
     batches: int = field(16, help="mini-batches M over which Figure 3(a,b) averages the gradient")
     depths: tuple[int, ...] = field((6, 8, 10, 12, 14), help="depths L of the L-L models of Figure 3(c,d)")
+    schemes: tuple[str, ...] = field(
+        ("post", "pre"),
+        help="normalization schemes of the depth scan of Figure 3(c,d) (Theorem 1), spelt as in `normlab sweep`: a "
+        "placement (" + ", ".join(p.value for p in Placement) + "), optionally with a norm after a slash "
+        "(pre/rmsnorm; norms: " + ", ".join(NORMS) + "); the paper's figure is post, pre (claims C3, C4). "
+        "Figure 3(a,b), Lemma 2 and concentration always compare post and pre",
+    )
     seeds: int = field(10, help="random seeds (initialisations) per depth and placement in Figure 3(c,d)")
     cd_batches: int = field(1, help="mini-batches per seed in Figure 3(c,d) (norm of their mean gradient)")
     norm_batches: int = field(2, help="mini-batches for Lemma 2 and concentration in the real models")
@@ -92,6 +99,8 @@ class AnalysisConfig(Strict):
                 raise self.error(name, f"must be positive, got {getattr(self, name)}")
         if not self.depths or min(self.depths) <= 0:
             raise self.error("depths", f"must be positive depths, got {list(self.depths)}")
+        if problem := scheme_errors(self.schemes):
+            raise self.error("schemes", problem)
         if self.d_model % self.n_heads:
             raise self.error("n_heads", f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if not 0 < self.epsilon < 1:
@@ -268,8 +277,8 @@ def run_analysis(
     # ---- Figure 3(c,d) / Theorem 1 ----
     base = cfg.model_config(vocab, "post", cfg.depths[0])
     result["figure3cd"] = clock.section(
-        f"figure 3(c,d) depths {list(cfg.depths)} x {cfg.seeds} seeds",
-        lambda: figure3cd(base, depths=cfg.depths, placements=("post", "pre"), seeds=seeds, batches_for_seed=cd_batches,
+        f"figure 3(c,d) depths {list(cfg.depths)} x {cfg.seeds} seeds x schemes {', '.join(cfg.schemes)}",
+        lambda: figure3cd(base, depths=cfg.depths, schemes=cfg.schemes, seeds=seeds, batches_for_seed=cd_batches,
                           mode=cfg.mode, label_smoothing=cfg.label_smoothing, dtype=cfg.dtype, device=device,
                           progress=clock.say),
     )
@@ -340,7 +349,7 @@ def claims_numbers(result: dict[str, Any]) -> dict[str, Any]:
       |measured/1.5 - 1| over layers. Theory setting, and real encoder/decoder.
     * C2 (Lemma 2, Pre-LN): per-layer E||x^{pre}_l||^2/d (l = 1..L) with the bounds; ``n_within`` of
       ``n_layers``. Real models: bounds from the measured input norm (the paper's assume E||x_0||^2 = d).
-    * C3 / C4 (Theorem 1): slope of log ||dL/dW^{2,L}||_F against log L (mean of the per-seed slopes; a seed
+    * C3 / C4 (Theorem 1; only when the depth scan holds ``post`` / ``pre``): slope of log ||dL/dW^{2,L}||_F against log L (mean of the per-seed slopes; a seed
       fixes initialisation and batch across depths) with its standard error across seeds, the per-depth means; Theorem 1's rate is 0 for Post-LN and -1/2 for Pre-LN; the paper's Post-LN value
       is about 1.6 at every depth. Per stack, and at the top level the decoder's: Theorem 1's W^{2,L} is the
       last layer before the softmax, the decoder's (the encoder's last layer reaches the loss only through
@@ -378,8 +387,8 @@ def claims_numbers(result: dict[str, Any]) -> dict[str, Any]:
         return {
             "depths": cd["depths"], "theory_slope": cd["theory_slope"][placement],
             **{s: {"mean": cd[placement][s]["mean"], "std": cd[placement][s]["std"],
-                   "slope": cd[placement][s]["paired"]["slope"], "slope_stderr": cd[placement][s]["paired"]["stderr"],
-                   "slope_stderr_pooled": cd[placement][s]["fit"]["stderr"]}
+                   "slope": cd[placement][s]["slope"], "slope_stderr": cd[placement][s]["slope_stderr"],
+                   "slope_stderr_pooled": (cd[placement][s]["fit"] or {}).get("stderr")}
                for s in ("encoder", "decoder")},
         }
 
@@ -388,9 +397,14 @@ def claims_numbers(result: dict[str, Any]) -> dict[str, Any]:
         return {"stack": "decoder", "slope": dec["slope"], "slope_stderr": dec["slope_stderr"], "mean": dec["mean"],
                 "std": dec["std"], **entry}
 
-    c3 = top({"claim": "Theorem 1, Post-LN: ||dL/dW^{2,L}||_F independent of L (paper: about 1.6)",
-              "paper_value": 1.6, **thm1("post")})
-    c4 = top({"claim": "Theorem 1, Pre-LN: ||dL/dW^{2,L}||_F = O(d sqrt(ln d / L)), falling with L", **thm1("pre")})
+    # C3 and C4 need Post-LN and Pre-LN in the depth scan (the default); a scan without one omits its claim
+    thm = {}
+    if "post" in cd:
+        thm["C3"] = top({"claim": "Theorem 1, Post-LN: ||dL/dW^{2,L}||_F independent of L (paper: about 1.6)",
+                         "paper_value": 1.6, **thm1("post")})
+    if "pre" in cd:
+        thm["C4"] = top({"claim": "Theorem 1, Pre-LN: ||dL/dW^{2,L}||_F = O(d sqrt(ln d / L)), falling with L",
+                         **thm1("pre")})
     ab = result["figure3ab"]
     c5: dict[str, Any] = {"claim": "Figure 3(a,b): expected-gradient norm grows with the layer index in Post-LN, "
                                    "stays about flat in Pre-LN",
@@ -412,7 +426,7 @@ def claims_numbers(result: dict[str, Any]) -> dict[str, Any]:
                        for s in ("encoder", "decoder")} for p in ("post", "pre")}}
     c6["delta"] = max(c6["real"][p]["decoder"]["delta_last"] for p in ("post", "pre"))
     c6["delta_from"] = "largest of real Post-LN x^{post,5}_L and Pre-LN x^{pre}_{L+1}, decoder"
-    return {"C1": c1, "C2": c2, "C3": c3, "C4": c4, "C5": c5, "C6": c6}
+    return {"C1": c1, "C2": c2, **thm, "C5": c5, "C6": c6}
 
 
 def summary_lines(result: dict[str, Any]) -> list[str]:
@@ -432,10 +446,15 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         lines.append(f"   real {s}: [{fmt(r['per_layer'])}] within (from input {r['input_norm']:.3g}) "
                      f"{r['n_within']}/{r['n_layers']}")
     for key, p in (("C3", "post"), ("C4", "pre")):
+        if key not in c:
+            continue
         for s in ("encoder", "decoder"):
             e = c[key][s]
             lines.append(f"{key} {p}-LN {s} ||dL/dW2,L|| by depth {c[key]['depths']}: [{fmt(e['mean'])}] "
                          f"slope {e['slope']:.3f} +- {e['slope_stderr']:.3f} (theory {c[key]['theory_slope']})")
+    cd = result["figure3cd"]
+    if list(cd.get("schemes", ("post", "pre"))) != ["post", "pre"]:
+        lines.extend(depth_scan_lines(cd))
     for p in ("post", "pre"):
         for s in ("encoder", "decoder"):
             e = c["C5"][p][s]
@@ -453,6 +472,25 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     lines.append(f"Lemma 3: ||J_LN||_2 = C sqrt(d)/||x||, fitted C = {l3['fitted_constant']:.3f} "
                  f"(centred {l3['families']['centred']['fitted_constant']:.3f}, offset "
                  f"{l3['families']['offset']['fitted_constant']:.3f}), max ratio {l3['ratio_max']:.3f}")
+    return lines
+
+
+def depth_scan_lines(cd: dict[str, Any]) -> list[str]:
+    """The depth scan of Figure 3(c,d) per scheme: log-log slope of ||dL/dW^{2,L}||_F against L, per stack."""
+
+    def slope(e: dict[str, Any]) -> str:
+        if e["slope"] is None:
+            return "undefined (zero gradient)" if "is 0 at" in (e["slope_undefined"] or "") else "undefined"
+        err = "" if e["slope_stderr"] is None or not math.isfinite(e["slope_stderr"]) else f" +- {e['slope_stderr']:.3f}"
+        return f"{e['slope']:.3f}{err}"
+
+    lines = [f"Depth scan (Figure 3(c,d), Theorem 1): log-log slope of ||dL/dW2,L|| against L = {cd['depths']}, "
+             f"{len(cd['seeds'])} seeds"]
+    width = max(len(s) for s in cd["schemes"])
+    for scheme in cd["schemes"]:
+        theory = cd["slopes"][scheme]["theory"]
+        lines.append(f"   {scheme:<{width}}  decoder {slope(cd[scheme]['decoder'])}, encoder {slope(cd[scheme]['encoder'])}"
+                     + ("" if theory is None else f" (theory {theory})"))
     return lines
 
 

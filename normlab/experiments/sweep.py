@@ -70,6 +70,8 @@ from normlab.config import (
     TrainConfig,
     config,
     field,
+    parse_scheme,
+    scheme_errors,
 )
 from normlab.experiments.figures import Context, RunSpec
 from normlab.experiments.scales import PAPER
@@ -97,12 +99,6 @@ of l0 - l* (ln V down to the unigram entropy), so "within 10% of the improvement
 """
 
 WARMUPS = ("none", "paper")
-
-
-def _scheme(text: str) -> tuple[str, str]:
-    """``PLACEMENT`` or ``PLACEMENT/NORM`` -> (placement, norm); norm defaults to layernorm."""
-    placement, _, norm = text.partition("/")
-    return placement, norm or "layernorm"
 
 
 @config
@@ -143,17 +139,8 @@ class SweepConfig(Strict):
     description: str = field("", help="what the preset is for, in the report")
 
     def validate(self) -> None:
-        if not self.schemes:
-            raise self.error("schemes", "needs at least one scheme")
-        placements = [p.value for p in Placement]
-        for s in self.schemes:
-            placement, norm = _scheme(s)
-            if placement not in placements:
-                raise self.error("schemes", f"{s!r}: unknown placement {placement!r}; expected one of {placements}")
-            if norm not in NORMS:
-                raise self.error("schemes", f"{s!r}: unknown norm {norm!r}; expected one of {list(NORMS)}")
-        if len(set(self.schemes)) != len(self.schemes):
-            raise self.error("schemes", f"repeated: {list(self.schemes)}")
+        if problem := scheme_errors(self.schemes):
+            raise self.error("schemes", problem)
         if not self.warmups or len(set(self.warmups)) != len(self.warmups):
             raise self.error("warmups", f"expected some of {list(WARMUPS)}, each once, got {list(self.warmups)}")
         if not 0 < self.warmup_fraction < 1:
@@ -236,7 +223,7 @@ def group_name(scheme: str, warmup: str, width: int, lr: float) -> str:
 
 def _train_config(cfg: SweepConfig, ctx: Context, *, scheme: str, warmup: str, width: int, lr: float,
                   seed: int) -> TrainConfig:  # fmt: skip
-    placement, norm = _scheme(scheme)
+    placement, norm = parse_scheme(scheme)
     schedule = ScheduleConfig(warmup_updates=cfg.warmup_updates if warmup == "paper" else 0, decay="constant")
     common = dict(max_epochs=10_000, max_updates=cfg.updates, eval_every=cfg.eval_every, keep_last=1, seed=seed,
                   device=ctx.device, precision=ctx.precision, log_every=max(1, cfg.updates // 4))  # fmt: skip
