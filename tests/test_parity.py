@@ -71,12 +71,12 @@ def test_encoder_layer_parity(placement, norm_first):
     x = torch.randn(3, 9, D)
     mask = _padding_mask(3, 9)
     with torch.no_grad():
-        ours = block(x, padding_mask=mask, causal=False)
+        ours, _ = block(x, padding_mask=mask, causal=False)  # (x, z): z is B2T's/ResiDual's second stream
         theirs = ref(x, src_key_padding_mask=mask)
         real = ~mask
         assert (ours[real] - theirs[real]).abs().max() < 1e-5
         # without padding, every position
-        assert (block(x, padding_mask=None, causal=False) - ref(x)).abs().max() < 1e-5
+        assert (block(x, padding_mask=None, causal=False)[0] - ref(x)).abs().max() < 1e-5
 
 
 @pytest.mark.parametrize("placement, norm_first", [("post", False), ("pre", True)])
@@ -92,7 +92,7 @@ def test_decoder_layer_parity(placement, norm_first):
     mem_mask = _padding_mask(3, 9)
     causal = nn.Transformer.generate_square_subsequent_mask(6)
     with torch.no_grad():
-        ours = block(y, padding_mask=None, causal=True, memory=memory, memory_padding_mask=mem_mask)
+        ours, _ = block(y, padding_mask=None, causal=True, memory=memory, memory_padding_mask=mem_mask)
         theirs = ref(y, memory, tgt_mask=causal, tgt_is_causal=True, memory_key_padding_mask=mem_mask)
     assert (ours - theirs).abs().max() < 1e-5
 
