@@ -56,6 +56,18 @@ class ReverseTask:
         return TranslationBatch(src, tin, tout, torch.as_tensor(part), int((tout != PAD).sum()))
 
 
+def _emit(record: dict) -> None:
+    """One JSON line on stderr in a single write(2): under torchrun both ranks share the pipe, and print() writes
+    the text and its newline in two calls (stderr is write-through), so two ranks' lines could run together
+    (seen once in CI: '{"rank": 0, ...}{"rank": 1, ...}'). A write of under PIPE_BUF bytes to a pipe is atomic."""
+    import json
+    import os
+    import sys
+
+    sys.stderr.flush()
+    os.write(2, (json.dumps(record) + "\n").encode())
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python tests/synthetic.py RUN_DIR CONFIG_JSON [--resume] [--sleep S]``: a Trainer on ReverseTask in a
     process of its own (the SIGKILL-resume and torchrun tests drive it)."""
@@ -93,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         import glob
 
         names = sorted(open(p).read().strip() for p in glob.glob("/proc/self/task/*/comm"))
-        print(json.dumps({"rank": trainer.dist.rank, "threads_after_shutdown": names}), file=sys.stderr)
-    print(json.dumps(summary), file=sys.stderr)
+        _emit({"rank": trainer.dist.rank, "threads_after_shutdown": names})
+    _emit(summary)
     return EXIT_DIVERGED if summary["status"] == "diverged" else 0
 
 

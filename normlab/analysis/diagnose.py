@@ -65,6 +65,7 @@ import torch
 from torch import Tensor, nn
 
 from normlab.analysis.gradients import GradientMoments, fit_linear_slope
+from normlab.rundir import strict_json
 
 __all__ = [
     "THRESHOLD",
@@ -103,17 +104,6 @@ def score(grad_ratio: float | None, ln_growth: float | None) -> float | None:
     if grad_ratio is None:
         return None
     return grad_ratio / math.sqrt(ln_growth if ln_growth and ln_growth > 0 else 1.0)
-
-
-def _finite_or_none(obj: Any) -> Any:
-    """NaN and infinities become None (JSON null), so that ``to_dict()`` is strict JSON."""
-    if isinstance(obj, dict):
-        return {k: _finite_or_none(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite_or_none(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
 
 
 def modulelist_grouping(model: nn.Module) -> Callable[[str], LayerKey | None]:
@@ -209,7 +199,7 @@ class Diagnosis:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready and strict: an undefined or non-finite number is None (null), never NaN or Infinity."""
-        return _finite_or_none({
+        return strict_json({  # strict JSON: an undefined ratio is null
             "warmup_advised": self.warmup_advised,
             "reason": self.reason,
             "threshold": self.threshold,

@@ -37,6 +37,7 @@ from normlab.analysis.theory import (
 )
 from normlab.config import NORMS, ConfigError, ModelConfig, Placement, Strict, config, field, scheme_errors
 from normlab.data.batch import TranslationBatch
+from normlab.rundir import strict_json
 
 __all__ = ["AnalysisConfig", "SCALES", "analysis_scale", "run_analysis", "claims_numbers", "summary_lines", "depth_scan_lines", "print_progress", "resolve_device"]
 
@@ -196,17 +197,6 @@ def _strip_samples(obj: Any) -> Any:
     return obj
 
 
-def _json_ready(obj: Any) -> Any:
-    """NaN and infinities (e.g. the standard error of a slope fitted to two points) become null: strict JSON."""
-    if isinstance(obj, dict):
-        return {k: _json_ready(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_json_ready(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
 def run_analysis(
     cfg: AnalysisConfig, out_dir: str | Path | None = None, progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
@@ -319,7 +309,7 @@ def run_analysis(
         from normlab.analysis.plots import write_figures
 
         result["figures"] = write_figures(result, out)
-        text = json.dumps(_json_ready(result), indent=1, allow_nan=False)
+        text = json.dumps(strict_json(result), indent=1, allow_nan=False)  # a slope of two points has no s.e.: null
         # atomic: `normlab reproduce` skips the analysis when analysis.json exists, so never a truncated one
         from normlab.rundir import write_atomic
 
