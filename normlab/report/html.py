@@ -150,16 +150,14 @@ def write_html(results: dict[str, Any], images: dict[str, Path], path: Path) -> 
             parts.append(_img(images[k]))
         if fig == "fig3" and results.get("analysis_summary"):
             parts.append(f"<pre class='small'>{_e(results['analysis_summary'])}</pre>")
-    from normlab.report.sweep import beyond_the_paper  # report/sweep.py imports this module
+    from normlab.report.sweep import _html_table, beyond_the_paper  # report/sweep.py imports this module
 
     beyond = beyond_the_paper(results.get("width_sweep"))
     parts.append(f"<h2>{_e(beyond['title'])}</h2>")
     opening = "<p>" if beyond["tables"] else "<p class='notrun'>"
     parts.append("".join(f"{opening}{_e(x)}</p>" for x in beyond["sentences"]))
     for title, head, rows in beyond["tables"]:
-        parts.append(f"<h3>{_e(title)}</h3><table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
-                     + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
-                     + "</table>")  # fmt: skip
+        parts.append(f"<h3>{_e(title)}</h3>" + _html_table(head, rows))
     for k in ("width_loss_vs_lr", "width_frontier"):
         if k in images:
             parts.append(_img(images[k]))

@@ -44,13 +44,12 @@ def write_markdown(results: dict[str, Any], images: dict[str, Path], path: Path)
     lines += [f"- **{c['id']}** ({c['verdict']}): {c['evidence']}" for c in claims]
     lines += ["", "Rules (normlab/report/claims.py):", ""]
     lines += [f"- {c['id']}: {c['rule']}" for c in claims]
-    from normlab.report.sweep import beyond_the_paper
+    from normlab.report.sweep import _md_table, beyond_the_paper
 
     beyond = beyond_the_paper(results.get("width_sweep"))
     lines += ["", f"## {beyond['title']}", ""] + [_cell(x) + "\n" for x in beyond["sentences"]]
     for title, head, rows in beyond["tables"]:
-        lines += [f"### {title}", "", "| " + " | ".join(map(_cell, head)) + " |", "|" + "---|" * len(head)]
-        lines += ["| " + " | ".join(map(_cell, row)) + " |" for row in rows] + [""]
+        lines += [f"### {title}", ""] + _md_table(head, rows) + [""]
     lines += ["", "## Runs", "", "| " + " | ".join(RUN_COLUMNS) + " |", "|" + "---|" * len(RUN_COLUMNS)]
     for r in results.get("runs", {}).values():
         lines.append("| " + " | ".join(_cell(c) for c in [r["name"], *run_cells(r)]) + " |")
