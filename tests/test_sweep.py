@@ -268,7 +268,12 @@ def test_smoke_sweep_cli(tmp_path):
     out = tmp_path / "sweep"
     proc = normlab("sweep", "--scale", "smoke", "--out", str(out), "--jobs", "2", "--threads", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "estimate:" in proc.stderr.splitlines()[1]  # the wall-time estimate comes first
+    lines = proc.stderr.splitlines()
+    first_run = next(i for i, line in enumerate(lines) if " start " in line)
+    # the wall-time estimate comes before the first run, after the data's preparation (its epoch length)
+    [estimate] = [i for i, line in enumerate(lines) if line.startswith("estimate:")]
+    assert estimate < first_run, lines[: first_run + 1]
+    assert "/ 2 job(s)" in lines[estimate]
     report = out / "report"
     data = json.loads((report / "sweep.json").read_text())
     cfg = sweep_scale("smoke")

@@ -607,10 +607,16 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         f"{len(cfg.warmups)} warm-ups x {len(cfg.widths)} widths x {len(cfg.lrs)} learning rates x {cfg.seeds} "
         f"seed(s)); {jobs} job(s) x {threads} thread(s)")  # fmt: skip
     todo = [s for s in specs if run_status(out / "runs" / s.name) not in FINISHED]
-    if probe and todo:
-        say(sweep_estimate(todo, ctx, jobs=jobs, threads=threads))
     if todo:  # the tokenizer and binarized splits, once, before the workers (they would race to build them)
-        prepare(specs[0].config.data, specs[0].config.model.max_positions)
+        first = specs[0].config
+        data = prepare(first.data, first.model.max_positions)
+        # the estimate counts validation passes per epoch (budget.evaluations): it needs the epoch's real length,
+        # thousands of updates here, against which the sweep's runs of a few hundred validate once, at the end
+        per_epoch = len(data.splits["train"].epoch_batches(1, first.seed, first.data.max_tokens,
+                                                           max_sentences=first.data.max_sentences))  # fmt: skip
+        ctx = dataclasses.replace(ctx, translation_updates_per_epoch=per_epoch)
+        if probe:
+            say(sweep_estimate(todo, ctx, jobs=jobs, threads=threads))
     outcomes = run_grid(specs, out, jobs=jobs, threads=threads, say=say)
     cells, records = [], []
     for s in specs:
