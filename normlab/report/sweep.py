@@ -36,7 +36,8 @@ def _label(scheme: str, warmup: str, updates: int) -> str:
 
 def plot_loss_vs_lr(result: dict[str, Any], path: Path) -> Path:
     """Final validation NLL against the learning rate: one panel per width, one curve per scheme x warm-up (the
-    seed mean); a diverged point is an x at the curve's l0, the dotted line the panels' l0."""
+    seed mean); a diverged point is an x at the curve's l0, the dotted line the panels' l0, the dashed line the
+    unigram loss U (a curve whose best point is not below it by the margin never left the plateau)."""
     widths = result["config"]["widths"]
     fig, axes = plt.subplots(1, len(widths), figsize=(4.2 * len(widths), 3.8), squeeze=False, sharey=True)
     for ax, width in zip(axes[0], widths):
@@ -57,6 +58,9 @@ def plot_loss_vs_lr(result: dict[str, Any], path: Path) -> Path:
                 ax.axvline(r["max_stable_lr"], color=style["color"], linestyle=style["linestyle"], alpha=0.25)
         if l0s:
             ax.axhline(sum(l0s) / len(l0s), color="grey", linestyle=":", linewidth=0.8, label="l0 (initialisation)")
+        u = (result.get("baseline") or {}).get("unigram_loss")
+        if u is not None:
+            ax.axhline(u, color="black", linestyle="--", linewidth=0.8, label="U (unigram plateau)")
         ax.set_xscale("log")
         ax.set_xlabel("learning rate (lr_max)")
         ax.set_title(f"d = {width}", fontsize=9)
@@ -132,7 +136,8 @@ def _frontier_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                     cells.append("not run")
                     continue
                 top = ">=" if r.get("censored") else ""
-                text = (f"{top + _lr(r['max_stable_lr']) if r['max_stable_lr'] else 'never trains'} / "
+                never = "never leaves the unigram plateau" if r.get("plateau") else "never trains"
+                text = (f"{top + _lr(r['max_stable_lr']) if r['max_stable_lr'] else never} / "
                         f"{format_number(r['sensitivity'])} / {_lr(r['best_lr'])} ({format_number(r['best_loss'])})")
                 if r["seeds"] > 1:
                     text += (f"; seeds: lr {', '.join(_lr(x) for x in r['max_stable_lr_per_seed'])}, sensitivity sd "
@@ -188,7 +193,7 @@ def _diagnose_sentence(result: dict[str, Any]) -> str:
     s = f"diagnose agrees with the sweep on {d['agree']} of {d['decided']} scheme x width pairs the sweep decides"
     if d["wrong"]:
         s += "; it is wrong at " + ", ".join(f"{sc} d={w}" for sc, w in d["wrong"])
-    return s + ". Pairs where neither arm trained have no ground truth (–)."
+    return s + ". Pairs where neither arm trained or left the unigram plateau have no ground truth (–)."
 
 
 _SECTIONS = [
@@ -207,6 +212,8 @@ def write_sweep_report(result: dict[str, Any], out: Path) -> dict[str, Path]:
     rule_lines = [f"Divergence: {rules['divergence']}.", f"Maximum stable lr (margin {rules['margin']:g} nats): "
                   f"{rules['max_stable_lr']}.", f"LR sensitivity: {rules['sensitivity']}.",
                   f"Theorem 1: {rules['width_law']}."]  # fmt: skip
+    if result.get("baseline"):
+        rule_lines.insert(2, _plateau_sentence(result))
     tables = [(title, fn(result)) for title, fn in _SECTIONS]
     diag = _diagnose_rows(result)
     if diag:
@@ -274,6 +281,22 @@ def _write_markdown(result: dict[str, Any], images: dict[str, Path], rules: list
 BEYOND_TITLE = "Beyond the paper: does the need for warm-up grow with width, as Theorem 1 says?"
 
 
+def _plateau_sentence(result: dict[str, Any]) -> str:
+    """How many curves left the unigram plateau: the sweep's power. A curve still on it has no frontier, and a
+    width where neither arm left it is undecided, not evidence that warm-up does not matter there."""
+    u, margin = result["baseline"]["unigram_loss"], result["rules"]["margin"]
+    rows = result["frontier"]
+    left = sum(r["max_stable_lr"] is not None for r in rows)
+    stuck = sum(bool(r.get("plateau")) for r in rows)
+    text = (f"Power: {left} of {len(rows)} curves (scheme x warm-up x width) left the unigram plateau, U = {u:.3f} "
+            f"nats on the validation targets ({result['baseline']['what']}): their best run ended more than "
+            f"{margin:g} nats below it")  # fmt: skip
+    if stuck:
+        text += (f"; {stuck} stayed on it (best run not {margin:g} nats below U), so their runs were too short to show "
+                 "a frontier: where both arms of a width stayed on it, that width is undecided, not evidence either way")
+    return text + "."
+
+
 def _widths_text(widths: list[int]) -> str:
     return ", ".join(f"d={w}" for w in widths) or "none"
 
@@ -298,6 +321,8 @@ def beyond_the_paper(summary: dict[str, Any] | None) -> dict[str, Any]:
                  f"{_lr(result['lrs'][0])}..{_lr(result['lrs'][-1])} ({cfg['per_decade']} per decade), with no warm-up "
                  f"or a warm-up of {result['warmup_updates']} updates (the paper's share of its run), lr_max kept "
                  "after it."]  # fmt: skip
+    if result.get("baseline"):
+        sentences.append(_plateau_sentence(result))
     truth = result.get("warmup_truth") or []
     for scheme in cfg["schemes"]:
         rows = [t for t in truth if t["scheme"] == scheme]
@@ -310,8 +335,8 @@ def beyond_the_paper(summary: dict[str, Any] | None) -> dict[str, Any]:
         if free:
             parts.append(f"not needed at {_widths_text(free)}")
         if open_:
-            parts.append(f"undecided at {_widths_text(open_)} (neither arm trained, or both frontiers are the top of "
-                         "the grid)")  # fmt: skip
+            parts.append(f"undecided at {_widths_text(open_)} (neither arm trained or left the unigram plateau, or "
+                         "both frontiers are the top of the grid)")  # fmt: skip
         sentences.append(f"{scheme}: " + "; ".join(parts or ["no width was run with both arms"]) + ".")
     for s in result.get("width_law", []):
         if s["measured"] is None or set(s["censored"]) >= set(s["widths"]):
