@@ -325,7 +325,8 @@ def test_smoke_sweep_cli(tmp_path):
     cfg = sweep_scale("smoke")
     n = len(cfg.schemes) * len(cfg.warmups) * len(cfg.widths) * len(cfg.lrs) * cfg.seeds
     assert len(data["cells"]) == n and data["meta"]["outcomes"]["failed"] == 0
-    assert all(c["l0"] is not None and c["train"] for c in data["cells"])
+    assert all(c["l0"] is not None and c["train"] and c["elapsed_s"] > 0 for c in data["cells"])
+    assert data["meta"]["train_time_s"] == pytest.approx(sum(c["elapsed_s"] for c in data["cells"]))
     assert len(data["frontier"]) == len(cfg.schemes) * len(cfg.warmups) * len(cfg.widths)
     assert {(s["scheme"], s["warmup"]) for s in data["width_law"]} == {(s, w) for s in cfg.schemes for w in cfg.warmups}
     assert data["rules"]["margin"] == MARGIN and "min(l(eta), l0)" in data["rules"]["sensitivity"]

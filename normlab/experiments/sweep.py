@@ -537,8 +537,13 @@ def read_cell(spec: RunSpec, run_dir: Path, status: str, scheme: str, warmup: st
                 l0 if _finite(l0) else None, status)  # fmt: skip
     stride = max(1, len(train) // 100)
     curve = [[r["update"], r["nll"] if _finite(r.get("nll")) else None] for r in train[::stride]]
+    elapsed = None  # the run's own training time (trainer summary): a later invocation that only re-reads the
+    try:  # runs still knows what they cost
+        elapsed = json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("elapsed_s")
+    except (OSError, json.JSONDecodeError):
+        pass
     rec = {**dataclasses.asdict(cell), "name": spec.name, "diverged": diverged(cell.final, cell.l0, status),
-           "valid": [[r["update"], r.get("nll")] for r in valid], "train": curve}  # fmt: skip
+           "valid": [[r["update"], r.get("nll")] for r in valid], "train": curve, "elapsed_s": elapsed}  # fmt: skip
     return cell, rec
 
 
@@ -694,6 +699,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
             "torch": torch.__version__, "python": platform.python_version(),
             "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.processor() or platform.machine()}, "
             f"{cores} cores)", "threads": f"{jobs} job(s) x {threads} thread(s)", "wall_time_s": wall,
+            "train_time_s": math.fsum(r["elapsed_s"] or 0.0 for r in records),
             "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "runs": len(specs),
             "outcomes": {k: sum(o.status == k for o in outcomes.values())
                          for k in ("completed", "diverged", "failed", "skipped", "cached")},
