@@ -164,15 +164,20 @@ def test_a_curve_on_the_unigram_plateau_has_no_frontier():
     assert edge.plateau and edge.max_stable_lr is None
 
 
-def test_plateau_curves_give_the_sweep_no_ground_truth():
+def test_plateau_curves_and_the_warmup_ground_truth():
     """analyze with U: a scheme that leaves the plateau only with warm-up needs it (the paper's Post-LN); a width
-    where neither arm leaves it is undecided, and the report's power sentence counts the curves."""
+    where neither arm leaves it is undecided; a no-warm-up arm that diverges everywhere beside a warm-up arm on
+    the plateau needs warm-up; a warm-up arm still on the plateau beside a no-warm-up frontier may only be late
+    (undecided); the report's sentence counts the curves that left the plateau."""
     from normlab.report.sweep import _plateau_sentence
 
     u = 6.82
 
     def curve(scheme, warmup, width, finals):
         return [Cell(scheme, warmup, width, lr, 1, f, L0) for lr, f in zip(LRS[:3], finals)]
+
+    def diverging(scheme, warmup, width):
+        return [Cell(scheme, warmup, width, lr, 1, None, L0, "diverged") for lr in LRS[:3]]
 
     cells = (curve("post", "none", 64, [7.4, 6.9, 6.85]) + curve("post", "paper", 64, [7.4, 6.5, 6.9])
              + curve("post", "none", 128, [7.4, 6.9, 6.85]) + curve("post", "paper", 128, [7.5, 6.88, 6.86]))  # fmt: skip
@@ -181,13 +186,19 @@ def test_plateau_curves_give_the_sweep_no_ground_truth():
     assert by[("post", "none", 64)]["plateau"] and by[("post", "none", 64)]["max_stable_lr"] is None
     assert by[("post", "paper", 64)]["max_stable_lr"] == 2.15e-4 and not by[("post", "paper", 64)]["plateau"]
     assert warmup_truth(rows) == {("post", 64): True, ("post", 128): None}
+    more = (diverging("post", "none", 256) + curve("post", "paper", 256, [7.4, 6.9, 6.85])  # the classic failure
+            + curve("pre", "none", 64, [7.0, 6.5, 6.6]) + curve("pre", "paper", 64, [7.5, 6.9, 6.85])  # late warm-up
+            + curve("pre", "none", 128, [7.0, 6.5, 6.6]) + diverging("pre", "paper", 128))  # fmt: skip
+    truth = warmup_truth(analyze(more, unigram=u))
+    assert truth == {("post", 256): True, ("pre", 64): None, ("pre", 128): False}
     # without U the plateau reads as stable: at d=64 the no-warm-up frontier (the top of the grid, on the
     # plateau) is above the warm-up one, so "warm-up not needed": the reverse of what the runs show
     assert warmup_truth(analyze(cells))[("post", 64)] is False
     text = _plateau_sentence({"baseline": {"unigram_loss": u, "what": "w"}, "rules": {"margin": MARGIN},
                               "frontier": rows})  # fmt: skip
-    assert text.startswith("Power: 1 of 4 curves (scheme x warm-up x width) left the unigram plateau, U = 6.820")
-    assert "3 stayed on it" in text and "undecided, not evidence either way" in text
+    assert text.startswith("Curves that left the unigram plateau: 1 of 4 (scheme x warm-up x width), their best run "
+                           "more than 0.1 nats below U = 6.820 nats; 3 trained but stayed on the plateau")
+    assert "undecided, not evidence either way" in text and text.endswith("U: w.")
 
 
 def test_l0_is_the_median_of_the_points():
@@ -340,7 +351,7 @@ def test_smoke_sweep_cli(tmp_path):
         assert (report / png).stat().st_size > 1000
     page = (report / "index.html").read_text()
     for text in ("Maximum stable learning rate", "LR sensitivity", "Theorem 1", "data:image/png;base64,",
-                 f"Power: 0 of {len(data['frontier'])} curves"):
+                 f"Curves that left the unigram plateau: 0 of {len(data['frontier'])}"):
         assert text in page, text
     md = (report / "SWEEP.md").read_text()
     assert "| scheme | warm-up |" in md

@@ -91,10 +91,12 @@ def test_max_updates_stops_mid_epoch_with_a_last_checkpoint(tmp_path):
     assert evaluations(13, 10) == 2  # what the wall-time estimate counts for this run
 
 
-def test_budget_counts_the_validation_passes_this_trainer_makes(tmp_path, max_updates=25, eval_every=5):
+@pytest.mark.parametrize(("max_updates", "eval_every"), [(25, 5), (23, 4), (27, 7)])
+def test_budget_counts_the_validation_passes_this_trainer_makes(tmp_path, max_updates, eval_every):
     """budget.evaluations (the wall-time estimate's count of validation passes) against the trainer itself: an
-    epoch of ReverseTask is 10 updates, so this run stops inside its third epoch, with eval_every on two epochs'
-    ends (10, 20) and on the end of the run (25); without eval_every, in the test above."""
+    epoch of ReverseTask is 10 updates. (25, 5): eval_every on two epochs' ends (10, 20) and on the end of the
+    run; (23, 4): on update 20 = lcm(4, 10), an epoch's end, and not on the end of the run; (27, 7): never on an
+    epoch's end, and not on the run's end either. Without eval_every: the test above."""
     from normlab.experiments.budget import evaluations
 
     cfg = TrainConfig.from_dict(config(max_updates=max_updates, eval_every=eval_every, max_epochs=100))

@@ -25,7 +25,10 @@ cell), so two cells differ only in what the grid varies. From the final losses, 
   read "the top of the grid" for every scheme with or without warm-up: the sweep would report a stability it
   never measured. Requiring l* < U - margin puts every run still on the plateau (final loss >= U) outside the
   band [l*, l* + margin] by construction, so the frontier separates runs that learned from runs that did not.
-  The quick preset measured this (scales in :data:`SWEEP_SCALES`).
+  Measured on the quick preset (150 updates of 1,024 tokens, 3-3 layers): every Post-LN run, with warm-up or
+  without, at every width and learning rate ended at 6.8-7.5 nats against U = 6.8, within 0.1 of its curve's
+  best at most learning rates above 2e-4; without this rule all six Post-LN curves read "stable up to 1e-2 or
+  near it" and the comparison of the warm-up arms came out of noise on a plateau.
 * **Learning-rate sensitivity** (:func:`lr_sensitivity`), Wortsman et al. 2023 ("Small-scale proxies for
   large-scale Transformer training instabilities", arXiv 2309.14322, Section 2.2):
   E_{eta in grid}[min(l(eta), l0) - l*], with l(eta) the final loss at learning rate eta, l0 the loss at
@@ -206,7 +209,7 @@ SWEEP_SCALES: dict[str, SweepConfig] = {
     "full": SweepConfig(
         scale="full", schemes=("post", "pre", "peri"), widths=(64, 128, 256, 512), layers=6, updates=500,
         max_tokens=4096, valid_subset=1000, eval_every=100,
-        description="the issue's defaults at the paper's depth and batch: 3 schemes x 2 warm-ups x 7 learning rates x "
+        description="widths 64-512 at the paper's depth and batch: 3 schemes x 2 warm-ups x 7 learning rates x "
         "widths 64-512, 6-6 layers, 500 updates of 4,096 tokens (168 runs; sized for a GPU hour, not yet measured); "
         "--set schemes=[...] adds the other schemes",
     ),  # fmt: skip
@@ -465,23 +468,42 @@ def width_slope(rows: Sequence[dict[str, Any]], scheme: str, warmup: str) -> dic
 # diagnose held against the sweep
 
 
+def _rank(row: dict[str, Any]) -> int:
+    """How far a curve got: 0 never trained (diverged everywhere, or never ``margin`` below l0), 1 trained but
+    never left the unigram plateau, 2 has a frontier."""
+    return 2 if row["max_stable_lr"] is not None else 1 if row.get("plateau") else 0
+
+
 def warmup_truth(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, int], bool | None]:
-    """The sweep's ground truth per scheme x width: warm-up is needed when the no-warm-up frontier falls below
-    the warm-up frontier (a curve that never trains, or never leaves the unigram plateau, counts as a frontier
-    below every learning rate: the paper's Post-LN without warm-up stays on the plateau). None when neither arm
-    trained (the runs too short for either to leave the plateau: no evidence either way), when both frontiers
-    are the top of the grid (two lower bounds: the grid cannot tell them apart), or when one arm was not run."""
-    by = {(r["scheme"], r["warmup"], r["width"]): r["max_stable_lr"] for r in rows}
-    top = {(r["scheme"], r["warmup"], r["width"]) for r in rows if r.get("censored")}
+    """The sweep's ground truth per scheme x width: does the no-warm-up arm do worse than the warm-up arm?
+
+    * Both arms have a frontier: warm-up is needed when the no-warm-up frontier is below the warm-up one; None
+      when both are the top of the grid (two lower bounds: the grid cannot tell them apart).
+    * The no-warm-up arm got less far (:func:`_rank`: it never trained, or stayed on the unigram plateau, where
+      the warm-up arm got further): warm-up is needed. This is the paper's Post-LN without warm-up. A no-warm-up
+      arm starts at lr_max, so being slower than the arm whose first updates are small cannot be a delay.
+    * The warm-up arm got less far: only when it never trained at all while the no-warm-up arm has a frontier is
+      that "not needed" (False). A warm-up arm on the plateau beside a no-warm-up frontier is None: a warm-up
+      spends its first updates at small learning rates, so in a short run it can be merely late.
+    * Both arms equally far without a frontier (both on the plateau, both never trained), or one arm not run:
+      None, no evidence either way."""
+    by = {(r["scheme"], r["warmup"], r["width"]): r for r in rows}
     out: dict[tuple[str, int], bool | None] = {}
     for scheme, width in sorted({(r["scheme"], r["width"]) for r in rows}):
-        if (scheme, "none", width) not in by or (scheme, "paper", width) not in by:
+        none, paper = by.get((scheme, "none", width)), by.get((scheme, "paper", width))
+        if none is None or paper is None:
             out[(scheme, width)] = None
             continue
-        none, paper = by[(scheme, "none", width)], by[(scheme, "paper", width)]
-        both_top = (scheme, "none", width) in top and (scheme, "paper", width) in top
-        out[(scheme, width)] = None if both_top or (none is None and paper is None) else (
-            True if none is None else False if paper is None else none < paper)  # fmt: skip
+        rn, rp = _rank(none), _rank(paper)
+        if rn == rp == 2:
+            both_top = bool(none.get("censored")) and bool(paper.get("censored"))
+            out[(scheme, width)] = None if both_top else none["max_stable_lr"] < paper["max_stable_lr"]
+        elif rn < rp:
+            out[(scheme, width)] = True
+        elif rn == 2 and rp == 0:
+            out[(scheme, width)] = False
+        else:
+            out[(scheme, width)] = None
     return out
 
 
@@ -658,7 +680,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     data = prepare(first.data, first.model.max_positions)
     baseline = unigram_baseline(data, cfg.task)
     say(f"unigram loss of the validation targets U = {baseline['unigram_loss']:.3f} nats ({baseline['tokens']:,} "
-        f"tokens): a curve has a frontier only when its best run ends {cfg.margin:g} nats below it")  # fmt: skip
+        f"tokens): a curve has a frontier only when its best run ends more than {cfg.margin:g} nats below it")  # fmt: skip
     if todo:
         # the estimate counts validation passes per epoch (budget.evaluations): it needs the epoch's real length,
         # thousands of updates here, against which the sweep's runs of a few hundred validate once, at the end
@@ -699,7 +721,10 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
             "torch": torch.__version__, "python": platform.python_version(),
             "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.processor() or platform.machine()}, "
             f"{cores} cores)", "threads": f"{jobs} job(s) x {threads} thread(s)", "wall_time_s": wall,
-            "train_time_s": math.fsum(r["elapsed_s"] or 0.0 for r in records),
+            # None when a run has no time (failed, or from before the runs recorded it): a partial sum would
+            # understate the grid's cost without saying so
+            "train_time_s": None if any(r["elapsed_s"] is None for r in records) else
+            math.fsum(r["elapsed_s"] for r in records),
             "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "runs": len(specs),
             "outcomes": {k: sum(o.status == k for o in outcomes.values())
                          for k in ("completed", "diverged", "failed", "skipped", "cached")},
@@ -719,8 +744,9 @@ def table_lines(result: dict[str, Any]) -> list[str]:
     """The maximum stable learning rate per scheme x warm-up (rows) and width (columns), sensitivity beside it."""
     widths = result["config"]["widths"]
     u = (result.get("baseline") or {}).get("unigram_loss")
-    lines = ["max stable lr (LR sensitivity, nats) per width; '-' = never trained; 'plateau' = never left the unigram "
-             f"plateau{'' if u is None else f' (U = {u:.3f})'}; '>=' = the top of the grid (a lower bound)",
+    plateau = "" if u is None else f"; 'plateau' = never left the unigram plateau (U = {u:.3f})"
+    lines = [f"max stable lr (LR sensitivity, nats) per width; '-' = never trained{plateau}; '>=' = the top of the "
+             "grid (a lower bound)",
              f"{'scheme':<14}{'warm-up':<9}" + "".join(f"{'d=' + str(w):>22}" for w in widths)]  # fmt: skip
     by = {(r["scheme"], r["warmup"], r["width"]): r for r in result["frontier"]}
     for scheme in result["config"]["schemes"]:
@@ -743,7 +769,7 @@ def add_arguments(p: Any) -> None:
 
     p.add_argument("--scale", default="quick", choices=list(SWEEP_SCALES),
                    help="smoke (seconds, tests), quick (~30 min on 2 CPU cores with native bf16, unmeasured), full "
-                   "(the issue's widths at the paper's depth; a GPU)")  # fmt: skip
+                   "(widths 64-512 at the paper's depth and batch; a GPU)")  # fmt: skip
     p.add_argument("--out", help="output directory (default: sweep/SCALE)")
     add_set_argument(p, SweepConfig, note="the defaults shown are before --scale, which sets most of them")
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA)")

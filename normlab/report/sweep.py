@@ -36,8 +36,8 @@ def _label(scheme: str, warmup: str, updates: int) -> str:
 
 def plot_loss_vs_lr(result: dict[str, Any], path: Path) -> Path:
     """Final validation NLL against the learning rate: one panel per width, one curve per scheme x warm-up (the
-    seed mean); a diverged point is an x at the curve's l0, the dotted line the panels' l0, the dashed line the
-    unigram loss U (a curve whose best point is not below it by the margin never left the plateau)."""
+    seed mean); a diverged point is an x at the curve's l0, the dotted line the panels' l0, the grey band
+    U - margin .. U (a curve whose best point is not below the band never left the unigram plateau)."""
     widths = result["config"]["widths"]
     fig, axes = plt.subplots(1, len(widths), figsize=(4.2 * len(widths), 3.8), squeeze=False, sharey=True)
     for ax, width in zip(axes[0], widths):
@@ -59,8 +59,10 @@ def plot_loss_vs_lr(result: dict[str, Any], path: Path) -> Path:
         if l0s:
             ax.axhline(sum(l0s) / len(l0s), color="grey", linestyle=":", linewidth=0.8, label="l0 (initialisation)")
         u = (result.get("baseline") or {}).get("unigram_loss")
-        if u is not None:
-            ax.axhline(u, color="black", linestyle="--", linewidth=0.8, label="U (unigram plateau)")
+        if u is not None:  # the band a curve's best point must get below to have a frontier (dashes mean w/o warm-up)
+            margin = result["rules"]["margin"]
+            ax.axhspan(u - margin, u, color="grey", alpha=0.2, linewidth=0,
+                       label=f"unigram plateau: U - {margin:g} .. U")  # fmt: skip
         ax.set_xscale("log")
         ax.set_xlabel("learning rate (lr_max)")
         ax.set_title(f"d = {width}", fontsize=9)
@@ -196,7 +198,8 @@ def _diagnose_sentence(result: dict[str, Any]) -> str:
     s = f"diagnose agrees with the sweep on {d['agree']} of {d['decided']} scheme x width pairs the sweep decides"
     if d["wrong"]:
         s += "; it is wrong at " + ", ".join(f"{sc} d={w}" for sc, w in d["wrong"])
-    return s + ". Pairs where neither arm trained or left the unigram plateau have no ground truth (–)."
+    plateau = " or left the unigram plateau" if result.get("baseline") else ""
+    return s + f". Pairs where neither arm trained{plateau} have no ground truth (–)."
 
 
 _SECTIONS = [
@@ -285,19 +288,19 @@ BEYOND_TITLE = "Beyond the paper: does the need for warm-up grow with width, as 
 
 
 def _plateau_sentence(result: dict[str, Any]) -> str:
-    """How many curves left the unigram plateau: the sweep's power. A curve still on it has no frontier, and a
-    width where neither arm left it is undecided, not evidence that warm-up does not matter there."""
+    """How many curves left the unigram plateau: what the sweep could measure. A curve still on it has no
+    frontier, and a width where it leaves neither arm a frontier to compare is undecided, not evidence that
+    warm-up does not matter there."""
     u, margin = result["baseline"]["unigram_loss"], result["rules"]["margin"]
     rows = result["frontier"]
     left = sum(r["max_stable_lr"] is not None for r in rows)
     stuck = sum(bool(r.get("plateau")) for r in rows)
-    text = (f"Power: {left} of {len(rows)} curves (scheme x warm-up x width) left the unigram plateau, U = {u:.3f} "
-            f"nats on the validation targets ({result['baseline']['what']}): their best run ended more than "
-            f"{margin:g} nats below it")  # fmt: skip
+    text = (f"Curves that left the unigram plateau: {left} of {len(rows)} (scheme x warm-up x width), their best run "
+            f"more than {margin:g} nats below U = {u:.3f} nats")  # fmt: skip
     if stuck:
-        text += (f"; {stuck} stayed on it (best run not {margin:g} nats below U), so their runs were too short to show "
-                 "a frontier: where both arms of a width stayed on it, that width is undecided, not evidence either way")
-    return text + "."
+        text += (f"; {stuck} trained but stayed on the plateau, their runs too short to show a frontier (a width "
+                 "where neither arm has one is undecided, not evidence either way)")
+    return text + f". U: {result['baseline']['what']}."
 
 
 def _widths_text(widths: list[int]) -> str:
@@ -338,8 +341,10 @@ def beyond_the_paper(summary: dict[str, Any] | None) -> dict[str, Any]:
         if free:
             parts.append(f"not needed at {_widths_text(free)}")
         if open_:
-            parts.append(f"undecided at {_widths_text(open_)} (neither arm trained or left the unigram plateau, or "
-                         "both frontiers are the top of the grid)")  # fmt: skip
+            why = ("no arm got further than the other (both on the unigram plateau, or neither trained), the warm-up "
+                   "arm is on the plateau beside a no-warm-up frontier (a warm-up can be merely late in a short run)"
+                   if result.get("baseline") else "neither arm trained")
+            parts.append(f"undecided at {_widths_text(open_)} ({why}, or both frontiers are the top of the grid)")
         sentences.append(f"{scheme}: " + "; ".join(parts or ["no width was run with both arms"]) + ".")
     for s in result.get("width_law", []):
         if s["measured"] is None or set(s["censored"]) >= set(s["widths"]):
