@@ -193,3 +193,22 @@ def test_the_wall_time_estimate():
 
     bert_only = estimate(fig5_bert(smoke, ctx), ctx, jobs=1, threads=1)
     assert bert_only.text().startswith("estimate: not available")
+
+
+@pytest.mark.parametrize(
+    ("updates", "per_epoch", "eval_every", "expected"),
+    [
+        (150, 4000, 0, 1),  # the quick sweep: a run far shorter than an epoch validates once, at its end
+        (150, 1, 0, 150),  # an epoch per update: a pass after each
+        (30, 10, 0, 3),  # three complete epochs, no pass left over at the end
+        (35, 10, 0, 4),  # ... and a last pass where max_updates stops inside the fourth
+        (500, 4000, 100, 5),  # every 100 updates; the 5th at update 500 is also the end (counted once)
+        (40, 10, 20, 4),  # eval_every on an epoch's end is that epoch's pass, not a second one
+        (40, 10, 15, 5),  # 4 epoch ends and update 15 (update 30 is an epoch's end)
+        (45, 10, 15, 6),  # ... and update 45, inside the fifth epoch, which is also the end of the run
+    ],
+)
+def test_the_estimate_counts_the_validation_passes_the_trainer_makes(updates, per_epoch, eval_every, expected):
+    from normlab.experiments.budget import evaluations
+
+    assert evaluations(updates, per_epoch, eval_every) == expected

@@ -144,6 +144,63 @@ def test_a_scheme_that_never_trains():
     assert everything_diverged.sensitivity == 0.0
 
 
+def test_a_curve_on_the_unigram_plateau_has_no_frontier():
+    """Runs too short to learn more than token frequencies all end near the unigram loss U: every point is within
+    the margin of the best, and without U the frontier would read "stable up to the top of the grid" (what the
+    quick sweep's Post-LN runs of 150 updates would have said). With U, a curve must get the margin below it."""
+    u = 6.82
+    plateau = [7.41, 6.90, 6.84, 6.83, 6.88, 6.92, 6.91]  # the shape measured: 9.5 at l0, ~U after 150 updates
+    blind = frontier(LRS, plateau, [L0] * 7)
+    assert blind.trained and blind.max_stable_lr == 1e-2  # the failure mode the rule exists for
+    c = frontier(LRS, plateau, [L0] * 7, unigram=u)
+    assert not c.trained and c.plateau and c.max_stable_lr is None and c.best == 6.83
+    assert "never leaves the unigram plateau" in c.note and "U = 6.820" in c.note
+    assert_close(c.sensitivity, blind.sensitivity)  # Wortsman's statistic does not depend on U
+    # a curve that learned: the plateau runs (>= U) are outside [l*, l* + margin] by construction
+    learned = frontier(LRS, [7.4, 6.6, 6.45, 6.5, 6.86, 6.9, None], [L0] * 7, ["completed"] * 6 + ["diverged"], unigram=u)
+    assert learned.trained and not learned.plateau and learned.max_stable_lr == 1e-3
+    # the rule is strict: a best exactly the margin below U is not below it
+    edge = frontier(LRS, [u - MARGIN] + [8.0] * 6, [L0] * 7, unigram=u)
+    assert edge.plateau and edge.max_stable_lr is None
+
+
+def test_plateau_curves_and_the_warmup_ground_truth():
+    """analyze with U: a scheme that leaves the plateau only with warm-up needs it (the paper's Post-LN); a width
+    where neither arm leaves it is undecided; a no-warm-up arm that diverges everywhere beside a warm-up arm on
+    the plateau needs warm-up; a warm-up arm still on the plateau beside a no-warm-up frontier may only be late
+    (undecided); the report's sentence counts the curves that left the plateau."""
+    from normlab.report.sweep import _plateau_sentence
+
+    u = 6.82
+
+    def curve(scheme, warmup, width, finals):
+        return [Cell(scheme, warmup, width, lr, 1, f, L0) for lr, f in zip(LRS[:3], finals)]
+
+    def diverging(scheme, warmup, width):
+        return [Cell(scheme, warmup, width, lr, 1, None, L0, "diverged") for lr in LRS[:3]]
+
+    cells = (curve("post", "none", 64, [7.4, 6.9, 6.85]) + curve("post", "paper", 64, [7.4, 6.5, 6.9])
+             + curve("post", "none", 128, [7.4, 6.9, 6.85]) + curve("post", "paper", 128, [7.5, 6.88, 6.86]))  # fmt: skip
+    rows = analyze(cells, unigram=u)
+    by = {(r["scheme"], r["warmup"], r["width"]): r for r in rows}
+    assert by[("post", "none", 64)]["plateau"] and by[("post", "none", 64)]["max_stable_lr"] is None
+    assert by[("post", "paper", 64)]["max_stable_lr"] == 2.15e-4 and not by[("post", "paper", 64)]["plateau"]
+    assert warmup_truth(rows) == {("post", 64): True, ("post", 128): None}
+    more = (diverging("post", "none", 256) + curve("post", "paper", 256, [7.4, 6.9, 6.85])  # the classic failure
+            + curve("pre", "none", 64, [7.0, 6.5, 6.6]) + curve("pre", "paper", 64, [7.5, 6.9, 6.85])  # late warm-up
+            + curve("pre", "none", 128, [7.0, 6.5, 6.6]) + diverging("pre", "paper", 128))  # fmt: skip
+    truth = warmup_truth(analyze(more, unigram=u))
+    assert truth == {("post", 256): True, ("pre", 64): None, ("pre", 128): False}
+    # without U the plateau reads as stable: at d=64 the no-warm-up frontier (the top of the grid, on the
+    # plateau) is above the warm-up one, so "warm-up not needed": the reverse of what the runs show
+    assert warmup_truth(analyze(cells))[("post", 64)] is False
+    text = _plateau_sentence({"baseline": {"unigram_loss": u, "what": "w"}, "rules": {"margin": MARGIN},
+                              "frontier": rows})  # fmt: skip
+    assert text.startswith("Curves that left the unigram plateau: 1 of 4 (scheme x warm-up x width), their best run "
+                           "more than 0.1 nats below U = 6.820 nats; 3 trained but stayed on the plateau")
+    assert "undecided, not evidence either way" in text and text.endswith("U: w.")
+
+
 def test_l0_is_the_median_of_the_points():
     c = frontier((1e-3, 1e-2), [5.0, 8.0], [9.0, float("nan")])  # a point whose first loss was non-finite
     assert c.l0 == 9.0 and not c.diverged[1]
@@ -268,20 +325,33 @@ def test_smoke_sweep_cli(tmp_path):
     out = tmp_path / "sweep"
     proc = normlab("sweep", "--scale", "smoke", "--out", str(out), "--jobs", "2", "--threads", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "estimate:" in proc.stderr.splitlines()[1]  # the wall-time estimate comes first
+    lines = proc.stderr.splitlines()
+    first_run = next(i for i, line in enumerate(lines) if " start " in line)
+    # the wall-time estimate comes before the first run, after the data's preparation (its epoch length)
+    [estimate] = [i for i, line in enumerate(lines) if line.startswith("estimate:")]
+    assert estimate < first_run, lines[: first_run + 1]
+    assert "/ 2 job(s)" in lines[estimate]
     report = out / "report"
     data = json.loads((report / "sweep.json").read_text())
     cfg = sweep_scale("smoke")
     n = len(cfg.schemes) * len(cfg.warmups) * len(cfg.widths) * len(cfg.lrs) * cfg.seeds
     assert len(data["cells"]) == n and data["meta"]["outcomes"]["failed"] == 0
-    assert all(c["l0"] is not None and c["train"] for c in data["cells"])
+    assert all(c["l0"] is not None and c["train"] and c["elapsed_s"] > 0 for c in data["cells"])
+    assert data["meta"]["train_time_s"] == pytest.approx(sum(c["elapsed_s"] for c in data["cells"]))
     assert len(data["frontier"]) == len(cfg.schemes) * len(cfg.warmups) * len(cfg.widths)
     assert {(s["scheme"], s["warmup"]) for s in data["width_law"]} == {(s, w) for s in cfg.schemes for w in cfg.warmups}
     assert data["rules"]["margin"] == MARGIN and "min(l(eta), l0)" in data["rules"]["sensitivity"]
+    # U from the data the runs see; 4 updates learn nothing: every curve is below l0 or on the plateau, none has a
+    # frontier, and no width has a ground truth
+    u = data["baseline"]["unigram_loss"]
+    assert 0 < u < math.log(cfg.vocab_size) and data["baseline"]["tokens"] > 0 and f"U = {u:.3f}" in proc.stderr
+    assert all(r["max_stable_lr"] is None for r in data["frontier"])
+    assert all(t["warmup_needed"] is None for t in data["warmup_truth"])
     for png in ("loss_vs_lr.png", "frontier.png"):
         assert (report / png).stat().st_size > 1000
     page = (report / "index.html").read_text()
-    for text in ("Maximum stable learning rate", "LR sensitivity", "Theorem 1", "data:image/png;base64,"):
+    for text in ("Maximum stable learning rate", "LR sensitivity", "Theorem 1", "data:image/png;base64,",
+                 f"Curves that left the unigram plateau: 0 of {len(data['frontier'])}"):
         assert text in page, text
     md = (report / "SWEEP.md").read_text()
     assert "| scheme | warm-up |" in md

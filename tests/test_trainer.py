@@ -86,6 +86,24 @@ def test_max_updates_stops_mid_epoch_with_a_last_checkpoint(tmp_path):
     assert summary["update"] == 13 and summary["status"] == "completed"
     assert list_checkpoints(tmp_path / "checkpoints")[-1].name == "update_00000013"
     assert [r["update"] for r in records(tmp_path) if r["type"] == "valid"] == [10, 13]
+    from normlab.experiments.budget import evaluations
+
+    assert evaluations(13, 10) == 2  # what the wall-time estimate counts for this run
+
+
+@pytest.mark.parametrize(("max_updates", "eval_every"), [(25, 5), (23, 4), (27, 7)])
+def test_budget_counts_the_validation_passes_this_trainer_makes(tmp_path, max_updates, eval_every):
+    """budget.evaluations (the wall-time estimate's count of validation passes) against the trainer itself: an
+    epoch of ReverseTask is 10 updates. (25, 5): eval_every on two epochs' ends (10, 20) and on the end of the
+    run; (23, 4): on update 20 = lcm(4, 10), an epoch's end, and not on the end of the run; (27, 7): never on an
+    epoch's end, and not on the run's end either. Without eval_every: the test above."""
+    from normlab.experiments.budget import evaluations
+
+    cfg = TrainConfig.from_dict(config(max_updates=max_updates, eval_every=eval_every, max_epochs=100))
+    Trainer(cfg, tmp_path, ReverseTask(), ReverseTask(n=16, seed=1), progress=False).fit()
+    per_epoch = sum(r["type"] == "train" and r["epoch"] == 1 for r in records(tmp_path))
+    valid = [r["update"] for r in records(tmp_path) if r["type"] == "valid"]
+    assert per_epoch == 10 and len(valid) == evaluations(max_updates, per_epoch, eval_every), valid
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ has it, and an fp32-only CPU takes several times longer.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -106,6 +107,22 @@ def _updates(spec: RunSpec, ctx: Context) -> int:
     return c.max_epochs * ctx.translation_updates_per_epoch
 
 
+def evaluations(updates: int, per_epoch: int, eval_every: int = 0) -> int:
+    """How many validation passes the trainer makes in a run of ``updates`` updates (train/trainer.py): one at the
+    end of each complete epoch, one every ``eval_every`` updates that is not also an epoch's end, and a last one
+    when the run stops inside an epoch (max_updates). A run of a few hundred updates of a corpus whose epoch is
+    thousands of updates (the sweep's) validates once, not once per update."""
+    per_epoch = max(per_epoch, 1)
+    ends = updates // per_epoch
+    periodic = 0
+    if eval_every:
+        periodic = updates // eval_every - updates // math.lcm(eval_every, per_epoch)
+    # the last pass when the run stops inside an epoch, unless eval_every has just made it (trainer._validate
+    # skips an update already evaluated)
+    last = 1 if updates % per_epoch and not (eval_every and updates % eval_every == 0) else 0
+    return ends + periodic + last
+
+
 def _weight(c: TrainConfig, ref: TrainConfig) -> float:
     """The cost of one of ``c``'s updates in units of the probed one: tokens per batch x layers (matmul work
     per token scales with depth at equal width; widths differ only between scales, not within one)."""
@@ -138,7 +155,9 @@ def estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int,
         n = _updates(s, ctx)
         updates += n
         w = _weight(c, ref)
-        evals = n // c.eval_every if c.eval_every else min(c.max_epochs, max(1, n // max(ctx.translation_updates_per_epoch, 1)))
+        per_epoch = ctx.finetune_updates_per_epoch.get(s.finetune_task or "", 1) if s.kind == "finetune" else \
+            ctx.translation_updates_per_epoch
+        evals = evaluations(n, per_epoch, c.eval_every)
         # a validation pass: (valid examples x ~25 tokens) forward-only, a third of an update's work per token
         valid = evals * (c.data.valid_subset or 2000) * 25 / 3 / max(c.data.max_tokens, 1)
         if s.kind == "translation" and c.valid_bleu:

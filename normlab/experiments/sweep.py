@@ -16,6 +16,19 @@ cell), so two cells differ only in what the grid varies. From the final losses, 
   ``margin`` of the best final loss l* of the curve and that did not diverge. The default margin is 0.1 nats
   (:data:`MARGIN`, the reasoning is there). A curve whose best run is not ``margin`` below l0 never trained: it
   has no frontier (None), whatever its losses.
+* **The unigram plateau.** A curve whose best run is not ``margin`` below the unigram loss U of the validation
+  targets (their cross-entropy under the training targets' token frequencies: the loss of a model that learned
+  frequencies and nothing else, computed from the data as reproduce's gates do) has no frontier either: it
+  never left the plateau. Why this rule: the first thing every run learns is the unigram distribution, ~2.5
+  nats below l0 within a hundred updates at any learning rate that moves at all, so a grid whose runs are too
+  short to learn more has every point within ``margin`` of its best, and "maximum stable learning rate" would
+  read "the top of the grid" for every scheme with or without warm-up: the sweep would report a stability it
+  never measured. Requiring l* < U - margin puts every run still on the plateau (final loss >= U) outside the
+  band [l*, l* + margin] by construction, so the frontier separates runs that learned from runs that did not.
+  Measured on the quick preset (150 updates of 1,024 tokens, 3-3 layers): every Post-LN run, with warm-up or
+  without, at every width and learning rate ended at 6.8-7.5 nats against U = 6.8, within 0.1 of its curve's
+  best at most learning rates above 2e-4; without this rule all six Post-LN curves read "stable up to 1e-2 or
+  near it" and the comparison of the warm-up arms came out of noise on a plateau.
 * **Learning-rate sensitivity** (:func:`lr_sensitivity`), Wortsman et al. 2023 ("Small-scale proxies for
   large-scale Transformer training instabilities", arXiv 2309.14322, Section 2.2):
   E_{eta in grid}[min(l(eta), l0) - l*], with l(eta) the final loss at learning rate eta, l0 the loss at
@@ -196,7 +209,7 @@ SWEEP_SCALES: dict[str, SweepConfig] = {
     "full": SweepConfig(
         scale="full", schemes=("post", "pre", "peri"), widths=(64, 128, 256, 512), layers=6, updates=500,
         max_tokens=4096, valid_subset=1000, eval_every=100,
-        description="the issue's defaults at the paper's depth and batch: 3 schemes x 2 warm-ups x 7 learning rates x "
+        description="widths 64-512 at the paper's depth and batch: 3 schemes x 2 warm-ups x 7 learning rates x "
         "widths 64-512, 6-6 layers, 500 updates of 4,096 tokens (168 runs; sized for a GPU hour, not yet measured); "
         "--set schemes=[...] adds the other schemes",
     ),  # fmt: skip
@@ -322,17 +335,21 @@ class Curve:
     sensitivity: float | None
     trained: bool
     note: str = ""
+    plateau: bool = False  # it trained (below l0) but its best run did not leave the unigram plateau
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
 
 def frontier(lrs: Sequence[float], finals: Sequence[float | None], l0s: Sequence[float | None],
-             statuses: Sequence[str] | None = None, *, margin: float = MARGIN) -> Curve:  # fmt: skip
+             statuses: Sequence[str] | None = None, *, margin: float = MARGIN, unigram: float | None = None
+             ) -> Curve:  # fmt: skip
     """Read one curve: the divergence of each point (:func:`diverged`), l* and its learning rate, the maximum
     stable learning rate (the largest point within ``margin`` nats of l* that did not diverge; None when l* is
-    not ``margin`` below l0: the curve never trained) and the LR sensitivity. ``l0s``: each point's loss at
-    initialisation (the same number along a curve; their median is used, non-finite ones ignored)."""
+    not ``margin`` below l0: the curve never trained; None too when ``unigram`` (U, the unigram loss of the
+    validation targets) is given and l* is not ``margin`` below it: the curve never left the plateau, see the
+    module's doc) and the LR sensitivity. ``l0s``: each point's loss at initialisation (the same number along a
+    curve; their median is used, non-finite ones ignored)."""
     if not (len(lrs) == len(finals) == len(l0s)) or not lrs:
         raise ValueError(f"one final loss and one l0 per learning rate: {len(lrs)}, {len(finals)}, {len(l0s)}")
     if list(lrs) != sorted(lrs):
@@ -351,6 +368,11 @@ def frontier(lrs: Sequence[float], finals: Sequence[float | None], l0s: Sequence
                f"the best final loss {best:.3f} is not {margin:g} nats below l0 = {l0:.3f}" if l0 is not None else
                "l0 unknown")  # fmt: skip
         return Curve(tuple(lrs), kept, div, l0, best, best_lr, None, sens, False, f"never trains: {why}")
+    if unigram is not None and not best < unigram - margin:  # type: ignore[operator]
+        return Curve(tuple(lrs), kept, div, l0, best, best_lr, None, sens, False,
+                     f"never leaves the unigram plateau: the best final loss {best:.3f} is not {margin:g} nats below "
+                     f"the unigram loss U = {unigram:.3f} (a model that learned token frequencies only); its runs are "
+                     "too short to show a frontier", plateau=True)  # fmt: skip
     stable = [lr for f, lr in zip(kept, lrs) if f is not None and f <= best + margin]  # type: ignore[operator]
     return Curve(tuple(lrs), kept, div, l0, best, best_lr, max(stable), sens, True)
 
@@ -363,10 +385,11 @@ def _sd(xs: Sequence[float]) -> float | None:
     return statistics.stdev(xs) if len(xs) > 1 else None
 
 
-def analyze(cells: Sequence[Cell], *, margin: float = MARGIN) -> list[dict[str, Any]]:
+def analyze(cells: Sequence[Cell], *, margin: float = MARGIN, unigram: float | None = None) -> list[dict[str, Any]]:
     """Per scheme x warm-up x width: the seed-mean curve's frontier (a point diverged when any seed diverged
     there; its loss the mean of the seeds'), each seed's own frontier and sensitivity, and their spread. Points
-    with a failed run (no result, not a divergence) are left out of the curve and listed."""
+    with a failed run (no result, not a divergence) are left out of the curve and listed. ``unigram``: the
+    unigram loss U of the validation targets (:func:`frontier`: a curve must get ``margin`` below it)."""
     keyed: dict[tuple[str, str, int], list[Cell]] = {}
     for c in cells:
         keyed.setdefault((c.scheme, c.warmup, c.width), []).append(c)
@@ -381,7 +404,7 @@ def analyze(cells: Sequence[Cell], *, margin: float = MARGIN) -> list[dict[str, 
             pts = [at[(lr, s)] for lr in lrs if (lr, s) in at]
             if pts:
                 per_seed.append(frontier([p.lr for p in pts], [p.final for p in pts], [p.l0 for p in pts],
-                                         [p.status for p in pts], margin=margin))  # fmt: skip
+                                         [p.status for p in pts], margin=margin, unigram=unigram))  # fmt: skip
         mean_finals, mean_l0s, mean_status = [], [], []
         for lr in lrs:
             pts = [at[(lr, s)] for s in seeds if (lr, s) in at]
@@ -390,7 +413,7 @@ def analyze(cells: Sequence[Cell], *, margin: float = MARGIN) -> list[dict[str, 
             l0s = [p.l0 for p in pts if _finite(p.l0)]
             mean_l0s.append(_mean(l0s) if l0s else None)
             mean_status.append("diverged" if bad else "completed")
-        curve = frontier(lrs, mean_finals, mean_l0s, mean_status, margin=margin) if lrs else None
+        curve = frontier(lrs, mean_finals, mean_l0s, mean_status, margin=margin, unigram=unigram) if lrs else None
         sens = [c.sensitivity for c in per_seed if c.sensitivity is not None]
         stable = [c.max_stable_lr for c in per_seed]
         bests = [c.best for c in per_seed if c.best is not None]
@@ -409,6 +432,7 @@ def analyze(cells: Sequence[Cell], *, margin: float = MARGIN) -> list[dict[str, 
             "best_loss_sd": _sd(bests),
             "diverged_lrs": [lr for lr, d in zip(lrs, curve.diverged) if d] if curve else [],
             "missing_lrs": missing,
+            "plateau": bool(curve and curve.plateau),
             "note": curve.note if curve else "no finished run",
         })  # fmt: skip
     return rows
@@ -444,22 +468,42 @@ def width_slope(rows: Sequence[dict[str, Any]], scheme: str, warmup: str) -> dic
 # diagnose held against the sweep
 
 
+def _rank(row: dict[str, Any]) -> int:
+    """How far a curve got: 0 never trained (diverged everywhere, or never ``margin`` below l0), 1 trained but
+    never left the unigram plateau, 2 has a frontier."""
+    return 2 if row["max_stable_lr"] is not None else 1 if row.get("plateau") else 0
+
+
 def warmup_truth(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, int], bool | None]:
-    """The sweep's ground truth per scheme x width: warm-up is needed when the no-warm-up frontier falls below
-    the warm-up frontier (a curve that never trains counts as a frontier below every learning rate). None when
-    neither arm trained, when both frontiers are the top of the grid (two lower bounds: the grid cannot tell them
-    apart), or when one arm was not run."""
-    by = {(r["scheme"], r["warmup"], r["width"]): r["max_stable_lr"] for r in rows}
-    top = {(r["scheme"], r["warmup"], r["width"]) for r in rows if r.get("censored")}
+    """The sweep's ground truth per scheme x width: does the no-warm-up arm do worse than the warm-up arm?
+
+    * Both arms have a frontier: warm-up is needed when the no-warm-up frontier is below the warm-up one; None
+      when both are the top of the grid (two lower bounds: the grid cannot tell them apart).
+    * The no-warm-up arm got less far (:func:`_rank`: it never trained, or stayed on the unigram plateau, where
+      the warm-up arm got further): warm-up is needed. This is the paper's Post-LN without warm-up. A no-warm-up
+      arm starts at lr_max, so being slower than the arm whose first updates are small cannot be a delay.
+    * The warm-up arm got less far: only when it never trained at all while the no-warm-up arm has a frontier is
+      that "not needed" (False). A warm-up arm on the plateau beside a no-warm-up frontier is None: a warm-up
+      spends its first updates at small learning rates, so in a short run it can be merely late.
+    * Both arms equally far without a frontier (both on the plateau, both never trained), or one arm not run:
+      None, no evidence either way."""
+    by = {(r["scheme"], r["warmup"], r["width"]): r for r in rows}
     out: dict[tuple[str, int], bool | None] = {}
     for scheme, width in sorted({(r["scheme"], r["width"]) for r in rows}):
-        if (scheme, "none", width) not in by or (scheme, "paper", width) not in by:
+        none, paper = by.get((scheme, "none", width)), by.get((scheme, "paper", width))
+        if none is None or paper is None:
             out[(scheme, width)] = None
             continue
-        none, paper = by[(scheme, "none", width)], by[(scheme, "paper", width)]
-        both_top = (scheme, "none", width) in top and (scheme, "paper", width) in top
-        out[(scheme, width)] = None if both_top or (none is None and paper is None) else (
-            True if none is None else False if paper is None else none < paper)  # fmt: skip
+        rn, rp = _rank(none), _rank(paper)
+        if rn == rp == 2:
+            both_top = bool(none.get("censored")) and bool(paper.get("censored"))
+            out[(scheme, width)] = None if both_top else none["max_stable_lr"] < paper["max_stable_lr"]
+        elif rn < rp:
+            out[(scheme, width)] = True
+        elif rn == 2 and rp == 0:
+            out[(scheme, width)] = False
+        else:
+            out[(scheme, width)] = None
     return out
 
 
@@ -515,8 +559,13 @@ def read_cell(spec: RunSpec, run_dir: Path, status: str, scheme: str, warmup: st
                 l0 if _finite(l0) else None, status)  # fmt: skip
     stride = max(1, len(train) // 100)
     curve = [[r["update"], r["nll"] if _finite(r.get("nll")) else None] for r in train[::stride]]
+    elapsed = None  # the run's own training time (trainer summary): a later invocation that only re-reads the
+    try:  # runs still knows what they cost
+        elapsed = json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("elapsed_s")
+    except (OSError, json.JSONDecodeError):
+        pass
     rec = {**dataclasses.asdict(cell), "name": spec.name, "diverged": diverged(cell.final, cell.l0, status),
-           "valid": [[r["update"], r.get("nll")] for r in valid], "train": curve}  # fmt: skip
+           "valid": [[r["update"], r.get("nll")] for r in valid], "train": curve, "elapsed_s": elapsed}  # fmt: skip
     return cell, rec
 
 
@@ -529,7 +578,9 @@ RULES = {
     "margin": MARGIN,
     "max_stable_lr": "the largest grid point within `margin` nats of the best final loss l* of its curve that did not "
     "diverge ('>=' when it is the top of the grid: a lower bound); none when l* is not `margin` below l0 (the curve "
-    "never trained); with seeds, on the seed-mean curve, a "
+    "never trained) or not `margin` below the unigram loss U of the validation targets (the curve never left the "
+    "plateau of a model that learned token frequencies only: its runs were too short to show a frontier, and every "
+    "point within `margin` of a plateau would read as stable); with seeds, on the seed-mean curve, a "
     "point counting as diverged when any seed diverged there",
     "sensitivity": "Wortsman et al. 2023 (arXiv 2309.14322): E_{eta in grid}[min(l(eta), l0) - l*], the mean over "
     "the log grid, a diverged point counting as l0; with seeds, the mean (and sd) of the seeds' own values",
@@ -573,6 +624,22 @@ def sweep_estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads
     return line + (f"\nWARNING: {warning}" if warning else "")
 
 
+def unigram_baseline(data: Any, task: str) -> dict[str, Any]:
+    """U, the plateau a curve must leave (:func:`frontier`): the cross-entropy of the training targets' unigram
+    distribution on the validation targets, nats per token, as reproduce.baselines computes the gates of
+    report/claims.py; for the masked LM the copy-aware value (metrics.masked_lm_unigram_loss: BERT's kept 10%
+    can be copied from the input)."""
+    from normlab.metrics import masked_lm_unigram_loss, unigram_entropy
+
+    targets = data.splits["valid"].all_targets()
+    u = unigram_entropy(targets, data.splits["train"].all_targets())
+    what = ("cross-entropy (nats per token) of the training targets' unigram distribution on the validation "
+            "targets: the loss of a model that learned token frequencies and nothing else")  # fmt: skip
+    if task == "mlm":
+        u, what = masked_lm_unigram_loss(u), what + "; for the masked LM, copying the visible 10% (80/10/10)"
+    return {"unigram_loss": u, "tokens": int(targets.size), "what": what}
+
+
 def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int = 0, corpus: str = "",
               device: str = "auto", precision: str = "auto", probe: bool = True, diagnose: bool = True,
               say: Any = _say) -> dict[str, Any]:  # fmt: skip
@@ -607,10 +674,21 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         f"{len(cfg.warmups)} warm-ups x {len(cfg.widths)} widths x {len(cfg.lrs)} learning rates x {cfg.seeds} "
         f"seed(s)); {jobs} job(s) x {threads} thread(s)")  # fmt: skip
     todo = [s for s in specs if run_status(out / "runs" / s.name) not in FINISHED]
-    if probe and todo:
-        say(sweep_estimate(todo, ctx, jobs=jobs, threads=threads))
-    if todo:  # the tokenizer and binarized splits, once, before the workers (they would race to build them)
-        prepare(specs[0].config.data, specs[0].config.model.max_positions)
+    # the tokenizer and binarized splits, once, before the workers (they would race to build them); the unigram
+    # loss of the validation targets from them (a curve must get below it to have a frontier: module doc)
+    first = specs[0].config
+    data = prepare(first.data, first.model.max_positions)
+    baseline = unigram_baseline(data, cfg.task)
+    say(f"unigram loss of the validation targets U = {baseline['unigram_loss']:.3f} nats ({baseline['tokens']:,} "
+        f"tokens): a curve has a frontier only when its best run ends more than {cfg.margin:g} nats below it")  # fmt: skip
+    if todo:
+        # the estimate counts validation passes per epoch (budget.evaluations): it needs the epoch's real length,
+        # thousands of updates here, against which the sweep's runs of a few hundred validate once, at the end
+        per_epoch = len(data.splits["train"].epoch_batches(1, first.seed, first.data.max_tokens,
+                                                           max_sentences=first.data.max_sentences))  # fmt: skip
+        ctx = dataclasses.replace(ctx, translation_updates_per_epoch=per_epoch)
+        if probe:
+            say(sweep_estimate(todo, ctx, jobs=jobs, threads=threads))
     outcomes = run_grid(specs, out, jobs=jobs, threads=threads, say=say)
     cells, records = [], []
     for s in specs:
@@ -620,7 +698,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         cell, rec = read_cell(s, out / "runs" / s.name, status, *where[s.name])
         cells.append(cell)
         records.append(rec)
-    rows = analyze(cells, margin=cfg.margin)
+    rows = analyze(cells, margin=cfg.margin, unigram=baseline["unigram_loss"])
     truth = warmup_truth(rows)
     agreement = None
     if diagnose:
@@ -632,6 +710,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         "lrs": list(cfg.lrs),
         "warmup_updates": cfg.warmup_updates,
         "rules": {**RULES, "margin": cfg.margin},
+        "baseline": baseline,
         "frontier": rows,
         "width_law": [width_slope(rows, s, w) for s in cfg.schemes for w in cfg.warmups],
         "warmup_truth": [{"scheme": k[0], "width": k[1], "warmup_needed": v} for k, v in truth.items()],
@@ -642,6 +721,10 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
             "torch": torch.__version__, "python": platform.python_version(),
             "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.processor() or platform.machine()}, "
             f"{cores} cores)", "threads": f"{jobs} job(s) x {threads} thread(s)", "wall_time_s": wall,
+            # None when a run has no time (failed, or from before the runs recorded it): a partial sum would
+            # understate the grid's cost without saying so
+            "train_time_s": None if any(r["elapsed_s"] is None for r in records) else
+            math.fsum(r["elapsed_s"] for r in records),
             "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "runs": len(specs),
             "outcomes": {k: sum(o.status == k for o in outcomes.values())
                          for k in ("completed", "diverged", "failed", "skipped", "cached")},
@@ -660,7 +743,10 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
 def table_lines(result: dict[str, Any]) -> list[str]:
     """The maximum stable learning rate per scheme x warm-up (rows) and width (columns), sensitivity beside it."""
     widths = result["config"]["widths"]
-    lines = ["max stable lr (LR sensitivity, nats) per width; '-' = never trained; '>=' = the top of the grid",
+    u = (result.get("baseline") or {}).get("unigram_loss")
+    plateau = "" if u is None else f"; 'plateau' = never left the unigram plateau (U = {u:.3f})"
+    lines = [f"max stable lr (LR sensitivity, nats) per width; '-' = never trained{plateau}; '>=' = the top of the "
+             "grid (a lower bound)",
              f"{'scheme':<14}{'warm-up':<9}" + "".join(f"{'d=' + str(w):>22}" for w in widths)]  # fmt: skip
     by = {(r["scheme"], r["warmup"], r["width"]): r for r in result["frontier"]}
     for scheme in result["config"]["schemes"]:
@@ -668,7 +754,10 @@ def table_lines(result: dict[str, Any]) -> list[str]:
             cells = []
             for w in widths:
                 r = by.get((scheme, warmup, w))
-                lr = "-" if not r or r["max_stable_lr"] is None else (">=" if r["censored"] else "") + f"{r['max_stable_lr']:.3g}"
+                if not r or r["max_stable_lr"] is None:
+                    lr = "plateau" if r and r.get("plateau") else "-"
+                else:
+                    lr = (">=" if r["censored"] else "") + f"{r['max_stable_lr']:.3g}"
                 sens = "" if not r or r["sensitivity"] is None else f" ({r['sensitivity']:.3f})"
                 cells.append(f"{lr + sens:>22}")
             lines.append(f"{scheme:<14}{warmup:<9}" + "".join(cells))
@@ -680,7 +769,7 @@ def add_arguments(p: Any) -> None:
 
     p.add_argument("--scale", default="quick", choices=list(SWEEP_SCALES),
                    help="smoke (seconds, tests), quick (~30 min on 2 CPU cores with native bf16, unmeasured), full "
-                   "(the issue's widths at the paper's depth; a GPU)")  # fmt: skip
+                   "(widths 64-512 at the paper's depth and batch; a GPU)")  # fmt: skip
     p.add_argument("--out", help="output directory (default: sweep/SCALE)")
     add_set_argument(p, SweepConfig, note="the defaults shown are before --scale, which sets most of them")
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA)")

@@ -36,7 +36,8 @@ def _label(scheme: str, warmup: str, updates: int) -> str:
 
 def plot_loss_vs_lr(result: dict[str, Any], path: Path) -> Path:
     """Final validation NLL against the learning rate: one panel per width, one curve per scheme x warm-up (the
-    seed mean); a diverged point is an x at the curve's l0, the dotted line the panels' l0."""
+    seed mean); a diverged point is an x at the curve's l0, the dotted line the panels' l0, the grey band
+    U - margin .. U (a curve whose best point is not below the band never left the unigram plateau)."""
     widths = result["config"]["widths"]
     fig, axes = plt.subplots(1, len(widths), figsize=(4.2 * len(widths), 3.8), squeeze=False, sharey=True)
     for ax, width in zip(axes[0], widths):
@@ -57,6 +58,11 @@ def plot_loss_vs_lr(result: dict[str, Any], path: Path) -> Path:
                 ax.axvline(r["max_stable_lr"], color=style["color"], linestyle=style["linestyle"], alpha=0.25)
         if l0s:
             ax.axhline(sum(l0s) / len(l0s), color="grey", linestyle=":", linewidth=0.8, label="l0 (initialisation)")
+        u = (result.get("baseline") or {}).get("unigram_loss")
+        if u is not None:  # the band a curve's best point must get below to have a frontier (dashes mean w/o warm-up)
+            margin = result["rules"]["margin"]
+            ax.axhspan(u - margin, u, color="grey", alpha=0.2, linewidth=0,
+                       label=f"unigram plateau: U - {margin:g} .. U")  # fmt: skip
         ax.set_xscale("log")
         ax.set_xlabel("learning rate (lr_max)")
         ax.set_title(f"d = {width}", fontsize=9)
@@ -132,7 +138,8 @@ def _frontier_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                     cells.append("not run")
                     continue
                 top = ">=" if r.get("censored") else ""
-                text = (f"{top + _lr(r['max_stable_lr']) if r['max_stable_lr'] else 'never trains'} / "
+                never = "never leaves the unigram plateau" if r.get("plateau") else "never trains"
+                text = (f"{top + _lr(r['max_stable_lr']) if r['max_stable_lr'] else never} / "
                         f"{format_number(r['sensitivity'])} / {_lr(r['best_lr'])} ({format_number(r['best_loss'])})")
                 if r["seeds"] > 1:
                     text += (f"; seeds: lr {', '.join(_lr(x) for x in r['max_stable_lr_per_seed'])}, sensitivity sd "
@@ -178,7 +185,10 @@ def _meta_line(result: dict[str, Any]) -> str:
     m = result["meta"]
     return (f"Scale {m['scale']}: {m['description']}. normlab {m['normlab_version']}, torch {m['torch']}, {m['device']}, "
             f"{m['threads']}; {m['runs']} runs ({', '.join(f'{v} {k}' for k, v in m['outcomes'].items() if v)}); "
-            f"wall time {m['wall_time_s'] / 60:.1f} min; {m['finished']}.")  # fmt: skip
+            f"wall time {m['wall_time_s'] / 60:.1f} min"
+            + (f" (this invocation; the runs' training steps took {m['train_time_s'] / 60:.1f} min summed over runs)"
+               if m.get("train_time_s") else "")
+            + f"; {m['finished']}.")  # fmt: skip
 
 
 def _diagnose_sentence(result: dict[str, Any]) -> str:
@@ -188,7 +198,8 @@ def _diagnose_sentence(result: dict[str, Any]) -> str:
     s = f"diagnose agrees with the sweep on {d['agree']} of {d['decided']} scheme x width pairs the sweep decides"
     if d["wrong"]:
         s += "; it is wrong at " + ", ".join(f"{sc} d={w}" for sc, w in d["wrong"])
-    return s + ". Pairs where neither arm trained have no ground truth (–)."
+    plateau = " or left the unigram plateau" if result.get("baseline") else ""
+    return s + f". Pairs where neither arm trained{plateau} have no ground truth (–)."
 
 
 _SECTIONS = [
@@ -207,6 +218,8 @@ def write_sweep_report(result: dict[str, Any], out: Path) -> dict[str, Path]:
     rule_lines = [f"Divergence: {rules['divergence']}.", f"Maximum stable lr (margin {rules['margin']:g} nats): "
                   f"{rules['max_stable_lr']}.", f"LR sensitivity: {rules['sensitivity']}.",
                   f"Theorem 1: {rules['width_law']}."]  # fmt: skip
+    if result.get("baseline"):
+        rule_lines.insert(2, _plateau_sentence(result))
     tables = [(title, fn(result)) for title, fn in _SECTIONS]
     diag = _diagnose_rows(result)
     if diag:
@@ -274,6 +287,22 @@ def _write_markdown(result: dict[str, Any], images: dict[str, Path], rules: list
 BEYOND_TITLE = "Beyond the paper: does the need for warm-up grow with width, as Theorem 1 says?"
 
 
+def _plateau_sentence(result: dict[str, Any]) -> str:
+    """How many curves left the unigram plateau: what the sweep could measure. A curve still on it has no
+    frontier, and a width where it leaves neither arm a frontier to compare is undecided, not evidence that
+    warm-up does not matter there."""
+    u, margin = result["baseline"]["unigram_loss"], result["rules"]["margin"]
+    rows = result["frontier"]
+    left = sum(r["max_stable_lr"] is not None for r in rows)
+    stuck = sum(bool(r.get("plateau")) for r in rows)
+    text = (f"Curves that left the unigram plateau: {left} of {len(rows)} (scheme x warm-up x width), their best run "
+            f"more than {margin:g} nats below U = {u:.3f} nats")  # fmt: skip
+    if stuck:
+        text += (f"; {stuck} trained but stayed on the plateau, their runs too short to show a frontier (a width "
+                 "where neither arm has one is undecided, not evidence either way)")
+    return text + f". U: {result['baseline']['what']}."
+
+
 def _widths_text(widths: list[int]) -> str:
     return ", ".join(f"d={w}" for w in widths) or "none"
 
@@ -298,6 +327,8 @@ def beyond_the_paper(summary: dict[str, Any] | None) -> dict[str, Any]:
                  f"{_lr(result['lrs'][0])}..{_lr(result['lrs'][-1])} ({cfg['per_decade']} per decade), with no warm-up "
                  f"or a warm-up of {result['warmup_updates']} updates (the paper's share of its run), lr_max kept "
                  "after it."]  # fmt: skip
+    if result.get("baseline"):
+        sentences.append(_plateau_sentence(result))
     truth = result.get("warmup_truth") or []
     for scheme in cfg["schemes"]:
         rows = [t for t in truth if t["scheme"] == scheme]
@@ -310,8 +341,10 @@ def beyond_the_paper(summary: dict[str, Any] | None) -> dict[str, Any]:
         if free:
             parts.append(f"not needed at {_widths_text(free)}")
         if open_:
-            parts.append(f"undecided at {_widths_text(open_)} (neither arm trained, or both frontiers are the top of "
-                         "the grid)")  # fmt: skip
+            why = ("no arm got further than the other (both on the unigram plateau, or neither trained), the warm-up "
+                   "arm is on the plateau beside a no-warm-up frontier (a warm-up can be merely late in a short run)"
+                   if result.get("baseline") else "neither arm trained")
+            parts.append(f"undecided at {_widths_text(open_)} ({why}, or both frontiers are the top of the grid)")
         sentences.append(f"{scheme}: " + "; ".join(parts or ["no width was run with both arms"]) + ".")
     for s in result.get("width_law", []):
         if s["measured"] is None or set(s["censored"]) >= set(s["widths"]):
