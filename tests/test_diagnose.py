@@ -13,14 +13,17 @@ from torch import nn
 
 from normlab.analysis.diagnose import (
     CALIBRATION,
+    DEPTH_CALIBRATION,
     THRESHOLD,
     LayerProfile,
     TorchEncoderLM,
     diagnose,
     diagnose_config,
     calibration_diagnoses,
+    depth_threshold,
     modulelist_grouping,
     score,
+    thresholds,
     verdict,
 )
 from normlab.analysis.sources import synthetic_mlm_batches
@@ -50,6 +53,47 @@ def test_verdict_rule():
     assert no_norm.ln_growth is None and no_norm.score == pytest.approx(0.3)  # G = 1 without LayerNorms
     assert verdict([LayerProfile("s", [0], [1.0], [None])])[0] is None  # nothing to compare
     assert score(2.0, 4.0) == 1.0
+
+
+def test_the_threshold_follows_the_depth():
+    """At a measured depth the envelope is the table's; between, log-log interpolation (so it lies between the
+    neighbours); 12 layers and deeper: 0.45; at 2 layers the references overlap and there is no single threshold."""
+    for layers, (lo, hi) in DEPTH_CALIBRATION.items():
+        assert thresholds(layers) == (lo, hi)
+    assert depth_threshold(12) == depth_threshold(48) == THRESHOLD and depth_threshold(2) is None
+    assert depth_threshold(3) == pytest.approx((0.853 * 0.885) ** 0.5)
+    lo5, hi5 = thresholds(5)
+    assert 0.461 < lo5 < 0.712 and 0.597 < hi5 < 0.848
+    assert depth_threshold(3) > depth_threshold(4) > depth_threshold(6) > depth_threshold(8) > depth_threshold(12)
+
+
+def test_the_verdict_uses_the_stacks_depth():
+    """A 3-layer Pre-LN-like stack with S = 0.6 (the quick sweep's Pre-LN models) was "warm-up advised" under the
+    12-layer threshold 0.45; at its own depth (0.869) it is not. Where the references overlap (2 layers), an S
+    inside the overlap gets no verdict, one outside it the side it is on; a given threshold applies everywhere."""
+    pre3 = LayerProfile("s", [0, 1, 2], [1.0, 0.9, 0.85], [1.0, 1.5, 2.0])  # S = 0.85 / sqrt(2) = 0.60
+    assert pre3.score == pytest.approx(0.601, abs=1e-3)
+    advised, reason = verdict([pre3])
+    assert advised is False and "the threshold 0.869 for 3 layers" in reason
+    assert verdict([pre3], threshold=THRESHOLD)[0] is True  # the old rule, on request
+    two = lambda r: LayerProfile("s", [0, 1], [1.0, r], [1.0, 1.0])  # noqa: E731  G = 1: S = r
+    assert verdict([two(0.96)])[0] is None and "overlap" in verdict([two(0.96)])[1]
+    assert verdict([two(1.5)])[0] is True and verdict([two(0.5)])[0] is False
+    # one stack that looks like Post-LN is enough, even beside a stack the calibration cannot judge
+    post3 = LayerProfile("t", [0, 1, 2], [1.0, 1.5, 2.0], [1.0, 1.0, 1.0])
+    assert verdict([two(0.96), post3])[0] is True and verdict([two(0.96), pre3])[0] is None
+
+
+def test_eight_layers_held_out_of_the_depth_calibration():
+    """8 layers is not in DEPTH_CALIBRATION: its interpolated threshold (0.49) must still put every Post-LN
+    calibration model above and every Pre-LN one below (measured for seeds 0-2; seed 0 here, 4 batches)."""
+    runs = calibration_diagnoses(layers=8, steps=4, seed=0)
+    t = depth_threshold(8)
+    for model, by_placement in runs.items():
+        s_post, s_pre = by_placement["post"].score, by_placement["pre"].score
+        assert s_post > t > s_pre, (model, s_post, t, s_pre)
+        assert by_placement["post"].warmup_advised is True and by_placement["pre"].warmup_advised is False
+        assert by_placement["post"].threshold == pytest.approx(t)
 
 
 def test_undefined_ratio_gives_no_verdict():

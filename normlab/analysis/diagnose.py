@@ -23,7 +23,8 @@ Lemma 3 damps the gradients by 1/sqrt(G)). The statistic combines them as eviden
 
     S = r / sqrt(G)     (per stack; G = 1 where a stack shows no LayerNorm input; the largest S counts),
 
-and warm-up is advised when S > :data:`THRESHOLD`. There is no verdict (None, "no verdict") when a stack's r is
+and warm-up is advised when S exceeds the threshold for the stack's depth (:func:`depth_threshold`; 0.45,
+:data:`THRESHOLD`, at 12 layers; see "Depth" below). There is no verdict (None, "no verdict") when a stack's r is
 undefined: a zero or non-finite gradient norm in its first or last layer, as in ReZero at initialisation, whose
 alpha = 0 gives every weight in its layers a zero gradient (r = 0/0). The gradient ratio alone, estimated from a few batches,
 is noisy for encoder-only models (one of the Post-LN masked LMs below has r = 0.88 against a Pre-LN
@@ -46,9 +47,22 @@ torch.nn.TransformerEncoder + LM head  pre        0.36 - 0.62      12.7 - 18.5  
 
 The threshold is the geometric mean of the largest Pre-LN S (0.247) and the smallest Post-LN S (0.804),
 0.446, rounded: 0.45.
+
+Depth. One threshold calibrated at 12 layers is wrong for shallow stacks: with fewer layers Post-LN's gradient
+ratio compounds less and Pre-LN's LayerNorm inputs grow less, so both placements' S move towards 1. Measured on
+the same three kinds of model and seeds 0-2 (:data:`DEPTH_CALIBRATION`), the largest Pre-LN S and the smallest
+Post-LN S are 0.971 / 0.947 at 2 layers (they overlap), 0.853 / 0.885 at 3, 0.712 / 0.848 at 4 and 0.461 /
+0.597 at 6: with 0.45, every Pre-LN reference at 2-4 layers was "warm-up advised", and so were the Pre-LN models
+of the quick stability sweep (3-3 layers, d = 64-256, S = 0.55-0.63). The threshold for L layers is the geometric mean of the two at that depth, interpolated in log-log
+between the measured depths (:func:`thresholds`); where they overlap (2 layers), an S inside the overlap gets
+no verdict and one outside it gets the side it is on. Held out of this table: 8-layer references (seeds 0-2:
+every Post-LN above, every Pre-LN below the interpolated 0.49; tests/test_diagnose.py checks seed 0) and the
+sweep's cells (sweep.py holds diagnose against them).
 :data:`CALIBRATION` holds seed 0's numbers; ``tests/test_diagnose.py`` re-measures them and checks that every
-Post-LN model of seed 0 is above the threshold and every Pre-LN model below it. Limits: shallow Post-LN models
-have small ratios (Appendix F: about 1.5^((L-1)/2) in theory), and they do train without warm-up more easily;
+Post-LN model of seed 0 is above the threshold and every Pre-LN model below it. Limits: at 3 layers the two
+placements' S are within 4% of each other (0.853 against 0.885), so a verdict there rests on little margin;
+shallow Post-LN models have small ratios (Appendix F: about 1.5^((L-1)/2) in theory), and they do train
+without warm-up more easily;
 a Pre-LN model whose input embeddings dwarf its branches has LayerNorm inputs that barely grow and flat
 gradients, and may be flagged. The verdict follows the measurement, not the architecture's name.
 """
@@ -95,7 +109,49 @@ CALIBRATION: dict[str, dict[str, tuple[float, float]]] = {
 """Measured calibration numbers (see the module docstring); re-measured by tests/test_diagnose.py."""
 
 THRESHOLD = 0.45
-"""Warm-up is advised when S = r / sqrt(G) exceeds this in some stack (calibration: module docstring)."""
+"""Warm-up is advised when S = r / sqrt(G) exceeds this in some stack of 12 layers (calibration: module
+docstring); other depths use :func:`thresholds`."""
+
+DEPTH_CALIBRATION: dict[int, tuple[float, float]] = {
+    # layers -> (the largest S of a Pre-LN reference, the smallest S of a Post-LN reference): the three kinds of
+    # calibration models (normlab MaskedLM, Seq2Seq, torch.nn encoder LM; d = 64), eval mode, 8 batches; seeds
+    # 0-2 (12 layers: seeds 0-5, the docstring's table). Measured with calibration_diagnoses(layers=L, seed=k).
+    2: (0.971, 0.947),  # overlap: torch.nn Pre-LN seed 2 above torch.nn Post-LN seed 1
+    3: (0.853, 0.885),
+    4: (0.712, 0.848),
+    6: (0.461, 0.597),
+    12: (0.247, 0.804),
+}
+"""The calibration envelope per depth (:func:`thresholds`). At 12 layers it gives the threshold 0.45 above;
+shallower stacks have less room for either signal (Post-LN's gradient ratio compounds over fewer layers,
+Pre-LN's LayerNorm inputs grow over fewer), so the two placements' S move towards each other and below ~4
+layers they meet."""
+
+
+def thresholds(layers: int) -> tuple[float, float]:
+    """(lo, hi) for a stack of ``layers`` layers: the largest Pre-LN and the smallest Post-LN S of the calibration
+    models at that depth (:data:`DEPTH_CALIBRATION`), interpolated linearly in log S against log L between the
+    measured depths, and held at the end values outside them. The verdict's threshold is sqrt(lo x hi) where
+    lo < hi; where lo >= hi the references overlap and an S in [hi, lo] gets no verdict."""
+    depths = sorted(DEPTH_CALIBRATION)
+    if layers <= depths[0] or layers >= depths[-1]:
+        return DEPTH_CALIBRATION[depths[0] if layers <= depths[0] else depths[-1]]
+    below = max(d for d in depths if d <= layers)
+    above = min(d for d in depths if d >= layers)
+    if below == above:
+        return DEPTH_CALIBRATION[below]
+    t = (math.log(layers) - math.log(below)) / (math.log(above) - math.log(below))
+    (lo0, hi0), (lo1, hi1) = DEPTH_CALIBRATION[below], DEPTH_CALIBRATION[above]
+    return math.exp((1 - t) * math.log(lo0) + t * math.log(lo1)), math.exp((1 - t) * math.log(hi0) + t * math.log(hi1))
+
+
+def depth_threshold(layers: int) -> float | None:
+    """The threshold on S for a stack of ``layers`` layers: sqrt(lo x hi) of :func:`thresholds` (0.45 at 12
+    layers, rounded as THRESHOLD), or None where the calibration models overlap (lo >= hi)."""
+    lo, hi = thresholds(layers)
+    if lo >= hi:
+        return None
+    return THRESHOLD if layers >= max(DEPTH_CALIBRATION) else math.sqrt(lo * hi)
 
 
 def score(grad_ratio: float | None, ln_growth: float | None) -> float | None:
@@ -179,7 +235,7 @@ class Diagnosis:
     steps: int
     warmup_advised: bool | None  # None: no verdict (no layered structure, or a ratio r is undefined)
     reason: str
-    threshold: float = THRESHOLD
+    threshold: float | None = THRESHOLD  # the threshold the verdict applied (the decisive stack's depth's)
 
     @property
     def decisive(self) -> LayerProfile | None:
@@ -237,11 +293,34 @@ class Diagnosis:
         return "\n".join(lines)
 
 
-def verdict(profiles: Sequence[LayerProfile], threshold: float = THRESHOLD) -> tuple[bool | None, str]:
-    """The decision rule of the module docstring, with the evidence in words."""
+def _stack_verdict(p: LayerProfile, threshold: float | None) -> tuple[bool | None, str, float | None]:
+    """One stack's verdict: (advised, the rule applied in words, the threshold applied or None)."""
+    n = len(p.layers)
+    if threshold is not None:
+        return p.score > threshold, f"the threshold {threshold:g} (given)", threshold
+    lo, hi = thresholds(n)
+    t = depth_threshold(n)
+    if t is not None:
+        return p.score > t, (f"the threshold {t:.3g} for {n} layers (between the largest Pre-LN S, {lo:.3g}, and the "
+                             f"smallest Post-LN S, {hi:.3g}, of the calibration models at that depth)"), t  # fmt: skip
+    overlap = f"at {n} layers the calibration models overlap (Pre-LN S up to {lo:.3g}, Post-LN S from {hi:.3g})"
+    if p.score > lo:
+        return True, f"above every Pre-LN calibration model ({overlap})", lo
+    if p.score < hi:
+        return False, f"below every Post-LN calibration model ({overlap})", hi
+    return None, overlap, None
+
+
+def verdict(profiles: Sequence[LayerProfile], threshold: float | None = None) -> tuple[bool | None, str]:
+    """The decision rule of the module docstring, with the evidence in words. ``threshold``: one threshold on S
+    for every depth; None (the default): the depth's own, from :data:`DEPTH_CALIBRATION`."""
+    return _verdict(profiles, threshold)[:2]
+
+
+def _verdict(profiles: Sequence[LayerProfile], threshold: float | None) -> tuple[bool | None, str, float | None]:
     layered = [p for p in profiles if len(p.layers) > 1]
     if not layered:
-        return None, "no stack of two or more layers was found (pass group_fn to say how parameters map to layers)"
+        return None, "no stack of two or more layers was found (pass group_fn to say how parameters map to layers)", None
     undefined = [p for p in layered if p.grad_ratio is None]
     if undefined:
         # a 0/0 ratio is no evidence either way: ReZero at init (alpha = 0) gives zero gradients to every weight in
@@ -250,9 +329,12 @@ def verdict(profiles: Sequence[LayerProfile], threshold: float = THRESHOLD) -> t
         return None, (f"the gradient ratio r = last/first is undefined ({where}), so S = r/sqrt(G) cannot be "
                       "measured at these parameters. A scheme whose branches are switched off at initialisation "
                       "(ReZero: alpha = 0) has zero gradients in every layer until its scalars move; this "
-                      "diagnosis at initialisation cannot judge it.")
-    worst = max(layered, key=lambda p: p.score)
-    advised = worst.score > threshold
+                      "diagnosis at initialisation cannot judge it."), None
+    judged = [(p, *_stack_verdict(p, threshold)) for p in layered]
+    advised_stacks = [j for j in judged if j[1] is True]
+    open_stacks = [j for j in judged if j[1] is None]
+    # one stack that looks like Post-LN is enough; otherwise a stack the calibration cannot judge leaves no verdict
+    worst, advised, rule, applied = max(advised_stacks or open_stacks or judged, key=lambda j: j[0].score)
     growth = worst.ln_growth
     direction = "grows" if worst.grad_ratio > 1 else "does not grow"
     if growth is None:
@@ -263,12 +345,14 @@ def verdict(profiles: Sequence[LayerProfile], threshold: float = THRESHOLD) -> t
     else:
         mechanism = (f"its LayerNorm inputs grow {growth:.2f}x with depth, which damps the upper layers' gradients "
                      "by about 1/sqrt(G) (Lemma 3; the Pre-LN pattern)")
+    where = {True: "above", False: "below", None: "inside the overlap:"}[advised]
     reason = (f"In {worst.stack!r} the gradient norm {direction} towards the output (last/first r = "
-              f"{worst.grad_ratio:.3g}) and {mechanism}: S = r/sqrt(G) = {worst.score:.3g} is "
-              f"{'above' if advised else 'below'} the threshold {threshold:g}.")
+              f"{worst.grad_ratio:.3g}) and {mechanism}: S = r/sqrt(G) = {worst.score:.3g} is {where} {rule}.")
     if advised:
         reason += " Large, undamped gradients near the output make large early steps unstable: use a learning-rate warm-up."
-    return advised, reason
+    elif advised is None:
+        reason += " This diagnosis cannot tell the two placements apart at this depth; no verdict."
+    return advised, reason, applied
 
 
 def diagnose(
@@ -278,7 +362,7 @@ def diagnose(
     steps: int = 1,
     group_fn: Callable[[str], LayerKey | None] | None = None,
     norm_types: tuple[type[nn.Module], ...] = (nn.LayerNorm,),
-    threshold: float = THRESHOLD,
+    threshold: float | None = None,
 ) -> Diagnosis:
     """Diagnose ``model`` at its current parameters (normally: at initialisation).
 
@@ -339,9 +423,9 @@ def diagnose(
             stack=stack, layers=layers, grad_norm=[math.sqrt(sq[(stack, i)]) for i in layers],
             ln_input=[float(np.mean(ln_by_layer[(stack, i)])) if (stack, i) in ln_by_layer else None for i in layers],
         ))  # fmt: skip
-    advised, reason = verdict(profiles, threshold)
+    advised, reason, applied = _verdict(profiles, threshold)
     return Diagnosis(profiles=profiles, other_grad_norm=math.sqrt(other), loss=float(np.mean(losses)), steps=steps,
-                     warmup_advised=advised, reason=reason, threshold=threshold)
+                     warmup_advised=advised, reason=reason, threshold=applied)
 
 
 def _cycle(batches: Sequence[Any]) -> Iterable[Any]:
@@ -358,7 +442,7 @@ def diagnose_config(
     mode: str = "eval",
     max_tokens: int = 1024,
     device: torch.device | str = "cpu",
-    threshold: float = THRESHOLD,
+    threshold: float | None = None,
 ) -> Diagnosis:
     """:func:`diagnose` for a normlab :class:`~normlab.config.ModelConfig` at initialisation (seed ``seed``),
     on synthetic batches of its task (:mod:`normlab.analysis.sources`) with the task's training loss:
