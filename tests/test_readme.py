@@ -35,6 +35,11 @@ COVERED: dict[str, str] = {
     ".venv/bin/normlab analyze --scale paper --out runs/analysis-paper": "tests/test_analysis.py::test_analyze_command_end_to_end",
     ".venv/bin/normlab diagnose --set placement=post --set encoder_layers=12 --set decoder_layers=12": "tests/test_diagnose.py::test_diagnose_command",
     "make reproduce": "tests/test_reproduce.py::test_smoke_reproduce_writes_the_report",
+    # the sweep: the smoke preset runs the same command end to end
+    ".venv/bin/normlab sweep --scale quick --out runs/sweep-quick": "tests/test_sweep.py::test_smoke_sweep_cli",
+    ".venv/bin/normlab sweep --scale full --out runs/sweep-full": "tests/test_sweep.py::test_smoke_sweep_cli",
+    ".venv/bin/normlab sweep --scale quick --out runs/sweep-more --set 'schemes=[post,pre,deepnorm,pre/rmsnorm]' --set seeds=3":
+        "tests/test_sweep.py::test_smoke_sweep_cli",
     # Speed: the peers are an optional extra; the benchmark's code path runs at a tiny size in the suite
     ".venv/bin/pip install -e '.[bench]'": "tests/test_throughput.py::test_benchmark_runs_end_to_end_at_tiny_size",
     ".venv/bin/python benchmarks/train_throughput.py --quick": "tests/test_throughput.py::test_benchmark_runs_end_to_end_at_tiny_size",

@@ -217,7 +217,7 @@ def write_sweep_report(result: dict[str, Any], out: Path) -> dict[str, Path]:
     rules = result["rules"]
     rule_lines = [f"Divergence: {rules['divergence']}.", f"Maximum stable lr (margin {rules['margin']:g} nats): "
                   f"{rules['max_stable_lr']}.", f"LR sensitivity: {rules['sensitivity']}.",
-                  f"Theorem 1: {rules['width_law']}."]  # fmt: skip
+                  f"Width law (Theorem 1): {rules['width_law'].removeprefix('Theorem 1: ')}."]  # fmt: skip
     if result.get("baseline"):
         rule_lines.insert(2, _plateau_sentence(result))
     tables = [(title, fn(result)) for title, fn in _SECTIONS]
