@@ -16,6 +16,7 @@ import math
 import os
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -105,6 +106,13 @@ def _updates(spec: RunSpec, ctx: Context) -> int:
     if spec.kind == "finetune":
         return c.max_epochs * ctx.finetune_updates_per_epoch.get(spec.finetune_task or "", 1)
     return c.max_epochs * ctx.translation_updates_per_epoch
+
+
+def updates_per_epoch(data: Any, cfg: TrainConfig) -> int:
+    """Updates in one epoch of ``data``'s training split (a prepared dataset, data.prepare) under ``cfg``'s batching:
+    the count the trainer's first epoch makes."""
+    d = cfg.data
+    return len(data.splits["train"].epoch_batches(1, cfg.seed, d.max_tokens, max_sentences=d.max_sentences))
 
 
 def evaluations(updates: int, per_epoch: int, eval_every: int = 0) -> int:

@@ -67,13 +67,12 @@ def make_context(
     Figure 5, of each fine-tuning task (the warm-ups are fractions of the run)."""
     from normlab.config import OptimConfig, ScheduleConfig, TrainConfig
     from normlab.data import prepare
+    from normlab.experiments.budget import updates_per_epoch
     from normlab.experiments.figures import _translation, fig5_bert
     from normlab.experiments.finetuning import finetune_config
 
     def per_epoch(cfg: TrainConfig) -> int:
-        data = prepare(cfg.data, cfg.model.max_positions)
-        d = cfg.data
-        return len(data.splits["train"].epoch_batches(1, cfg.seed, d.max_tokens, max_sentences=d.max_sentences))
+        return updates_per_epoch(prepare(cfg.data, cfg.model.max_positions), cfg)
 
     probe = Context(translation_updates_per_epoch=1, corpus=corpus, device=device, precision=precision)
     translation = per_epoch(_translation(scale, probe, placement="post", optim=OptimConfig(), schedule=ScheduleConfig()))

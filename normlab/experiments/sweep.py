@@ -90,6 +90,7 @@ from normlab.config import (
 )
 from normlab.experiments.figures import Context, RunSpec
 from normlab.experiments.scales import PAPER
+from normlab.rundir import RunDir
 
 __all__ = [
     "MARGIN", "PAPER_WARMUP_FRACTION", "SweepConfig", "SWEEP_SCALES", "sweep_scale", "lr_grid", "sweep_runs",
@@ -567,11 +568,9 @@ def read_cell(spec: RunSpec, run_dir: Path, status: str, scheme: str, warmup: st
                 l0 if _finite(l0) else None, status)  # fmt: skip
     stride = max(1, len(train) // 100)
     curve = [[r["update"], r["nll"] if _finite(r.get("nll")) else None] for r in train[::stride]]
-    elapsed = None  # the run's own training time (trainer summary): a later invocation that only re-reads the
-    try:  # runs still knows what they cost
-        elapsed = json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("elapsed_s")
-    except (OSError, json.JSONDecodeError):
-        pass
+    # the run's own training time (trainer summary): a later invocation that only re-reads the runs still knows
+    # what they cost
+    elapsed = RunDir(run_dir).summary().get("elapsed_s")
     rec = {**dataclasses.asdict(cell), "name": spec.name, "diverged": diverged(cell.final, cell.l0, status),
            "valid": [[r["update"], r.get("nll")] for r in valid], "train": curve, "elapsed_s": elapsed}  # fmt: skip
     return cell, rec
@@ -661,6 +660,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
 
     from normlab import __version__
     from normlab.data import prepare
+    from normlab.experiments.budget import updates_per_epoch
     from normlab.experiments.grid import FINISHED, run_grid, run_status
 
     t0 = time.perf_counter()
@@ -692,9 +692,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     if todo:
         # the estimate counts validation passes per epoch (budget.evaluations): it needs the epoch's real length,
         # thousands of updates here, against which the sweep's runs of a few hundred validate once, at the end
-        per_epoch = len(data.splits["train"].epoch_batches(1, first.seed, first.data.max_tokens,
-                                                           max_sentences=first.data.max_sentences))  # fmt: skip
-        ctx = dataclasses.replace(ctx, translation_updates_per_epoch=per_epoch)
+        ctx = dataclasses.replace(ctx, translation_updates_per_epoch=updates_per_epoch(data, first))
         if probe:
             say(sweep_estimate(todo, ctx, jobs=jobs, threads=threads))
     outcomes = run_grid(specs, out, jobs=jobs, threads=threads, say=say)
