@@ -116,6 +116,9 @@ def test_all_runs_merges_shared_runs_and_orders_finetuning_last():
     assert shared["post-adam-1e-3-nowarm-s3"] == ("fig2", "fig6")
     kinds = [r.kind for r in runs]
     assert kinds.index("finetune") > max(i for i, k in enumerate(kinds) if k != "finetune")
+    # seed-major: every trained run's seed 1 before any seed 2, so that a stopped job has one seed of each
+    seeds = [int(r.name.rsplit("-s", 1)[1]) for r in runs if r.kind != "finetune"]
+    assert seeds == sorted(seeds) and seeds.count(1) == len(seeds) // s.seeds
     ft = [r for r in runs if r.kind == "finetune"]
     assert len(ft) == 2 * s.seeds * s.finetune.checkpoints * len(s.finetune.tasks) * s.finetune.seeds
     # every seed of each pre-training run is fine-tuned; the diverging 3e-4 run is not

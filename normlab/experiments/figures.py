@@ -267,8 +267,8 @@ FIGURES = {
 
 
 def all_runs(scale: Scale, ctx: Context, figures: tuple[str, ...] = ("fig2", "fig4", "fig5", "fig6")) -> list[RunSpec]:
-    """The grid of the chosen figures, each run once (figures merged), in the order they are listed; the
-    fine-tuning runs of Figure 5 come last (they start from the pre-training runs' checkpoints)."""
+    """The grid of the chosen figures, each run once (figures merged), in the order they are listed, seed by
+    seed; the fine-tuning runs of Figure 5 come last (they start from the pre-training runs' checkpoints)."""
     merged: dict[str, RunSpec] = {}
     for fig in figures:
         for spec in FIGURES[fig](scale, ctx):
@@ -281,7 +281,11 @@ def all_runs(scale: Scale, ctx: Context, figures: tuple[str, ...] = ("fig2", "fi
                 merged[spec.name] = spec
     runs = [r for r in merged.values() if _selected(scale, r)]
     parents = [r for r in runs if r.kind == "mlm" and r.name != "bert-post-3e-4"]
-    runs = [seeded for r in runs for seeded in with_seeds(r, scale.seeds)]
+    # Seed-major (every run's seed 1, then every run's seed 2, ...): a job stopped part-way has one seed of each
+    # contrast, with which the report can show the curves, rather than all the seeds of its first run and
+    # nothing of the others (the gates still want every seed before they decide).
+    by_seed = [with_seeds(r, scale.seeds) for r in runs]
+    runs = [seeded[k] for k in range(max(1, scale.seeds)) for seeded in by_seed]
     if "fig5" in figures:
         # every pre-training seed is fine-tuned: C12's noise is that of pre-training and fine-tuning together
         # (the points of one pre-training run share it), measured across pre-training seeds
