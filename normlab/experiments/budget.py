@@ -87,14 +87,19 @@ class Estimate:
     bf16_gflops: float
     native_bf16: bool
     warning: str = ""
+    per_core: bool = True  # the matmul rates are one core's (CPU), not the device's (CUDA)
+
+    @property
+    def _per(self) -> str:
+        return " per core" if self.per_core else ""
 
     def text(self) -> str:
         if not self.seconds_per_update:  # no translation run to probe (e.g. --figures fig5)
-            return (f"estimate: not available (the probe times a translation model); matmul fp32 "
+            return (f"estimate: not available (the probe times a translation model); matmul{self._per} fp32 "
                     f"{self.fp32_gflops:.0f} GFLOP/s, bf16 {self.bf16_gflops:.0f} GFLOP/s"
                     + (f"\nWARNING: {self.warning}" if self.warning else ""))
         line = (f"estimate: {self.updates:,} updates x {self.seconds_per_update:.2f} s (probe) / {self.jobs} job(s) "
-                f"+ validation = ~{self.seconds / 60:.0f} min on this machine (matmul fp32 {self.fp32_gflops:.0f} "
+                f"+ validation = ~{self.seconds / 60:.0f} min on this machine (matmul{self._per} fp32 {self.fp32_gflops:.0f} "
                 f"GFLOP/s, bf16 {self.bf16_gflops:.0f} GFLOP/s)")  # fmt: skip
         return line + (f"\nWARNING: {self.warning}" if self.warning else "")
 
@@ -148,11 +153,18 @@ def estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int,
     ref = (trans or list(specs))[0].config
     device = torch.device("cuda" if ref.device == "cuda" or (ref.device == "auto" and torch.cuda.is_available())
                           else "cpu")  # fmt: skip
+    # On a CPU, the rate of one core in CPU time (time.thread_time): the Figure 3 analysis starts first and runs
+    # beside this probe, and a multi-threaded wall-clock matmul sharing its cores measured 2 GFLOP/s on a core
+    # that does 60 alone (OpenMP threads wait on the one that was descheduled). Only the bf16/fp32 ratio and
+    # the order of magnitude matter here; the update probe below times the real thing.
     before = torch.get_num_threads()
-    torch.set_num_threads(max(1, min(threads * jobs, os.cpu_count() or 1)))
+    cpu = device.type == "cpu"
+    if cpu:
+        torch.set_num_threads(1)
+    clock = time.thread_time if cpu else time.perf_counter
     try:
-        fp32 = matmul_peak_flops(torch.float32, device, n=1024, budget_s=0.3) / 1e9
-        bf16 = matmul_peak_flops(torch.bfloat16, device, n=1024, budget_s=0.3) / 1e9
+        fp32 = matmul_peak_flops(torch.float32, device, n=1024, budget_s=0.3, clock=clock) / 1e9
+        bf16 = matmul_peak_flops(torch.bfloat16, device, n=1024, budget_s=0.3, clock=clock) / 1e9
     finally:
         torch.set_num_threads(before)
     per_update = probe_update_seconds(ref, threads=threads) if trans else 0.0
@@ -176,7 +188,7 @@ def estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int,
     warning = ""
     if device.type == "cpu" and not native:
         warning = (f"this CPU has no native bf16 (no AMX or AVX-512 BF16): bf16 matmuls run at {bf16:.1f} GFLOP/s "
-                   f"against {fp32:.0f} in fp32, so training runs in fp32. ")  # fmt: skip
+                   f"against {fp32:.0f} in fp32 per core, so training runs in fp32. ")  # fmt: skip
         if budget_minutes and per_update:
             warning += (f"The scale's budget of {budget_minutes:g} minutes assumes a CPU with native bf16 (e.g. a "
                         f"Xeon with AMX: ~2,000 GFLOP/s bf16); here it takes ~{seconds / 60:.0f} minutes.")
@@ -184,4 +196,4 @@ def estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int,
     if load > (os.cpu_count() or 1) + 0.5:
         warning += (f" The load average is {load:.1f} on {os.cpu_count()} cores: other processes share them, so this "
                     "probe (and the grid) run slower than on an idle machine.")
-    return Estimate(per_update, updates, seconds, jobs, fp32, bf16, native, warning.strip())
+    return Estimate(per_update, updates, seconds, jobs, fp32, bf16, native, warning.strip(), per_core=cpu)
