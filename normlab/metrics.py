@@ -40,7 +40,7 @@ import numpy as np
 from sacrebleu.metrics import BLEU
 
 __all__ = ["BleuScores", "bleu", "moses_available", "accuracy", "t_quantile", "MeanCI", "mean_ci", "unigram_entropy",
-           "majority_share", "masked_lm_unigram_loss"]
+           "majority_share", "masked_lm_unigram_loss", "unigram_plateau"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,6 +283,30 @@ def masked_lm_unigram_loss(h: float, mask: float = 0.8, random: float = 0.1, kee
         return h
     a = keep / other
     return mask * h + (keep * -math.log(a) if keep else 0.0) + (random * (h - math.log(1 - a)) if random else 0.0)
+
+
+def unigram_plateau(valid_targets: Sequence[int] | np.ndarray, train_targets: Sequence[int] | np.ndarray, *,
+                    masked_lm: bool = False) -> dict[str, Any]:
+    """The plateau a model must leave to count as having learned: the gate of report/claims.py's training claims
+    and the line under which a sweep curve has a frontier (experiments/sweep.py), computed in one place.
+
+    ``unigram_loss``: the cross-entropy of the training targets' unigram distribution on the validation targets
+    (:func:`unigram_entropy` with a reference), nats per token; for a masked LM (``masked_lm``) the copy-aware
+    :func:`masked_lm_unigram_loss` of it, with the all-masked value kept as ``unigram_loss_all_masked``. Beside
+    it the plug-in entropy of the validation targets, their number and a sentence saying what it is."""
+    valid = np.asarray(valid_targets, dtype=np.int64).ravel()
+    u = unigram_entropy(valid, train_targets)
+    out: dict[str, Any] = {
+        "unigram_loss": u, "plugin_entropy": unigram_entropy(valid), "tokens": int(valid.size),
+        "what": "cross-entropy (nats per token) of the training targets' unigram distribution on the validation "
+        "targets: the loss of a model that learned token frequencies and nothing else"}  # fmt: skip
+    if masked_lm:
+        # BERT's kept 10% can be copied from the input: the plateau is lower than the unigram loss
+        out["unigram_loss_all_masked"] = u
+        out["unigram_loss"] = masked_lm_unigram_loss(u)
+        out["what"] = ("the masked-LM loss of a predictor that knows the training tokens' frequencies and copies the "
+                       "visible token where the input is not [MASK] (80/10/10 masking)")
+    return out
 
 
 def majority_share(labels: Sequence[int] | np.ndarray) -> float:

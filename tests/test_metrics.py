@@ -162,6 +162,22 @@ def test_unigram_entropy_and_majority_share():
         unigram_entropy([])
 
 
+def test_unigram_plateau_is_the_one_gate_of_reproduce_and_sweep():
+    """metrics.unigram_plateau: U against the training frequencies, the plug-in entropy beside it, and for the
+    masked LM the copy-aware value with the all-masked one kept."""
+    from normlab.metrics import masked_lm_unigram_loss, unigram_entropy, unigram_plateau
+
+    valid, train = [5, 7, 7, 9], [5] * 50 + [7] * 30 + [9] * 20
+    p = unigram_plateau(valid, train)
+    torch.testing.assert_close(p["unigram_loss"], unigram_entropy(valid, train))
+    torch.testing.assert_close(p["plugin_entropy"], unigram_entropy(valid))
+    assert p["tokens"] == 4 and "unigram_loss_all_masked" not in p and "token frequencies" in p["what"]
+    m = unigram_plateau(valid, train, masked_lm=True)
+    torch.testing.assert_close(m["unigram_loss_all_masked"], p["unigram_loss"])
+    torch.testing.assert_close(m["unigram_loss"], masked_lm_unigram_loss(p["unigram_loss"]))
+    assert "[MASK]" in m["what"]
+
+
 def test_the_gates_tokens_are_the_validation_losss_tokens(small_translation):
     """report/claims.py compares a run's validation NLL (summed over the batches' target tokens and divided by
     their count, train/trainer.py evaluate) with the unigram loss of ``all_targets()``: the same tokens."""

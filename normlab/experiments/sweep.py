@@ -632,19 +632,13 @@ def sweep_estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads
 
 
 def unigram_baseline(data: Any, task: str) -> dict[str, Any]:
-    """U, the plateau a curve must leave (:func:`frontier`): the cross-entropy of the training targets' unigram
-    distribution on the validation targets, nats per token, as reproduce.baselines computes the gates of
-    report/claims.py; for the masked LM the copy-aware value (metrics.masked_lm_unigram_loss: BERT's kept 10%
-    can be copied from the input)."""
-    from normlab.metrics import masked_lm_unigram_loss, unigram_entropy
+    """U, the plateau a curve must leave (:func:`frontier`): metrics.unigram_plateau of the prepared data's
+    validation targets, as reproduce.baselines computes the gates of report/claims.py (for the masked LM the
+    copy-aware value)."""
+    from normlab.metrics import unigram_plateau
 
-    targets = data.splits["valid"].all_targets()
-    u = unigram_entropy(targets, data.splits["train"].all_targets())
-    what = ("cross-entropy (nats per token) of the training targets' unigram distribution on the validation "
-            "targets: the loss of a model that learned token frequencies and nothing else")  # fmt: skip
-    if task == "mlm":
-        u, what = masked_lm_unigram_loss(u), what + "; for the masked LM, copying the visible 10% (80/10/10)"
-    return {"unigram_loss": u, "tokens": int(targets.size), "what": what}
+    return unigram_plateau(data.splits["valid"].all_targets(), data.splits["train"].all_targets(),
+                           masked_lm=task == "mlm")
 
 
 def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int = 0, corpus: str = "",
