@@ -319,6 +319,30 @@ def test_beyond_the_paper_section_reads_the_sweep():
 
 
 @pytest.mark.slow
+def test_frontier_plot_marks_the_lower_bounds(tmp_path, monkeypatch):
+    """frontier.png of the committed quick sweep: every frontier at the top of the grid (9 of them: Pre-LN at
+    d=64, Peri-LN everywhere) carries an upward triangle, and no measured one does."""
+    from pathlib import Path
+
+    import matplotlib.pyplot as plt
+
+    from normlab.report.sweep import plot_frontier
+
+    result = json.loads((Path(__file__).parents[1] / "docs/results/sweep-quick/sweep.json").read_text())
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot_frontier(result, tmp_path / "frontier.png")
+    [fig] = figures
+    marked = sorted((float(x), float(y)) for line in fig.axes[0].lines if line.get_gid() == "lower-bound"
+                    for x, y in zip(line.get_xdata(), line.get_ydata()))  # fmt: skip
+    censored = sorted((float(r["width"]), r["max_stable_lr"]) for r in result["frontier"] if r["censored"])
+    assert len(censored) == 9 and marked == censored
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "top of the grid: a lower bound" in legend
+    # Peri-LN's frontier is the top of the grid at every width: no slope; Pre-LN's has one bound (d=64) in it
+    assert "peri, w/o warm-up, lower bounds only" in legend and "pre, w/o warm-up, slope -0.55 (lower bounds in it)" in legend
+
+
 def test_smoke_sweep_cli(tmp_path):
     from tests.clirun import normlab
 

@@ -81,16 +81,33 @@ def plot_frontier(result: dict[str, Any], path: Path) -> Path:
     measured slope, and Theorem 1's Post-LN slope beside it (anchored at Post-LN without warm-up where it has a
     frontier, else at the top of the grid: only its slope is the prediction)."""
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    drawn = False
+    drawn = bounds = False
     for s in result["width_law"]:
         pts = sorted((r["width"], r["max_stable_lr"]) for r in result["frontier"]
                      if r["scheme"] == s["scheme"] and r["warmup"] == s["warmup"] and r["max_stable_lr"])  # fmt: skip
         if not pts:
             continue
-        slope = "" if s["measured"] is None else f", slope {s['measured']:.2f}"
-        ax.plot([w for w, _ in pts], [lr for _, lr in pts], **_style(result, s["scheme"], s["warmup"]),
+        bounded = sum(w in s.get("censored", ()) for w, _ in pts)
+        if bounded == len(pts):  # a line of lower bounds has no slope to measure
+            slope = ", lower bounds only"
+        elif s["measured"] is None:
+            slope = ""
+        else:
+            slope = f", slope {s['measured']:.2f}" + (" (lower bounds in it)" if bounded else "")
+        style = _style(result, s["scheme"], s["warmup"])
+        ax.plot([w for w, _ in pts], [lr for _, lr in pts], **style,
                 label=_label(s["scheme"], s["warmup"], result["warmup_updates"]) + slope)  # fmt: skip
+        # a frontier at the top of the grid is a lower bound: an upward triangle, so that a flat line of them is
+        # not read as a measured slope of 0
+        up = [(w, lr) for w, lr in pts if w in s.get("censored", ())]
+        if up:
+            ax.plot([w for w, _ in up], [lr for _, lr in up], linestyle="none", marker="^", markersize=8,
+                    markerfacecolor="none", color=style["color"], gid="lower-bound")  # fmt: skip
+            bounds = True
         drawn = True
+    if bounds:
+        ax.plot([], [], linestyle="none", marker="^", markersize=8, markerfacecolor="none", color="grey",
+                label="top of the grid: a lower bound")  # fmt: skip
     widths = result["config"]["widths"]
     predicted = next((s["predicted_post_ln"] for s in result["width_law"] if s["predicted_post_ln"] is not None), None)
     if predicted is not None:
