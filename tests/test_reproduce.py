@@ -195,6 +195,32 @@ def test_the_wall_time_estimate():
     assert bert_only.text().startswith("estimate: not available")
 
 
+def test_the_estimate_counts_each_runs_validation_per_epoch_of_its_own_data():
+    """budget.grid_work: a pre-training run validates at the ends of pre-training epochs and every eval_every,
+    not at the ends of translation epochs; a length the context did not measure counts as longer than the run."""
+    import dataclasses
+
+    import torch
+
+    from normlab.experiments.budget import evaluations, grid_work
+    from normlab.experiments.figures import fig5_bert
+
+    full = get_scale("full")
+    ctx = Context(translation_updates_per_epoch=7, mlm_updates_per_epoch=10**6)
+    [bert] = fig5_bert(full, ctx)[:1]
+    c = bert.config
+    n = c.max_updates
+    assert n and c.eval_every and n // c.eval_every < n // 7  # a translation epoch would validate far more often
+    one_pass = (c.data.valid_subset or 2000) * 25 / 3 / c.data.max_tokens
+    for context, passes in [(ctx, evaluations(n, 10**6, c.eval_every)),
+                            (dataclasses.replace(ctx, mlm_updates_per_epoch=0), evaluations(n, n + 1, c.eval_every)),
+                            (dataclasses.replace(ctx, mlm_updates_per_epoch=n // 2), evaluations(n, n // 2, c.eval_every))]:
+        updates, work = grid_work([bert], context, c)
+        assert updates == n
+        torch.testing.assert_close(work, n + passes * one_pass)
+    assert evaluations(n, 10**6, c.eval_every) == n // c.eval_every
+
+
 @pytest.mark.parametrize(
     ("updates", "per_epoch", "eval_every", "expected"),
     [

@@ -113,6 +113,18 @@ def _updates(spec: RunSpec, ctx: Context) -> int:
     return c.max_epochs * ctx.translation_updates_per_epoch
 
 
+def _per_epoch(spec: RunSpec, ctx: Context, updates: int) -> int:
+    """The updates in an epoch of ``spec``'s training data; where the context did not measure it, an epoch longer
+    than the run (so that only ``eval_every`` and the run's end validate, never every update)."""
+    if spec.kind == "finetune":
+        measured = ctx.finetune_updates_per_epoch.get(spec.finetune_task or "", 0)
+    elif spec.kind == "mlm":
+        measured = ctx.mlm_updates_per_epoch
+    else:
+        measured = ctx.translation_updates_per_epoch
+    return measured or updates + 1
+
+
 def updates_per_epoch(data: Any, cfg: TrainConfig) -> int:
     """Updates in one epoch of ``data``'s training split (a prepared dataset, data.prepare) under ``cfg``'s batching:
     the count the trainer's first epoch makes."""
@@ -143,6 +155,24 @@ def _weight(c: TrainConfig, ref: TrainConfig) -> float:
     return (c.data.max_tokens / max(ref.data.max_tokens, 1)) * (layers(c) / max(layers(ref), 1))
 
 
+def grid_work(specs: Sequence[RunSpec], ctx: Context, ref: TrainConfig) -> tuple[int, float]:
+    """The grid's training updates, and its work (training and validation) in updates of ``ref`` (the probed
+    run): each run's updates and validation passes (:func:`evaluations`, per epoch of its own data), weighted
+    by :func:`_weight`."""
+    updates, work = 0, 0.0
+    for s in specs:
+        c = s.config
+        n = _updates(s, ctx)
+        updates += n
+        evals = evaluations(n, _per_epoch(s, ctx, n), c.eval_every)
+        # a validation pass: (valid examples x ~25 tokens) forward-only, a third of an update's work per token
+        valid = evals * (c.data.valid_subset or 2000) * 25 / 3 / max(c.data.max_tokens, 1)
+        if s.kind == "translation" and c.valid_bleu:
+            valid += evals * min(c.valid_bleu, c.data.valid_subset or 2000) / 100 * _BLEU_UPDATES_PER_100
+        work += (n + valid) * _weight(c, ref)
+    return updates, work
+
+
 def estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int,
              budget_minutes: float | None = None) -> Estimate:  # fmt: skip
     """The grid's wall time on this machine from a probe of its first translation run (see the module's doc);
@@ -168,21 +198,7 @@ def estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int,
     finally:
         torch.set_num_threads(before)
     per_update = probe_update_seconds(ref, threads=threads) if trans else 0.0
-    updates = 0
-    work = 0.0  # in probed updates
-    for s in specs:
-        c = s.config
-        n = _updates(s, ctx)
-        updates += n
-        w = _weight(c, ref)
-        per_epoch = ctx.finetune_updates_per_epoch.get(s.finetune_task or "", 1) if s.kind == "finetune" else \
-            ctx.translation_updates_per_epoch
-        evals = evaluations(n, per_epoch, c.eval_every)
-        # a validation pass: (valid examples x ~25 tokens) forward-only, a third of an update's work per token
-        valid = evals * (c.data.valid_subset or 2000) * 25 / 3 / max(c.data.max_tokens, 1)
-        if s.kind == "translation" and c.valid_bleu:
-            valid += evals * min(c.valid_bleu, c.data.valid_subset or 2000) / 100 * _BLEU_UPDATES_PER_100
-        work += (n + valid) * w
+    updates, work = grid_work(specs, ctx, ref)
     seconds = work * per_update / max(1, jobs)
     native = native_bf16(device)
     warning = ""

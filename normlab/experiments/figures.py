@@ -37,6 +37,7 @@ class Context:
 
     translation_updates_per_epoch: int  # updates in one epoch of the scale's translation data
     finetune_updates_per_epoch: dict[str, int] = dataclasses.field(default_factory=dict)  # per pair task
+    mlm_updates_per_epoch: int = 0  # updates in one epoch of the pre-training data (0 = not measured)
     corpus: str = ""  # translation corpus ('' = the vendored de-en; a directory for the user's IWSLT14 files)
     mlm_corpus: str = ""  # pre-training corpus ('' = the vendored en-mono)
     cache_dir: str = ""  # the data cache ('' = the default)

@@ -64,7 +64,8 @@ def make_context(
     precision: str = "auto",
 ) -> Context:
     """Measure what the grid depends on: the updates in an epoch of the scale's translation data and, for
-    Figure 5, of each fine-tuning task (the warm-ups are fractions of the run)."""
+    Figure 5, of the pre-training data and each fine-tuning task (the warm-ups are fractions of the run; the
+    wall-time estimate counts validation passes per epoch)."""
     from normlab.config import OptimConfig, ScheduleConfig, TrainConfig
     from normlab.data import prepare
     from normlab.experiments.budget import updates_per_epoch
@@ -76,12 +77,13 @@ def make_context(
 
     probe = Context(translation_updates_per_epoch=1, corpus=corpus, device=device, precision=precision)
     translation = per_epoch(_translation(scale, probe, placement="post", optim=OptimConfig(), schedule=ScheduleConfig()))
-    finetune = {}
+    finetune, mlm = {}, 0
     if "fig5" in figures:
         bert = fig5_bert(scale, probe)[0].config
+        mlm = per_epoch(bert)
         finetune = {task: per_epoch(finetune_config(bert, task, scale.finetune, 1, 1)) for task in scale.finetune.tasks}
-    return Context(translation_updates_per_epoch=translation, finetune_updates_per_epoch=finetune, corpus=corpus,
-                   device=device, precision=precision)  # fmt: skip
+    return Context(translation_updates_per_epoch=translation, finetune_updates_per_epoch=finetune,
+                   mlm_updates_per_epoch=mlm, corpus=corpus, device=device, precision=precision)  # fmt: skip
 
 
 def baselines(scale: Scale, ctx: Context, figures: tuple[str, ...]) -> dict[str, Any]:
