@@ -282,9 +282,9 @@ def all_runs(scale: Scale, ctx: Context, figures: tuple[str, ...] = ("fig2", "fi
                 merged[spec.name] = spec
     runs = [r for r in merged.values() if _selected(scale, r)]
     parents = [r for r in runs if r.kind == "mlm" and r.name != "bert-post-3e-4"]
-    # Seed-major (every run's seed 1, then every run's seed 2, ...): a job stopped part-way has one seed of each
-    # contrast, with which the report can show the curves, rather than all the seeds of its first run and
-    # nothing of the others (the gates still want every seed before they decide).
+    # Seed-major (every run's seed 1, then every run's seed 2, ...): the finished runs of a job stopped part-way
+    # (it resumes when run again) cover every contrast at one seed, a first look at each curve in runs/, rather
+    # than all the seeds of its first run and nothing of the others; the claims still wait for every seed.
     by_seed = [with_seeds(r, scale.seeds) for r in runs]
     runs = [seeded[k] for k in range(max(1, scale.seeds)) for seeded in by_seed]
     if "fig5" in figures:
