@@ -123,6 +123,10 @@ def test_all_runs_merges_shared_runs_and_orders_finetuning_last():
     seeds = [int(r.name.rsplit("-s", 1)[1]) for r in runs if r.kind != "finetune"]
     assert seeds == sorted(seeds) and seeds.count(1) == len(seeds) // s.seeds
     ft = [r for r in runs if r.kind == "finetune"]
+    # fine-tuning seed-major too: both placements' first pre-training seeds are fine-tuned first
+    parent_seeds = [int(r.parent.rsplit("-s", 1)[1]) for r in ft]
+    assert parent_seeds == sorted(parent_seeds) and {r.parent for r in ft[: len(ft) // s.seeds]} == {
+        "bert-post-1e-4-s1", "bert-pre-3e-4-s1"}
     assert len(ft) == 2 * s.seeds * s.finetune.checkpoints * len(s.finetune.tasks) * s.finetune.seeds
     # every seed of each pre-training run is fine-tuned; the diverging 3e-4 run is not
     assert {r.parent for r in ft} == {f"bert-{p}-s{k}" for p in ("post-1e-4", "pre-3e-4") for k in (1, 2, 3)}
@@ -152,3 +156,18 @@ def test_mappings_state_every_translation():
 def test_unknown_scale():
     with pytest.raises(ConfigError, match="unknown scale 'huge'"):
         get_scale("huge")
+
+
+def test_results_list_a_groups_seeds_side_by_side(tmp_path):
+    """The grid runs seed by seed; results.json (and the report's run tables) list each group's seeds together,
+    groups in the grid's order. Runs not started yet are recorded as absent."""
+    from normlab.experiments.results import collect
+
+    s = get_scale("quick")
+    specs = all_runs(s, CTX, ("fig2", "fig4"))
+    assert [r.config.seed for r in specs[:3]] == [1, 1, 1]
+    runs = collect(specs, tmp_path, {})["runs"]
+    names = list(runs)
+    groups = list(dict.fromkeys(r.group for r in specs))
+    assert names == [f"{g}-s{k}" for g in groups for k in (1, 2, 3)]
+    assert all(r["status"] == "absent" for r in runs.values())

@@ -187,12 +187,30 @@ def test_the_wall_time_estimate():
     e = estimate(fig6_small_lr(smoke, ctx), ctx, jobs=2, threads=1)
     assert e.updates == 3 * smoke.translation.epochs * 9 and e.seconds_per_update > 0 and e.seconds > 0
     assert e.fp32_gflops > 0 and e.text().startswith("estimate: 54 updates x")
+    assert e.per_core and "(matmul per core fp32" in e.text()  # CPU: one core's rates (budget.estimate)
     if not e.native_bf16:  # this machine: the warning names both measured rates
         assert "no native bf16" in e.warning and "GFLOP/s" in e.warning
     from normlab.experiments.figures import fig5_bert
 
     bert_only = estimate(fig5_bert(smoke, ctx), ctx, jobs=1, threads=1)
     assert bert_only.text().startswith("estimate: not available")
+
+
+def test_make_context_measures_every_epoch_the_grid_depends_on():
+    """reproduce.make_context at the smoke scale with Figure 5: the translation, pre-training and fine-tuning
+    epochs, each from its own prepared data (the estimate counts validation passes per epoch of each)."""
+    from normlab.data import prepare
+    from normlab.experiments.budget import updates_per_epoch
+    from normlab.experiments.figures import fig5_bert
+    from normlab.experiments.reproduce import make_context
+
+    smoke = get_scale("smoke")
+    ctx = make_context(smoke, ("fig2", "fig5"))
+    bert = fig5_bert(smoke, ctx)[0].config
+    assert ctx.mlm_updates_per_epoch == updates_per_epoch(prepare(bert.data, bert.model.max_positions), bert) > 0
+    assert ctx.translation_updates_per_epoch > 0 and ctx.translation_updates_per_epoch != ctx.mlm_updates_per_epoch
+    assert set(ctx.finetune_updates_per_epoch) == set(smoke.finetune.tasks)
+    assert all(n > 0 for n in ctx.finetune_updates_per_epoch.values())
 
 
 def test_the_estimate_counts_each_runs_validation_per_epoch_of_its_own_data():
@@ -211,14 +229,15 @@ def test_the_estimate_counts_each_runs_validation_per_epoch_of_its_own_data():
     c = bert.config
     n = c.max_updates
     assert n and c.eval_every and n // c.eval_every < n // 7  # a translation epoch would validate far more often
+    assert (n, c.eval_every) == (2000, 250)
+    # a pass: (valid examples x ~25 tokens) forward-only at a third of an update's work per token
     one_pass = (c.data.valid_subset or 2000) * 25 / 3 / c.data.max_tokens
-    for context, passes in [(ctx, evaluations(n, 10**6, c.eval_every)),
-                            (dataclasses.replace(ctx, mlm_updates_per_epoch=0), evaluations(n, n + 1, c.eval_every)),
-                            (dataclasses.replace(ctx, mlm_updates_per_epoch=n // 2), evaluations(n, n // 2, c.eval_every))]:
-        updates, work = grid_work([bert], context, c)
+    for mlm_epoch, passes in [(10**6, 8),  # every 250 updates, the last one at 2,000
+                              (300, 13),  # and at the epochs' ends 300, 600, ..., 1800 (1,500 is both)
+                              (0, 8)]:  # not measured: an epoch longer than the run
+        updates, work = grid_work([bert], dataclasses.replace(ctx, mlm_updates_per_epoch=mlm_epoch), c)
         assert updates == n
         torch.testing.assert_close(work, n + passes * one_pass)
-    assert evaluations(n, 10**6, c.eval_every) == n // c.eval_every
 
 
 @pytest.mark.parametrize(

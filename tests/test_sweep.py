@@ -315,13 +315,10 @@ def test_beyond_the_paper_section_reads_the_sweep():
     assert "--scale quick" in absent["sentences"][0]
 
 
-# ---- the CLI, end to end ----
-
-
-@pytest.mark.slow
 def test_frontier_plot_marks_the_lower_bounds(tmp_path, monkeypatch):
     """frontier.png of the committed quick sweep: every frontier at the top of the grid (9 of them: Pre-LN at
-    d=64, Peri-LN everywhere) carries an upward triangle, and no measured one does."""
+    d=64 in both arms and at d=128 with warm-up, Peri-LN everywhere) carries an upward triangle, and no measured
+    one does."""
     from pathlib import Path
 
     import matplotlib.pyplot as plt
@@ -339,10 +336,15 @@ def test_frontier_plot_marks_the_lower_bounds(tmp_path, monkeypatch):
     assert len(censored) == 9 and marked == censored
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "top of the grid: a lower bound" in legend
-    # Peri-LN's frontier is the top of the grid at every width: no slope; Pre-LN's has one bound (d=64) in it
+    # Peri-LN's frontier is the top of the grid at every width: no slope; Pre-LN's without warm-up has one
+    # bound (d=64) in it
     assert "peri, w/o warm-up, lower bounds only" in legend and "pre, w/o warm-up, slope -0.55 (lower bounds in it)" in legend
 
 
+# ---- the CLI, end to end ----
+
+
+@pytest.mark.slow
 def test_smoke_sweep_cli(tmp_path):
     from tests.clirun import normlab
 

@@ -4,7 +4,8 @@
 scale's translation model on a batch of the scale's size, in the precision and thread count the grid will use
 (the matmul work of an update is fixed by the model and the batch, so the probe's time per update is the
 grid's), times the updates of the grid's runs, divided by the jobs that run in parallel, plus the validation
-passes. It also measures the machine's fp32 and bf16 matmul rates and warns, with both numbers, when the CPU
+passes. It also measures the fp32 and bf16 matmul rates (on a CPU, of one core: a process started beside the probe
+would otherwise distort them) and warns, with both numbers, when the CPU
 has no native bf16 (no AMX or AVX-512 BF16): the quick scale's budget (scales.QUICK_BUDGET) assumes a CPU that
 has it, and an fp32-only CPU takes several times longer.
 """
@@ -23,7 +24,8 @@ import torch
 from normlab.config import TrainConfig
 from normlab.experiments.figures import Context, RunSpec
 
-__all__ = ["Estimate", "probe_update_seconds", "estimate", "native_bf16"]
+__all__ = ["Estimate", "probe_update_seconds", "estimate", "grid_work", "evaluations", "updates_per_epoch",
+           "native_bf16"]
 
 # A validation pass over V target tokens costs about a third of a training update on the same tokens (forward
 # only); the grid's runs validate every eval_every updates. BLEU decoding is counted as this many updates per
@@ -87,7 +89,7 @@ class Estimate:
     bf16_gflops: float
     native_bf16: bool
     warning: str = ""
-    per_core: bool = True  # the matmul rates are one core's (CPU), not the device's (CUDA)
+    per_core: bool = False  # the matmul rates are one core's (CPU), not the device's (CUDA)
 
     @property
     def _per(self) -> str:
@@ -114,15 +116,19 @@ def _updates(spec: RunSpec, ctx: Context) -> int:
 
 
 def _per_epoch(spec: RunSpec, ctx: Context, updates: int) -> int:
-    """The updates in an epoch of ``spec``'s training data; where the context did not measure it, an epoch longer
-    than the run (so that only ``eval_every`` and the run's end validate, never every update)."""
+    """The updates in an epoch of ``spec``'s training data; where the context did not measure it, the run's own
+    epochs (``updates`` over max_epochs) for a run bounded by epochs, else an epoch longer than the run (so that
+    only ``eval_every`` and the run's end validate, never every update)."""
     if spec.kind == "finetune":
         measured = ctx.finetune_updates_per_epoch.get(spec.finetune_task or "", 0)
     elif spec.kind == "mlm":
         measured = ctx.mlm_updates_per_epoch
     else:
         measured = ctx.translation_updates_per_epoch
-    return measured or updates + 1
+    if measured:
+        return measured
+    c = spec.config
+    return max(1, updates // max(c.max_epochs, 1)) if not c.max_updates else updates + 1
 
 
 def updates_per_epoch(data: Any, cfg: TrainConfig) -> int:
@@ -191,7 +197,8 @@ def estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int,
     cpu = device.type == "cpu"
     if cpu:
         torch.set_num_threads(1)
-    clock = time.thread_time if cpu else time.perf_counter
+    # thread_time ticks every ~16 ms on Windows, longer than a 1024^3 product on an AMX core: wall time there
+    clock = time.thread_time if cpu and time.get_clock_info("thread_time").resolution <= 1e-6 else time.perf_counter
     try:
         fp32 = matmul_peak_flops(torch.float32, device, n=1024, budget_s=0.3, clock=clock) / 1e9
         bf16 = matmul_peak_flops(torch.bfloat16, device, n=1024, budget_s=0.3, clock=clock) / 1e9
@@ -207,7 +214,7 @@ def estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int,
                    f"against {fp32:.0f} in fp32 per core, so training runs in fp32. ")  # fmt: skip
         if budget_minutes and per_update:
             warning += (f"The scale's budget of {budget_minutes:g} minutes assumes a CPU with native bf16 (e.g. a "
-                        f"Xeon with AMX: ~2,000 GFLOP/s bf16); here it takes ~{seconds / 60:.0f} minutes.")
+                        f"Xeon with AMX: ~2,000 GFLOP/s bf16 on 2 cores); here it takes ~{seconds / 60:.0f} minutes.")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     if load > (os.cpu_count() or 1) + 0.5:
         warning += (f" The load average is {load:.1f} on {os.cpu_count()} cores: other processes share them, so this "

@@ -292,7 +292,9 @@ def all_runs(scale: Scale, ctx: Context, figures: tuple[str, ...] = ("fig2", "fi
     if "fig5" in figures:
         # every pre-training seed is fine-tuned: C12's noise is that of pre-training and fine-tuning together
         # (the points of one pre-training run share it), measured across pre-training seeds
-        runs += fig5_finetune(scale, ctx, [s for p in parents for s in with_seeds(p, scale.seeds)])
+        # (seed-major as above, so that a stopped job has fine-tuned both placements' first seeds first)
+        seeded_parents = [with_seeds(p, scale.seeds) for p in parents]
+        runs += fig5_finetune(scale, ctx, [sp[k] for k in range(max(1, scale.seeds)) for sp in seeded_parents])
     return runs
 
 

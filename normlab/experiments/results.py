@@ -137,5 +137,11 @@ def _groups(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def collect(specs: list[RunSpec], out: Path, outcomes: dict[str, RunOutcome]) -> dict[str, Any]:
-    runs = {s.name: run_record(s, out / "runs" / s.name, outcomes.get(s.name)) for s in specs}
+    """results.json's runs (a group's seeds side by side, in the order the groups first appear: the grid runs
+    them seed by seed, the report's tables read better by group), their groups and the fine-tuning table."""
+    first = {}
+    for i, s in enumerate(specs):
+        first.setdefault(s.group or s.name, i)
+    ordered = sorted(specs, key=lambda s: (first[s.group or s.name], s.config.seed))
+    runs = {s.name: run_record(s, out / "runs" / s.name, outcomes.get(s.name)) for s in ordered}
     return {"runs": runs, "groups": _groups(runs), "finetune": _finetune_table(runs)}

@@ -76,6 +76,20 @@ def plot_loss_vs_lr(result: dict[str, Any], path: Path) -> Path:
     return path
 
 
+def _only_bounds(s: dict[str, Any]) -> bool:
+    """A width-law row (sweep.width_slope) whose frontiers are all the top of the grid: no slope to read."""
+    return bool(s["widths"]) and set(s.get("censored", ())) >= set(s["widths"])
+
+
+def _slope_text(s: dict[str, Any]) -> str:
+    """The measured slope of a width-law row as the plot and the table say it ('' when there is none)."""
+    if _only_bounds(s):
+        return "lower bounds only"
+    if s["measured"] is None:
+        return ""
+    return f"slope {s['measured']:.2f}" + (" (lower bounds in it)" if s.get("censored") else "")
+
+
 def plot_frontier(result: dict[str, Any], path: Path) -> Path:
     """The maximum stable learning rate against width on log-log axes, one line per scheme x warm-up with its
     measured slope, and Theorem 1's Post-LN slope beside it (anchored at Post-LN without warm-up where it has a
@@ -87,16 +101,10 @@ def plot_frontier(result: dict[str, Any], path: Path) -> Path:
                      if r["scheme"] == s["scheme"] and r["warmup"] == s["warmup"] and r["max_stable_lr"])  # fmt: skip
         if not pts:
             continue
-        bounded = sum(w in s.get("censored", ()) for w, _ in pts)
-        if bounded == len(pts):  # a line of lower bounds has no slope to measure
-            slope = ", lower bounds only"
-        elif s["measured"] is None:
-            slope = ""
-        else:
-            slope = f", slope {s['measured']:.2f}" + (" (lower bounds in it)" if bounded else "")
+        slope = _slope_text(s)
         style = _style(result, s["scheme"], s["warmup"])
         ax.plot([w for w, _ in pts], [lr for _, lr in pts], **style,
-                label=_label(s["scheme"], s["warmup"], result["warmup_updates"]) + slope)  # fmt: skip
+                label=_label(s["scheme"], s["warmup"], result["warmup_updates"]) + (f", {slope}" if slope else ""))
         # a frontier at the top of the grid is a lower bound: an upward triangle, so that a flat line of them is
         # not read as a measured slope of 0
         up = [(w, lr) for w, lr in pts if w in s.get("censored", ())]
@@ -175,7 +183,7 @@ def _width_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             "measured slope", "Theorem 1 (Post-LN) slope"]
     rows = [[s["scheme"], s["warmup"], ", ".join(map(str, s["widths"])) or "none",
              ", ".join(map(str, s.get("censored", []))) or "none",
-             format_number(s["measured"], ".2f"), format_number(s["predicted_post_ln"], ".2f")]
+             _slope_text(s).removeprefix("slope ") or "–", format_number(s["predicted_post_ln"], ".2f")]
             for s in result["width_law"]]  # fmt: skip
     return head, rows
 
@@ -364,7 +372,7 @@ def beyond_the_paper(summary: dict[str, Any] | None) -> dict[str, Any]:
             parts.append(f"undecided at {_widths_text(open_)} ({why}, or both frontiers are the top of the grid)")
         sentences.append(f"{scheme}: " + "; ".join(parts or ["no width was run with both arms"]) + ".")
     for s in result.get("width_law", []):
-        if s["measured"] is None or set(s["censored"]) >= set(s["widths"]):
+        if s["measured"] is None or _only_bounds(s):
             continue  # fewer than two frontiers, or only lower bounds: no slope to read
         text = (f"{s['scheme']}, {'no warm-up' if s['warmup'] == 'none' else 'warm-up'}: log-log slope of the "
                 f"maximum stable learning rate against width {s['measured']:.2f} over {_widths_text(s['widths'])} "
