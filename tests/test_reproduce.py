@@ -168,6 +168,30 @@ def test_kill_and_rerun_skips_finished_runs(tmp_path):
         assert run_status(out / "runs" / s.name) == "completed"
 
 
+def test_the_grid_refuses_a_run_trained_with_other_settings(tmp_path):
+    """A run directory whose config differs from the grid's in a setting its result depends on (here the schedule's
+    decay, as when a scale changes between two invocations) stops the grid before anything runs; checkpoint
+    cadence does not count."""
+    import yaml
+
+    from normlab.config import ConfigError
+    from normlab.experiments.grid import changed_settings
+
+    specs = fig6_small_lr(get_scale("smoke"), Context(translation_updates_per_epoch=9))
+    run = tmp_path / "grid" / "runs" / specs[0].name
+    run.mkdir(parents=True)
+    saved = specs[0].config.to_dict()
+    saved["save_every"], saved["keep_last"] = 7, 3
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert changed_settings(specs[0], run) == [] and changed_settings(specs[1], tmp_path / "absent") == []
+    saved["schedule"]["decay"] = "inverse_sqrt" if saved["schedule"]["decay"] != "inverse_sqrt" else "constant"
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert [d.split(":")[0] for d in changed_settings(specs[0], run)] == ["schedule.decay"]
+    with pytest.raises(ConfigError, match=f"{specs[0].name} \\(schedule.decay: "):
+        run_grid(specs, tmp_path / "grid", jobs=1, threads=1, say=lambda line: None)
+    assert not (tmp_path / "grid" / "runs" / specs[1].name).exists()  # nothing ran
+
+
 def test_a_failing_run_is_recorded_and_the_grid_goes_on(tmp_path):
     specs = fig6_small_lr(get_scale("smoke"), Context(translation_updates_per_epoch=9))
     bad = specs[0].config.replace(data=specs[0].config.data.replace(corpus=str(tmp_path / "no-such-corpus")))

@@ -338,7 +338,8 @@ def test_frontier_plot_marks_the_lower_bounds(tmp_path, monkeypatch):
     assert "top of the grid: a lower bound" in legend
     # Peri-LN's frontier is the top of the grid at every width: no slope; Pre-LN's without warm-up has one
     # bound (d=64) in it
-    assert "peri, w/o warm-up, lower bounds only" in legend and "pre, w/o warm-up, slope -0.55 (lower bounds in it)" in legend
+    assert "peri, w/o warm-up, lower bounds only" in legend
+    assert "pre, w/o warm-up, slope -0.55 (lower bounds in it)" in legend
 
 
 # ---- the CLI, end to end ----

@@ -101,8 +101,8 @@ class Estimate:
                     f"{self.fp32_gflops:.0f} GFLOP/s, bf16 {self.bf16_gflops:.0f} GFLOP/s"
                     + (f"\nWARNING: {self.warning}" if self.warning else ""))
         line = (f"estimate: {self.updates:,} updates x {self.seconds_per_update:.2f} s (probe) / {self.jobs} job(s) "
-                f"+ validation = ~{self.seconds / 60:.0f} min on this machine (matmul{self._per} fp32 {self.fp32_gflops:.0f} "
-                f"GFLOP/s, bf16 {self.bf16_gflops:.0f} GFLOP/s)")  # fmt: skip
+                f"+ validation = ~{self.seconds / 60:.0f} min on this machine (matmul{self._per} fp32 "
+                f"{self.fp32_gflops:.0f} GFLOP/s, bf16 {self.bf16_gflops:.0f} GFLOP/s)")  # fmt: skip
         return line + (f"\nWARNING: {self.warning}" if self.warning else "")
 
 

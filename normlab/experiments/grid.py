@@ -6,7 +6,9 @@ started with; ``OUT/logs/NAME.log`` its output. Running the grid again
 * skips a run whose ``summary.json`` says ``completed`` or ``diverged`` (a diverged run is a result),
 * resumes a run that has a checkpoint (it was killed),
 * starts over a run killed before its first checkpoint,
-* records a run that fails (an exit code other than 0 or 3) as ``failed`` with the end of its log, and goes on.
+* records a run that fails (an exit code other than 0 or 3) as ``failed`` with the end of its log, and goes on,
+* refuses, before it starts anything, a directory holding a run of the same name trained with other settings
+  (:func:`changed_settings`: e.g. a scale whose schedule changed since), so that a report never mixes them.
 
 ``jobs`` runs go in parallel, each with ``threads`` CPU threads (small models train several times faster as
 two one-thread processes than as one two-thread process on 2 cores). Locally, each job is a long-lived worker
@@ -35,7 +37,35 @@ import yaml
 from normlab.experiments.figures import RunSpec
 from normlab.rundir import RunDir, write_atomic
 
-__all__ = ["RunOutcome", "run_grid", "run_status", "FINISHED"]
+__all__ = ["RunOutcome", "run_grid", "run_status", "changed_settings", "FINISHED"]
+
+# What a run's result does not depend on: checkpoint and log cadence; the device (`auto` on one invocation and
+# `cpu` on the next are the same run; precision, which changes the numbers, does count); the paths run_grid
+# fills in for a fine-tuning run (its parent's checkpoint and tokenizer); the sizes the trainer fits to the data.
+_NOT_THE_RESULT = frozenset({"save_every", "keep_last", "keep_every", "log_every", "device", "init_from",
+                             "data.tokenizer", "model.vocab_size", "model.num_classes"})  # fmt: skip
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def changed_settings(spec: RunSpec, run_dir: Path) -> list[str]:
+    """The settings (``key: saved -> wanted``) in which the run in ``run_dir`` differs from ``spec``, ignoring
+    those its result does not depend on; [] for an absent run or the same one. A setting the saved config lacks
+    (written by an older normlab) counts as unchanged."""
+    saved = RunDir(run_dir).read_config_dict()
+    if saved is None:
+        return []
+    theirs = _flat(saved)
+    return [f"{k}: {theirs[k]!r} -> {v!r}" for k, v in _flat(spec.config.to_dict()).items()
+            if k not in _NOT_THE_RESULT and k in theirs and theirs[k] != v]  # fmt: skip
 
 FINISHED = ("completed", "diverged")
 
@@ -133,6 +163,13 @@ def run_grid(
     (out / "configs").mkdir(exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
     threads = threads or max(1, (os.cpu_count() or 1) // max(jobs, 1))
+    stale = {s.name: d for s in specs if (d := changed_settings(s, out / "runs" / s.name))}
+    if stale:
+        from normlab.config import ConfigError
+
+        lines = "; ".join(f"{name} ({', '.join(d[:3])}{', ...' if len(d) > 3 else ''})" for name, d in stale.items())
+        raise ConfigError(f"{out}: {len(stale)} run(s) there were trained with other settings than this grid's: "
+                          f"{lines}. Remove them (or choose another output directory) to run them again.")
     outcomes: dict[str, RunOutcome] = {}
     pending: list[RunSpec] = []
     for spec in specs:
