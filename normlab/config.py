@@ -30,7 +30,7 @@ __all__ = [
     "ConfigError", "Strict", "config", "field", "Placement", "NORMS", "ModelConfig", "OptimConfig", "ScheduleConfig",
     "DataConfig", "TrainConfig", "VENDORED_CORPORA", "DEFAULT_CORPUS",
     "parse_override", "apply_overrides", "load_yaml", "load_config_file", "Setting", "settings", "settings_help",
-    "add_set_argument", "resolve_overrides",
+    "add_set_argument", "resolve_overrides", "flat_dict",
 ]  # fmt: skip
 
 
@@ -106,6 +106,15 @@ class Strict:
     def replace(self, **changes: Any) -> Self:
         """``dataclasses.replace`` with the strict checks of the constructor."""
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
+def flat_dict(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config dict (``to_dict``, a saved config.yaml) as dotted keys, ``{"model.d_model": 512, ...}``: the
+    keys of ``--set``, and how a difference between two configurations is named."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(flat_dict(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
 
 
 def config(cls: type) -> type:

@@ -72,6 +72,7 @@ from normlab.config import (
     apply_overrides,
     config,
     field,
+    flat_dict,
 )
 from normlab.metrics import mean_ci
 from normlab.model import PairClassifier
@@ -239,13 +240,6 @@ def grid(pre: Pretrained, fc: FinetuneConfig, tokenizer: Path, train: Any, out: 
     return runs
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-    return out
-
-
 def _run_status(run: FinetuneRun) -> str:
     """new (nothing there), done (completed or diverged), or resume; an error for a run of another config."""
     d = run.run_dir
@@ -256,7 +250,7 @@ def _run_status(run: FinetuneRun) -> str:
         raise ConfigError(f"{d} holds files but no run (no {RunDir.CONFIG}); remove it or choose another --out")
     saved = rd.read_config()
     if saved != run.cfg:
-        mine, theirs = _flat(run.cfg.to_dict()), _flat(saved.to_dict())
+        mine, theirs = flat_dict(run.cfg.to_dict()), flat_dict(saved.to_dict())
         diff = sorted(k for k in mine if mine[k] != theirs.get(k))
         raise ConfigError(f"{d} was run with another configuration (differs in {diff[:4]}); choose another --out")
     return "done" if rd.finished() else "resume"

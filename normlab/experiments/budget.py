@@ -106,29 +106,24 @@ class Estimate:
         return line + (f"\nWARNING: {self.warning}" if self.warning else "")
 
 
+def _measured_epoch(spec: RunSpec, ctx: Context) -> int:
+    """The updates in an epoch of ``spec``'s training data as the context measured them (0: not measured)."""
+    if spec.kind == "finetune":
+        return ctx.finetune_updates_per_epoch.get(spec.finetune_task or "", 0)
+    return ctx.mlm_updates_per_epoch if spec.kind == "mlm" else ctx.translation_updates_per_epoch
+
+
 def _updates(spec: RunSpec, ctx: Context) -> int:
     c = spec.config
-    if c.max_updates:
-        return c.max_updates
-    if spec.kind == "finetune":
-        return c.max_epochs * ctx.finetune_updates_per_epoch.get(spec.finetune_task or "", 1)
-    return c.max_epochs * ctx.translation_updates_per_epoch
+    return c.max_updates or c.max_epochs * (_measured_epoch(spec, ctx) or 1)
 
 
 def _per_epoch(spec: RunSpec, ctx: Context, updates: int) -> int:
     """The updates in an epoch of ``spec``'s training data; where the context did not measure it, the run's own
     epochs (``updates`` over max_epochs) for a run bounded by epochs, else an epoch longer than the run (so that
     only ``eval_every`` and the run's end validate, never every update)."""
-    if spec.kind == "finetune":
-        measured = ctx.finetune_updates_per_epoch.get(spec.finetune_task or "", 0)
-    elif spec.kind == "mlm":
-        measured = ctx.mlm_updates_per_epoch
-    else:
-        measured = ctx.translation_updates_per_epoch
-    if measured:
-        return measured
     c = spec.config
-    return max(1, updates // max(c.max_epochs, 1)) if not c.max_updates else updates + 1
+    return _measured_epoch(spec, ctx) or (updates + 1 if c.max_updates else max(1, updates // max(c.max_epochs, 1)))
 
 
 def updates_per_epoch(data: Any, cfg: TrainConfig) -> int:

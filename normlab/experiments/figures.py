@@ -287,15 +287,19 @@ def all_runs(scale: Scale, ctx: Context, figures: tuple[str, ...] = ("fig2", "fi
     # Seed-major (every run's seed 1, then every run's seed 2, ...): the finished runs of a job stopped part-way
     # (it resumes when run again) cover every contrast at one seed, a first look at each curve in runs/, rather
     # than all the seeds of its first run and nothing of the others; the claims still wait for every seed.
-    by_seed = [with_seeds(r, scale.seeds) for r in runs]
-    runs = [seeded[k] for k in range(max(1, scale.seeds)) for seeded in by_seed]
+    runs = _seed_major(runs, scale.seeds)
     if "fig5" in figures:
         # every pre-training seed is fine-tuned: C12's noise is that of pre-training and fine-tuning together
         # (the points of one pre-training run share it), measured across pre-training seeds
         # (seed-major as above, so that a stopped job has fine-tuned both placements' first seeds first)
-        seeded_parents = [with_seeds(p, scale.seeds) for p in parents]
-        runs += fig5_finetune(scale, ctx, [sp[k] for k in range(max(1, scale.seeds)) for sp in seeded_parents])
+        runs += fig5_finetune(scale, ctx, _seed_major(parents, scale.seeds))
     return runs
+
+
+def _seed_major(runs: list[RunSpec], seeds: int) -> list[RunSpec]:
+    """:func:`with_seeds` of each run, seed by seed: every run's seed 1, then every run's seed 2, ..."""
+    by_run = [with_seeds(r, seeds) for r in runs]
+    return [seeded[k] for k in range(max(1, seeds)) for seeded in by_run]
 
 
 def _selected(scale: Scale, spec: RunSpec) -> bool:

@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from normlab.config import ConfigError, flat_dict
 from normlab.experiments.figures import RunSpec
 from normlab.rundir import RunDir, write_atomic
 
@@ -46,16 +47,6 @@ _NOT_THE_RESULT = frozenset({"save_every", "keep_last", "keep_every", "log_every
                              "data.tokenizer", "model.vocab_size", "model.num_classes"})  # fmt: skip
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = list(v) if isinstance(v, tuple) else v
-    return out
-
-
 def changed_settings(spec: RunSpec, run_dir: Path) -> list[str]:
     """The settings (``key: saved -> wanted``) in which the run in ``run_dir`` differs from ``spec``, ignoring
     those its result does not depend on; [] for an absent run or the same one. A setting the saved config lacks
@@ -63,8 +54,8 @@ def changed_settings(spec: RunSpec, run_dir: Path) -> list[str]:
     saved = RunDir(run_dir).read_config_dict()
     if saved is None:
         return []
-    theirs = _flat(saved)
-    return [f"{k}: {theirs[k]!r} -> {v!r}" for k, v in _flat(spec.config.to_dict()).items()
+    theirs = flat_dict(saved)
+    return [f"{k}: {theirs[k]!r} -> {v!r}" for k, v in flat_dict(spec.config.to_dict()).items()
             if k not in _NOT_THE_RESULT and k in theirs and theirs[k] != v]  # fmt: skip
 
 FINISHED = ("completed", "diverged")
@@ -165,8 +156,6 @@ def run_grid(
     threads = threads or max(1, (os.cpu_count() or 1) // max(jobs, 1))
     stale = {s.name: d for s in specs if (d := changed_settings(s, out / "runs" / s.name))}
     if stale:
-        from normlab.config import ConfigError
-
         lines = "; ".join(f"{name} ({', '.join(d[:3])}{', ...' if len(d) > 3 else ''})" for name, d in stale.items())
         raise ConfigError(f"{out}: {len(stale)} run(s) there were trained with other settings than this grid's: "
                           f"{lines}. Remove them (or choose another output directory) to run them again.")
