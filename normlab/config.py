@@ -646,7 +646,8 @@ class OptimConfig(Strict):
 class ScheduleConfig(Strict):
     """The learning-rate schedule, a pure function of the update number t = 1, 2, ... (see train/schedules.py).
 
-    Warm-up (paper eq. 1) for ``warmup_updates`` updates, then ``decay``; ``step_epochs`` / ``step_updates``
+    Warm-up (paper eq. 1) for ``warmup_updates`` updates, then ``decay`` (from ``decay_from`` when set, lr_max
+    held until then); ``step_epochs`` / ``step_updates``
     multiply by ``step_factor`` at each boundary (the paper's Pre-LN IWSLT run: constant 5e-4, x 0.1 at epoch 8);
     ``after_step: inverse_sqrt`` continues with an inverse square root from the first boundary (its WMT runs).
     """
@@ -657,6 +658,9 @@ class ScheduleConfig(Strict):
         help="after warm-up: inverse_sqrt (lr_max * sqrt(T_warmup) / sqrt(t), fairseq), linear (to end_lr at the "
         "last update, BERT) or constant (the paper's Figure 6)",
     )
+    decay_from: int = field(
+        0, help="the update the decay starts from, lr_max held between the warm-up and it (inverse_sqrt: lr_max * "
+        "sqrt(decay_from / t), the same curve whatever the warm-up); 0 = at the end of the warm-up (fairseq)")
     end_lr: float = field(0.0, help="the learning rate the linear decay reaches at the last update")
     step_epochs: tuple[int, ...] = field((), help="epochs (1-based) from whose start the lr is multiplied by step_factor")
     step_updates: tuple[int, ...] = field((), help="updates after which the lr is multiplied by step_factor")
@@ -670,6 +674,14 @@ class ScheduleConfig(Strict):
             raise self.error("warmup_updates", f"must be >= 0, got {self.warmup_updates}")
         if self.end_lr < 0:
             raise self.error("end_lr", f"must be >= 0, got {self.end_lr}")
+        if self.decay_from < 0:
+            raise self.error("decay_from", f"must be >= 0, got {self.decay_from}")
+        if self.decay_from and self.decay == "constant":
+            raise self.error("decay_from", "a constant schedule has no decay to start (set decay too)")
+        if self.decay_from and self.decay_from < self.warmup_updates:
+            # a decay from inside the warm-up would make lr jump down at its end: eq. (1) ends at lr_max
+            raise self.error("decay_from", f"must be 0 or >= warmup_updates ({self.warmup_updates}), got "
+                             f"{self.decay_from}")
         if not 0 < self.step_factor <= 1:
             raise self.error("step_factor", f"must be in (0, 1], got {self.step_factor}")
         for name, least in (("step_epochs", 2), ("step_updates", 1)):

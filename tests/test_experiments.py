@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from normlab.config import ConfigError
@@ -16,6 +18,7 @@ from normlab.experiments.figures import (
     mappings,
 )
 from normlab.experiments.scales import PAPER, SCALES, get_scale, scaled_updates
+from normlab.train.schedules import build_schedule
 
 CTX = Context(translation_updates_per_epoch=100)
 
@@ -59,17 +62,43 @@ def test_warmup_is_the_same_fraction_of_the_run(scale):
 
 
 @pytest.mark.parametrize("scale", ["quick", "full"])
-def test_short_schedule_keeps_lr_max_and_counts_warmup_in_updates(scale):
+def test_short_schedule_one_curve_and_warmup_in_updates(scale):
     """The short-run schedule (scales.py): the warm-up standing for T_warmup=4000 is the scale's ``warmup``
-    updates whatever the run length, 500 the same share of it, and no run decays."""
+    updates whatever the run length, 500 the same share of it, and every run of Figures 2 and 4 (with or without
+    warm-up, Pre-LN too) follows one curve after ``decay_from``: lr_max sqrt(decay_from / t), lr_max before."""
     s = get_scale(scale)
+    t = s.translation
     runs = {r.group: r for r in all_runs(s, CTX, ("fig2", "fig4"))}
-    assert runs["post-adam-5e-4-w4000"].config.schedule.warmup_updates == s.translation.warmup
+    assert runs["post-adam-5e-4-w4000"].config.schedule.warmup_updates == t.warmup
     if "post-adam-5e-4-w500" in runs:
-        assert runs["post-adam-5e-4-w500"].config.schedule.warmup_updates == round(s.translation.warmup / 8)
-    assert all(r.config.schedule.decay == "constant" and not r.config.schedule.step_updates for r in runs.values())
-    assert all(r.config.max_updates == s.translation.updates for r in runs.values())
+        assert runs["post-adam-5e-4-w500"].config.schedule.warmup_updates == round(t.warmup / 8)
+    assert all(r.config.max_updates == t.updates for r in runs.values())
     assert runs["pre-adam-5e-4-nowarm-step"].config.schedule.warmup_updates == 0
+    assert t.decay_from == t.warmup > 0  # the curve starts where the longest warm-up ends
+    after = range(t.decay_from, t.updates + 1)
+    for r in runs.values():
+        lr = r.config.optim.lr
+        sched = build_schedule(r.config.schedule, lr, r.config.max_updates, CTX.translation_updates_per_epoch)
+        assert [sched(u) for u in after] == pytest.approx([lr * math.sqrt(t.decay_from / u) for u in after])
+        if r.config.schedule.warmup_updates <= 1:  # no warm-up: lr_max from update 1 to decay_from
+            assert [sched(u) for u in range(1, t.decay_from + 1)] == [lr] * t.decay_from
+
+
+def test_short_schedule_without_decay_keeps_lr_max():
+    s = get_scale("quick")
+    s = s.replace(translation=s.translation.replace(decay_from=0))
+    runs = {r.group: r for r in all_runs(s, CTX, ("fig2", "fig4"))}
+    assert all(r.config.schedule.decay == "constant" and not r.config.schedule.step_updates for r in runs.values())
+    rows = {m.what: m for m in mappings(s, CTX)}
+    assert "none" in rows["decay after the warm-up"].here
+
+
+def test_decay_from_needs_the_short_schedule_and_follows_the_warmup():
+    t = get_scale("quick").translation
+    with pytest.raises(ConfigError, match="decay_from"):
+        t.replace(schedule="paper")
+    with pytest.raises(ConfigError, match="decay_from"):
+        t.replace(decay_from=50)
 
 
 def test_quick_runs_the_decisive_contrasts_with_seeds_at_a_width_where_the_effect_lives():
@@ -148,7 +177,9 @@ def test_mappings_state_every_translation():
     assert "T_warmup=4000" in rows and "12.1% of the run" in rows["T_warmup=4000"].paper
     assert "Pre-LN step decay x0.1" in rows and "BERT run" in rows and "fine-tuning" in rows
     quick = {m.what: m for m in mappings(get_scale("quick"), CTX)}
-    assert "not a fraction" in quick["T_warmup=4000"].here and "none" in quick["decay after the warm-up"].here
+    assert "not a fraction" in quick["T_warmup=4000"].here
+    assert "lr_max sqrt(100 / t)" in quick["decay after the warm-up"].here
+    assert "(0.29 x lr_max at update 1,200)" in quick["decay after the warm-up"].here
     assert "3 per training run" in quick["seeds"].here and "only" in quick["runs"].here
     assert "BERT run" not in quick  # Figure 5 is not run at the quick scale
 

@@ -75,6 +75,30 @@ def test_pieces_compose():
         linear(1.0, 5, 5)
 
 
+def test_decay_from_one_curve_with_and_without_warmup():
+    # the quick scale's C7 arms (scales.py): after update 100 both follow lr_max * sqrt(100 / t); the arm without
+    # warm-up holds lr_max until then, where fairseq's inverse_sqrt with warmup 1 would give lr_max / sqrt(t)
+    warm = build_schedule(ScheduleConfig(warmup_updates=100, decay_from=100), LR, 1200, 1357)
+    cold = build_schedule(ScheduleConfig(warmup_updates=0, decay_from=100), LR, 1200, 1357)
+    fairseq = build_schedule(ScheduleConfig(warmup_updates=100), LR, 1200, 1357)  # anchored at T_warmup
+    ts = range(0, 1201)
+    assert table(warm, ts) == table(fairseq, ts)  # decay_from = T_warmup is fairseq's own anchor
+    assert table(cold, range(1, 101)) == [LR] * 100
+    assert table(cold, range(100, 1201)) == table(warm, range(100, 1201))
+    assert table(cold, [400, 1200]) == pytest.approx([LR / 2, LR * math.sqrt(100 / 1200)])
+    assert table(warm, [1, 50]) == pytest.approx([LR / 100, LR / 2])  # eq. (1) untouched
+
+
+def test_decay_from_linear_holds_then_decays():
+    s = build_schedule(ScheduleConfig(decay="linear", warmup_updates=10, decay_from=50), 1e-3, 150, 100)
+    assert table(s, [5, 10, 50, 100, 150]) == pytest.approx([5e-4, 1e-3, 1e-3, 5e-4, 0.0])
+
+
+def test_decay_from_after_the_run():
+    with pytest.raises(ValueError, match="decay_from=2000"):
+        build_schedule(ScheduleConfig(decay_from=2000), LR, 1000, 100)
+
+
 def test_warmup_longer_than_run():
     with pytest.raises(ValueError, match="longer than the run"):
         build_schedule(ScheduleConfig(warmup_updates=4000), LR, 1000, 100)
@@ -84,7 +108,9 @@ def test_warmup_longer_than_run():
     "kwargs, field",
     [({"warmup_updates": -1}, "warmup_updates"), ({"step_epochs": (1,)}, "step_epochs"),
      ({"step_updates": (5, 3)}, "step_updates"), ({"step_factor": 0}, "step_factor"),
-     ({"after_step": "inverse_sqrt"}, "after_step")],
+     ({"after_step": "inverse_sqrt"}, "after_step"), ({"decay_from": -1}, "decay_from"),
+     ({"decay": "constant", "decay_from": 100}, "decay_from"),
+     ({"warmup_updates": 100, "decay_from": 50}, "decay_from")],
 )  # fmt: skip
 def test_invalid_schedule_configs(kwargs, field):
     with pytest.raises(ConfigError, match=field):

@@ -34,11 +34,22 @@
 * *Depth.* The paper's 6-6: Figure 3 and Theorem 1 are about depth, and C3-C5 need it.
 * *Learning rate and schedule.* The paper's lr_max, 5e-4 (Figures 2 and 4 share it; 1e-3 is run by the
   ``full`` scale). A short run measures early training, which is where the paper's effects live (Figure 2's
-  first epochs); the paper's decays (inverse square root, x0.1 at epoch 8) compressed into a few hundred updates
-  would take the learning rate away before any model leaves the plateau (the issue 13 calibration: with the
-  paper's inverse square root compressed, even Post-LN *with* warm-up stayed on the plateau). So at ``quick``
-  every run keeps lr_max after its warm-up (``schedule="short"``), the same for both arms of each contrast; the
-  report states it beside the paper's schedule.
+  first epochs). The paper's decays compressed into the run by their fraction would take the learning rate away
+  before any model leaves the plateau (the issue 13 calibration: an inverse square root anchored at a 60-update
+  warm-up kept even Post-LN *with* warm-up on the plateau for 500 updates). Measured at 1,200 updates (seed 1,
+  QUICK_BUDGET): with lr_max kept constant the reference (Post-LN with warm-up) hovers at the gate from update
+  900 (6.32-6.39 against 6.317), while the paper's own inverse square root after the same 100-update warm-up,
+  lr_max sqrt(100 / t), is below the constant rate from update 300 on and 0.13 nats below the gate at 1,200. So
+  every quick run follows that curve (``decay_from=100``): lr_max up to update 100 (after eq. (1)'s ramp for a
+  run with warm-up, constant for one without), then lr_max sqrt(100 / t), 0.29 x lr_max at update 1,200.
+  *One curve for both arms of a contrast*: anchored at update 1 (fairseq's ``inverse_sqrt`` with no warm-up,
+  lr_max / sqrt(t), which the paper's "w/o warm-up" runs had over ~30 epochs), the no-warm-up arm's rate would
+  be a tenth of lr_max by update 100 and C7 would measure the schedule, not the warm-up; with one curve the arms
+  differ only in the first 100 updates, which is what the warm-up is. *Pre-LN (C9)*: the paper trains it at a
+  constant 5e-4 with a x0.1 step at epoch 8 (7 of ~30 epochs); compressed, that step falls at update 280 of
+  1,200 and leaves 5e-5 for three quarters of the run, a schedule no Post-LN arm has. It follows the same curve
+  instead, so C9 compares placement and warm-up on one rate curve. The report states both beside the paper's.
+  The ``full`` scale does the same from its 500-update warm-up (not yet measured there).
 * *Warm-up length.* A warm-up protects the first updates (large gradients near the output at initialisation:
   Theorem 1; Adam's second-moment estimate still unreliable: Liu et al. 2020), so its length is a number of
   updates, not a fraction of the run; shrinking the paper's 4,000 in proportion to a 1,200-update run (~145) has
@@ -50,10 +61,10 @@
   false verdict. The ``full`` scale uses 500.
 * *Seeds.* 3 per run: with 2 the standard error of a seed mean is itself too noisy to gate on; 3 is the least
   the issue allows.
-* *Run length.* Long enough for the reference (Post-LN with warm-up) to pass the gate: measured, one seed, it
-  is 0.28 nats below the unigram loss at 400 updates and 0.44 at 800 (QUICK_BUDGET has the curve), so 1,200,
-  not yet shown to be enough; 30 minutes would buy ~300 updates per run, where the gate cannot pass, so the
-  quick scale takes ~2 hours on the reference CPU and the README says so.
+* *Run length.* Long enough for the reference (Post-LN with warm-up) to pass the gate: measured, one seed, with
+  the decay above it is at the gate at update 800 and 0.13 nats below it at 1,200 (QUICK_BUDGET has the
+  curves), so 1,200 (0.88 of an epoch of 1,357 updates at 2,048 tokens). 30 minutes would buy ~300 updates per
+  run, where the gate cannot pass, so the quick scale takes ~2 hours on the reference CPU and the README says so.
 
 Where a scale keeps the paper's schedules (``schedule="paper"``: ``full``, ``paper``), warm-ups and decay points
 are scaled by the fraction of the run they take in the paper (:func:`scaled_updates`), as before; the report
@@ -114,12 +125,10 @@ QUICK_BUDGET = {
     # warm-up, lr = 5e-4 sqrt(100 / t), 0.29 x lr_max at 1,200; `decay: inverse_sqrt`):
     #   Post-LN, warm-up 100, isqrt 6.882  6.782  6.649  6.513  6.445  6.412  6.344  6.316  6.267  6.233  6.240  6.186
     # It is below the constant rate from update 300 on, at the gate at 800 and 0.13 below it at 1,200 (BLEU 0.16,
-    # greedy, 200 sentences: learning, not yet translating). One seed: the next step is the scale with the decay.
-    # The scale still runs the constant rate: switching needs the no-warm-up arms decayed along the same curve
-    # (lr_max sqrt(100 / t) from update 100: a decay anchored at T_warmup = 1, lr_max / sqrt(t), would take
-    # the no-warm-up arm's learning rate away, a confound of the schedule, not of the warm-up), which
-    # ScheduleConfig cannot say yet, and a decision for the Pre-LN arm of C9 (the paper's own constant-then-step
-    # schedule).
+    # greedy, 200 sentences: learning, not yet translating). So the scale runs this curve (stop 23), for every
+    # run: `decay_from=100` holds lr_max until update 100 in the runs without warm-up too (a decay anchored at
+    # T_warmup = 1, lr_max / sqrt(t), would take their learning rate away, a confound of the schedule, not of
+    # the warm-up), and the Pre-LN arm of C9 follows it instead of the paper's step at 7/30 of the run.
     # The power study (stop 20, same settings, fp32, 1 thread per run, 2 runs at a time on a loaded 2-core EPYC):
     #   d=128, seed 1                100    200    300    400    500
     #   Post-LN, warm-up 100, 5e-4  7.022  6.810  6.762  6.699  6.661
@@ -178,10 +187,21 @@ class TranslationScale(Strict):
     eval_every: int = field(0, help="validation every N updates (0 = after every epoch, as the paper plots)")
     schedule: Literal["paper", "short"] = field(
         "paper", help="paper: the paper's schedules, warm-ups and decays scaled as a fraction of the run; short: "
-        "every run keeps lr_max after its warm-up (no decay) and T_warmup=4000 becomes `warmup` updates")
+        "warm-ups in updates (T_warmup=4000 becomes `warmup`) and one lr curve for every run after them "
+        "(`decay_from`; lr_max kept when 0)")
     warmup: int = field(0, help="with schedule=short: the warm-up, in updates, standing for the paper's 4,000 "
                         "(500 becomes warmup x 500/4000)")
+    decay_from: int = field(0, help="with schedule=short: from this update on every run (Figure 6's fixed rate "
+                            "apart) follows the paper's inverse square root lr_max sqrt(decay_from / t), one curve "
+                            "whatever the warm-up, lr_max held before it; 0 = no decay (lr_max kept)")
     runs: tuple[str, ...] = field((), help="the translation runs (groups) of the figures to run; () = all")
+
+    def validate(self) -> None:
+        if self.decay_from and self.schedule != "short":
+            raise self.error("decay_from", "is for schedule=short (the paper's schedules have their own decays)")
+        if self.decay_from and self.decay_from < self.warmup:
+            raise self.error("decay_from", f"must be >= warmup ({self.warmup}): the curve starts where the longest "
+                             "warm-up ends")
 
 
 @config
@@ -252,7 +272,7 @@ SCALES: dict[str, Scale] = {
         translation=TranslationScale(layers=6, d_model=256, d_ffn=512, n_heads=4, vocab_size=8000, max_positions=128,
                                      train_subset=0, valid_subset=500, max_tokens=2048, epochs=1, updates=1200,
                                      eval_every=100, bleu_sentences=200, beam=1, schedule="short", warmup=100,
-                                     runs=("post-adam-5e-4-nowarm", "post-adam-5e-4-w4000",
+                                     decay_from=100, runs=("post-adam-5e-4-nowarm", "post-adam-5e-4-w4000",
                                            "pre-adam-5e-4-nowarm-step")),
         mlm=MLMScale(layers=6, d_model=256, d_ffn=512, n_heads=4, vocab_size=8000, block_size=128, train_subset=0,
                      valid_subset=500, max_tokens=4096, updates=400, evals=4, runs=()),
@@ -264,14 +284,16 @@ SCALES: dict[str, Scale] = {
         seeds=3,
         description="the README's main job: the decisive contrasts C7 (Post-LN with vs without warm-up, Adam 5e-4) "
         "and C9 (Pre-LN without warm-up vs Post-LN with), 3 seeds each, at the paper's depth 6-6 and d=256 "
-        "(FFN 512), 2,048 tokens per batch, 1,200 updates per run, lr kept at lr_max after a 100-update warm-up; "
+        "(FFN 512), 2,048 tokens per batch, 1,200 updates per run, one lr curve for every run: lr_max to update 100 "
+        "(a warm-up for the runs with one), then the paper's inverse square root lr_max sqrt(100 / t); "
         "Figure 3 and the lemmas at initialisation; ~2 hours on a 2-core CPU with native bf16 (estimated)",
     ),  # fmt: skip
     "full": Scale(
         name="full",
         translation=TranslationScale(layers=6, d_model=256, d_ffn=512, n_heads=4, vocab_size=8000, max_positions=128,
                                      train_subset=0, valid_subset=1000, max_tokens=2048, epochs=1, updates=1500,
-                                     eval_every=100, bleu_sentences=500, beam=5, schedule="short", warmup=500),
+                                     eval_every=100, bleu_sentences=500, beam=5, schedule="short", warmup=500,
+                                     decay_from=500),
         mlm=MLMScale(layers=6, d_model=256, d_ffn=512, n_heads=4, vocab_size=8000, block_size=128,
                      train_subset=0, valid_subset=500, max_tokens=4096, updates=2000, evals=8),
         finetune=FinetuneScale(tasks=("paraphrase", "wic"), checkpoints=4, seeds=2, epochs=3, lr=5e-5,
@@ -281,8 +303,8 @@ SCALES: dict[str, Scale] = {
         sweep="quick",
         seeds=3,
         description="every figure with the quick scale's gates and seeds: 6-6 at d=256 (FFN 512), 1,500 updates "
-        "per translation run with a 500-update warm-up (the paper's shortest, standing for its 4,000) and lr kept "
-        "at lr_max, 2,000 BERT updates, 3 seeds; the quick stability sweep across widths 64-256 (beyond the paper); about a day on a 2-core CPU with native bf16 (see FULL_BUDGET), "
+        "per translation run with a 500-update warm-up (the paper's shortest, standing for its 4,000) and one lr "
+        "curve for every run (lr_max to update 500, then lr_max sqrt(500 / t)), 2,000 BERT updates, 3 seeds; the quick stability sweep across widths 64-256 (beyond the paper); about a day on a 2-core CPU with native bf16 (see FULL_BUDGET), "
         "hours on a GPU",
     ),  # fmt: skip
     "paper": Scale(

@@ -8,7 +8,8 @@ Each schedule is built from small pieces that compose:
 * :func:`warmup` wraps another schedule with the paper's eq. (1), lr(t) = t / T_warmup * lr_max for
   t <= T_warmup; T_warmup = 0 or 1 means no warm-up (Figure 2's "1");
 * :func:`inverse_sqrt`: lr_max * sqrt(T_warmup) / sqrt(t) (fairseq's ``inverse_sqrt``, used after warm-up in
-  all of the paper's Figure 2 runs);
+  all of the paper's Figure 2 runs); ``ScheduleConfig.decay_from`` anchors it at another update than the end
+  of the warm-up (lr_max held until then), so that runs with and without warm-up can share one decay curve;
 * :func:`linear`: from lr_max at T_warmup to ``end_lr`` at the last update (BERT; the paper's Pre-LN BERT:
   from 3e-4, no warm-up);
 * :func:`constant` (Figure 6: a fixed 1e-4);
@@ -36,10 +37,10 @@ def constant(lr: float) -> Schedule:
 
 
 def inverse_sqrt(lr_max: float, warmup_updates: int = 0) -> Schedule:
-    """lr(t) = lr_max * sqrt(T_warmup) / sqrt(t) for t >= T_warmup (fairseq ``inverse_sqrt``); with no warm-up
-    (T_warmup = 0 or 1), lr_max / sqrt(t)."""
+    """lr(t) = lr_max * sqrt(T_warmup) / sqrt(t) for t >= T_warmup (fairseq ``inverse_sqrt``), lr_max before
+    (where a warm-up wraps it, eq. (1) replaces that part); with no warm-up (T_warmup = 0 or 1), lr_max / sqrt(t)."""
     anchor = max(warmup_updates, 1)
-    return lambda t: lr_max * math.sqrt(anchor / max(t, 1))
+    return lambda t: lr_max * math.sqrt(anchor / max(t, anchor))
 
 
 def linear(lr_max: float, start: int, end: int, end_lr: float = 0.0) -> Schedule:
@@ -80,11 +81,14 @@ def build_schedule(cfg: ScheduleConfig, lr_max: float, total_updates: int, updat
     """
     if cfg.warmup_updates > total_updates:
         raise ValueError(f"warm-up of {cfg.warmup_updates} updates is longer than the run ({total_updates} updates)")
+    if cfg.decay_from > total_updates:
+        raise ValueError(f"decay_from={cfg.decay_from} is after the run's last update ({total_updates})")
     w = cfg.warmup_updates
+    start = cfg.decay_from or w  # validate() keeps decay_from >= w: eq. (1) ends at lr_max, then it is held
     if cfg.decay == "inverse_sqrt":
-        after = inverse_sqrt(lr_max, w)
+        after = inverse_sqrt(lr_max, start)
     elif cfg.decay == "linear":
-        after = linear(lr_max, w, max(total_updates, w + 1), cfg.end_lr)
+        after = linear(lr_max, start, max(total_updates, start + 1), cfg.end_lr)
     else:
         after = constant(lr_max)
     schedule = warmup(lr_max, w, after)
