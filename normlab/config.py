@@ -655,8 +655,8 @@ class ScheduleConfig(Strict):
     warmup_updates: int = field(0, help="T_warmup of eq. (1): lr(t) = t / T_warmup * lr_max; 0 or 1 means none")
     decay: Literal["inverse_sqrt", "linear", "constant"] = field(
         "inverse_sqrt",
-        help="after warm-up: inverse_sqrt (lr_max * sqrt(T_warmup) / sqrt(t), fairseq), linear (to end_lr at the "
-        "last update, BERT) or constant (the paper's Figure 6)",
+        help="after warm-up (or from decay_from): inverse_sqrt (lr_max * sqrt(T_warmup) / sqrt(t), fairseq), linear "
+        "(to end_lr at the last update, BERT) or constant (the paper's Figure 6)",
     )
     decay_from: int = field(
         0, help="the update the decay starts from, lr_max held between the warm-up and it (inverse_sqrt: lr_max * "
@@ -690,6 +690,10 @@ class ScheduleConfig(Strict):
                 raise self.error(name, f"must be increasing integers >= {least}, got {list(values)}")
         if self.after_step != "same" and not (self.step_epochs or self.step_updates):
             raise self.error("after_step", "needs a step boundary (step_epochs or step_updates)")
+        if self.decay_from and self.after_step != "same":
+            # after_step restarts the decay at the first boundary: two anchors for one decay
+            raise self.error("decay_from", "cannot be combined with after_step (which anchors the decay at the first "
+                             "step boundary)")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -857,4 +861,8 @@ class TrainConfig(Strict):
             raise self.error(
                 "schedule",
                 f"warmup_updates={self.schedule.warmup_updates} is longer than the run (max_updates={self.max_updates})",
+            )
+        if self.max_updates and self.schedule.decay_from > self.max_updates:
+            raise self.error(
+                "schedule", f"decay_from={self.schedule.decay_from} is after the run's end (max_updates={self.max_updates})"
             )

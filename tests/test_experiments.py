@@ -99,6 +99,10 @@ def test_decay_from_needs_the_short_schedule_and_follows_the_warmup():
         t.replace(schedule="paper")
     with pytest.raises(ConfigError, match="decay_from"):
         t.replace(decay_from=50)
+    with pytest.raises(ConfigError, match="needs warmup"):
+        t.replace(warmup=0)
+    with pytest.raises(ConfigError, match="after the run's end"):
+        t.replace(updates=50)
 
 
 def test_quick_runs_the_decisive_contrasts_with_seeds_at_a_width_where_the_effect_lives():

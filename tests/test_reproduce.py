@@ -64,6 +64,7 @@ def test_smoke_reproduce_writes_the_report(tmp_path, data_cache):
     assert page.count("data:image/png;base64,") >= 5  # self-contained: the figures are inside the page
     md = (out / "report" / "REPORT.md").read_text()
     assert all(f"| {i} |" in md for i in claims) and "## Runs" in md
+    assert "## How the paper's settings map to this scale" in md and "| T_warmup=4000 |" in md  # as in the page
     links = re.findall(r"\]\(([^)]+\.png)\)", md)  # the Markdown links the PNGs, relative to itself
     assert len(links) >= 5, links
     for link in links:
@@ -190,6 +191,16 @@ def test_the_grid_refuses_a_run_trained_with_other_settings(tmp_path):
     with pytest.raises(ConfigError, match=f"{specs[0].name} \\(schedule.decay: "):
         run_grid(specs, tmp_path / "grid", jobs=1, threads=1, say=lambda line: None)
     assert not (tmp_path / "grid" / "runs" / specs[1].name).exists()  # nothing ran
+    # a setting an older normlab did not write ran at its default: absent counts as the default, not as "same"
+    saved["schedule"]["decay"] = "inverse_sqrt"
+    del saved["schedule"]["decay_from"]
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
+    wanted = specs[0].__class__(**{**specs[0].__dict__, "config": specs[0].config.replace(
+        schedule=specs[0].config.schedule.replace(decay="inverse_sqrt", decay_from=2))})
+    assert changed_settings(wanted, run) == ["schedule.decay_from: 0 -> 2"]
+    saved["schedule"]["decay_from"] = 2
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert changed_settings(wanted, run) == []
 
 
 def test_a_failing_run_is_recorded_and_the_grid_goes_on(tmp_path):

@@ -86,7 +86,7 @@ def test_decay_from_one_curve_with_and_without_warmup():
     assert table(cold, range(1, 101)) == [LR] * 100
     assert table(cold, range(100, 1201)) == table(warm, range(100, 1201))
     assert table(cold, [400, 1200]) == pytest.approx([LR / 2, LR * math.sqrt(100 / 1200)])
-    assert table(warm, [1, 50]) == pytest.approx([LR / 100, LR / 2])  # eq. (1) untouched
+    assert table(warm, [1, 50, 100, 400]) == pytest.approx([LR / 100, LR / 2, LR, LR / 2])  # eq. (1), then the decay
 
 
 def test_decay_from_linear_holds_then_decays():
@@ -97,6 +97,11 @@ def test_decay_from_linear_holds_then_decays():
 def test_decay_from_after_the_run():
     with pytest.raises(ValueError, match="decay_from=2000"):
         build_schedule(ScheduleConfig(decay_from=2000), LR, 1000, 100)
+    # refused with the config, before any data is read (normlab train prints a ConfigError, not a traceback)
+    from normlab.config import TrainConfig
+
+    with pytest.raises(ConfigError, match="decay_from=2000 is after the run's end"):
+        TrainConfig(max_updates=1000, schedule=ScheduleConfig(decay_from=2000))
 
 
 def test_warmup_longer_than_run():
@@ -110,7 +115,8 @@ def test_warmup_longer_than_run():
      ({"step_updates": (5, 3)}, "step_updates"), ({"step_factor": 0}, "step_factor"),
      ({"after_step": "inverse_sqrt"}, "after_step"), ({"decay_from": -1}, "decay_from"),
      ({"decay": "constant", "decay_from": 100}, "decay_from"),
-     ({"warmup_updates": 100, "decay_from": 50}, "decay_from")],
+     ({"warmup_updates": 100, "decay_from": 50}, "decay_from"),
+     ({"decay_from": 100, "step_updates": (50,), "after_step": "inverse_sqrt"}, "decay_from")],
 )  # fmt: skip
 def test_invalid_schedule_configs(kwargs, field):
     with pytest.raises(ConfigError, match=field):

@@ -81,7 +81,8 @@ def _translation_total(scale: Scale, ctx: Context) -> int:
 
 
 def _short(scale: Scale) -> bool:
-    """The short-run schedule (scales.py): lr_max kept after the warm-up, warm-ups in updates."""
+    """The short-run schedule (scales.py): warm-ups in updates, then one decay curve for every run from the
+    scale's ``decay_from`` (lr_max kept when it is 0)."""
     return scale.translation.schedule == "short"
 
 
@@ -365,9 +366,10 @@ def mappings(scale: Scale, ctx: Context) -> list[Mapping]:
                                f"{t.decay_from}, then the paper's inverse square root lr_max sqrt({t.decay_from} / t) "
                                f"({math.sqrt(t.decay_from / max(total, 1)):.2f} x lr_max at update {total:,}). The "
                                "runs 'w/o warm-up' hold lr_max until then: anchored at update 1 (lr_max / sqrt(t)) "
-                               "their rate would be gone within a few updates and the contrast would measure the "
-                               "schedule, not the warm-up; the Pre-LN step at epoch 8, compressed, would fall at 7/30 "
-                               "of the run (scales.py)"))  # fmt: skip
+                               "their rate would be a tenth of lr_max by update 100 and the contrast would measure "
+                               "the schedule, not the warm-up. Pre-LN (whose paper schedule is a x0.1 step at epoch "
+                               "8, which compressed would fall at 7/30 of the run) and RAdam (a linear decay in the "
+                               "paper) follow the same curve; their run names keep the paper's (scales.py)"))  # fmt: skip
         else:
             out.append(Mapping("decay after the warm-up", "inverse square root (Figure 2), linear (RAdam), x0.1 at "
                                "epoch 8 (Pre-LN)", "none: every run keeps lr_max (a short run measures early "

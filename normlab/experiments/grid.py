@@ -50,11 +50,15 @@ _NOT_THE_RESULT = frozenset({"save_every", "keep_last", "keep_every", "log_every
 def changed_settings(spec: RunSpec, run_dir: Path) -> list[str]:
     """The settings (``key: saved -> wanted``) in which the run in ``run_dir`` differs from ``spec``, ignoring
     those its result does not depend on; [] for an absent run or the same one. A setting the saved config lacks
-    (written by an older normlab) counts as unchanged."""
+    (written by an older normlab) is the default it ran with, so a new setting counts where the grid's value is
+    not its default (e.g. ``schedule.decay_from``)."""
     saved = RunDir(run_dir).read_config_dict()
     if saved is None:
         return []
-    theirs = flat_dict(saved)
+    try:  # the saved config read as this normlab reads it: absent keys become their defaults
+        theirs = flat_dict(type(spec.config).from_dict(saved).to_dict())
+    except ConfigError:  # a key this normlab does not know, or a value it now refuses: compare what is there
+        theirs = flat_dict(saved)
     return [f"{k}: {theirs[k]!r} -> {v!r}" for k, v in flat_dict(spec.config.to_dict()).items()
             if k not in _NOT_THE_RESULT and k in theirs and theirs[k] != v]  # fmt: skip
 

@@ -49,9 +49,10 @@ a statement about d; the attention logits are scaled by 1/sqrt(head size) either
 
 **Warm-up.** ``none``, or ``paper``: the paper's share of the run, 4,000 of its ~33,000 IWSLT updates
 (scales.PAPER: ~30 epochs x ~1,100 updates), 12.1%, linear from lr/T_warmup (eq. 1). After the warm-up the
-learning rate stays at lr_max: a few hundred updates measure early training, where the paper's effects live, and
-a compressed decay would take the learning rate away before the run has shown anything (scales.py, "Learning
-rate and schedule"). Both arms of every contrast have the same schedule apart from the warm-up.
+learning rate stays at lr_max: the frontier is a statement about lr_max, and in a run of a few hundred updates a
+decay would have most updates run well below the rate the cell is labelled with (the reproduce scales decay
+over 1,200 updates because there the question is whether the reference learns, scales.py). Both arms of every
+contrast have the same schedule apart from the warm-up.
 
 **Theorem 1's width law.** The Post-LN gradient of the last FFN layer is O(d sqrt(ln d)) at initialisation. If
 the largest stable step is inversely proportional to that gradient (the paper's argument in Section 3.4 for

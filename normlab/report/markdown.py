@@ -44,6 +44,9 @@ def write_markdown(results: dict[str, Any], images: dict[str, Path], path: Path)
     lines += [f"- **{c['id']}** ({c['verdict']}): {c['evidence']}" for c in claims]
     lines += ["", "Rules (normlab/report/claims.py):", ""]
     lines += [f"- {c['id']}: {c['rule']}" for c in claims]
+    if results.get("mappings"):  # the schedule, warm-ups and sizes a verdict was reached with, beside the paper's
+        lines += ["", "## How the paper's settings map to this scale", "", "| setting | paper | here |", "|---|---|---|"]
+        lines += [f"| {_cell(m['what'])} | {_cell(m['paper'])} | {_cell(m['here'])} |" for m in results["mappings"]]
     from normlab.report.sweep import _md_table, beyond_the_paper
 
     beyond = beyond_the_paper(results.get("width_sweep"))
