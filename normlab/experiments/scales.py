@@ -8,8 +8,8 @@
 * ``width`` (a figure name, beyond the paper): the stability sweep of ``normlab sweep`` (experiments/sweep.py)
   at the scale's preset (``Scale.sweep``): the maximum stable learning rate of each scheme with and without
   warm-up across widths, i.e. whether the need for warm-up grows with d as Theorem 1 says. ``full`` and
-  ``paper`` run it by default; ``quick`` does not (its 126 short runs would add ~30 minutes with native bf16 to
-  a job already over its budget), and the report says how to add it (``--figures fig2,fig3,fig4,width``).
+  ``paper`` run it by default; ``quick`` does not (its 126 runs of 400 updates would add ~1.3 hours with native
+  bf16 to a job already over its budget), and the report says how to add it (``--figures fig2,fig3,fig4,width``).
 * ``paper``: the paper's own settings (Appendix A.1: 6-6, d=512, FFN 1024, 4 heads, 10k joint BPE, 4,096
   tokens per batch, beam 5, length penalty 1.2), for GPUs and the user's own IWSLT14 files.
 

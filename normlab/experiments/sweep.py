@@ -203,18 +203,28 @@ SWEEP_SCALES: dict[str, SweepConfig] = {
         description="seconds, for the tests: every part of the pipeline runs (2-2 layers, so that diagnose has a "
         "stack to read); 4 updates at d=16 and 32 measure nothing about the frontier",
     ),  # fmt: skip
-    # Measured after the quick sweep (one seed, lr 1e-3, this shape, eval every 100 updates): Post-LN leaves the
-    # unigram plateau (U = 6.817) between updates 200 and 300, at 6.59 / 6.66 (d=64, without / with warm-up) and
-    # 6.52 / 6.44 (d=128) at update 300; so 300-400 updates would let this preset see Post-LN's frontier at
-    # d <= 128 (2-2.7x its cost); d=256 at this shape is not yet measured. Kept at 150 until it is.
+    # Run length. At 150 updates (the preset until stop 23, docs/results/sweep-quick: 126 runs, 119 min on a
+    # 2-core AVX2 CPU in fp32) Post-LN stayed on the unigram plateau at every width and learning rate, with and
+    # without warm-up (best runs 6.77-6.84 nats against U = 6.817), so the preset could not see the frontier the
+    # sweep is for. Measured at this shape (one seed, lr 1e-3, validation every 100 updates, U = 6.817):
+    #   Post-LN                      100    200    300    400
+    #   d=64,  without / with warm-up        ...  6.59 / 6.66              (stop 21)
+    #   d=128, without / with warm-up        ...  6.52 / 6.44              (stop 21)
+    #   d=256, without warm-up      6.913  6.963  6.859  6.856             (stop 23)
+    #   d=256, with warm-up (48)    6.893  6.831  6.635  6.728             (stop 23; 1.09 s per update, fp32,
+    #                                                                       1 thread per job, 2 jobs, AVX2 EPYC)
+    # So Post-LN leaves the plateau between updates 200 and 300 at every width with warm-up, and at d=256 only
+    # with it: 400 updates (the end of that window, and the paper's warm-up share is then 48 updates) let the
+    # sweep see Post-LN's frontier where one exists. Cost: 400/150 of the 150-update sweep, ~5.3 h on that CPU,
+    # ~1.3 h estimated with native bf16 (4x faster per update, scales.QUICK_BUDGET): over the 30
+    # minutes, which buy a sweep that cannot measure Post-LN. Not yet run at 400 end to end.
     "quick": SweepConfig(
-        scale="quick", schemes=("post", "pre", "peri"), widths=(64, 128, 256), layers=3, updates=150,
-        max_tokens=1024,
-        description="3 schemes x 2 warm-ups x 7 learning rates (1e-4..1e-2) x 3 widths (64-256), 3-3 layers, 150 "
-        "updates of 1,024 tokens: 126 runs, measured at 119 min on a 2-core AVX2 CPU in fp32 (2 jobs x 1 thread; "
-        "not yet timed on a CPU with native bf16). At 150 updates Post-LN stays on the unigram plateau at every "
-        "width and learning rate, with and without warm-up (best runs 6.77-6.84 nats against U = 6.82), so this "
-        "preset measures the Pre-LN and Peri-LN frontiers, not Post-LN's",
+        scale="quick", schemes=("post", "pre", "peri"), widths=(64, 128, 256), layers=3, updates=400,
+        max_tokens=1024, eval_every=100,
+        description="3 schemes x 2 warm-ups x 7 learning rates (1e-4..1e-2) x 3 widths (64-256), 3-3 layers, 400 "
+        "updates of 1,024 tokens: 126 runs, ~5.3 h on a 2-core AVX2 CPU in fp32 (from 119 min measured at 150 "
+        "updates), ~1.3 h estimated with native bf16. 400 updates because Post-LN leaves the unigram plateau "
+        "between updates 200 and 300 at this shape (measured at lr 1e-3); at 150 it never did",
     ),  # fmt: skip
     "full": SweepConfig(
         scale="full", schemes=("post", "pre", "peri"), widths=(64, 128, 256, 512), layers=6, updates=500,
@@ -769,9 +779,9 @@ def add_arguments(p: Any) -> None:
     from normlab.config import add_set_argument
 
     p.add_argument("--scale", default="quick", choices=list(SWEEP_SCALES),
-                   help="smoke (seconds, tests), quick (126 runs at d=64-256, 3-3 layers: 119 min measured on 2 AVX2 "
-                   "cores in fp32; its Post-LN runs stay on the unigram plateau), full (widths 64-512 at the paper's "
-                   "depth and batch; a GPU)")  # fmt: skip
+                   help="smoke (seconds, tests), quick (126 runs of 400 updates at d=64-256, 3-3 layers: ~5.3 h on 2 "
+                   "AVX2 cores in fp32, ~1.3 h with native bf16), full (widths 64-512 at the paper's depth and batch; "
+                   "a GPU)")  # fmt: skip
     p.add_argument("--out", help="output directory (default: sweep/SCALE)")
     add_set_argument(p, SweepConfig, note="the defaults shown are before --scale, which sets most of them")
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA)")
