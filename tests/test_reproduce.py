@@ -278,7 +278,7 @@ def test_the_estimate_counts_each_runs_validation_per_epoch_of_its_own_data():
 @pytest.mark.parametrize(
     ("updates", "per_epoch", "eval_every", "expected"),
     [
-        (150, 4000, 0, 1),  # the quick sweep: a run far shorter than an epoch validates once, at its end
+        (150, 4000, 0, 1),  # a run far shorter than an epoch validates once, at its end (the 150-update sweep)
         (150, 1, 0, 150),  # an epoch per update: a pass after each
         (30, 10, 0, 3),  # three complete epochs, no pass left over at the end
         (35, 10, 0, 4),  # ... and a last pass where max_updates stops inside the fourth

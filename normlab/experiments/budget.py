@@ -137,7 +137,7 @@ def evaluations(updates: int, per_epoch: int, eval_every: int = 0) -> int:
     """How many validation passes the trainer makes in a run of ``updates`` updates (train/trainer.py): one at the
     end of each complete epoch, one every ``eval_every`` updates that is not also an epoch's end, and a last one
     when the run stops inside an epoch (max_updates). A run of a few hundred updates of a corpus whose epoch is
-    thousands of updates (the sweep's) validates once, not once per update."""
+    thousands of updates (a sweep's) validates every ``eval_every`` updates and at its end, not once per update."""
     per_epoch = max(per_epoch, 1)
     ends = updates // per_epoch
     periodic = 0

@@ -362,8 +362,8 @@ def mappings(scale: Scale, ctx: Context) -> list[Mapping]:
         if t.decay_from:
             out.append(Mapping("decay after the warm-up", "inverse square root lr_max sqrt(T_warmup / t) (Figure 2; "
                                "without warm-up lr_max / sqrt(t)), linear (RAdam), x0.1 at epoch 8 (Pre-LN)",
-                               f"one curve for every run (Figure 6's fixed rate apart): lr_max up to update "
-                               f"{t.decay_from}, then the paper's inverse square root lr_max sqrt({t.decay_from} / t) "
+                               f"one curve for every run (Figure 6's fixed rate apart): up to update {t.decay_from} "
+                               f"the warm-up's ramp (eq. 1) in the runs that have one and lr_max in the others, then the paper's inverse square root lr_max sqrt({t.decay_from} / t) "
                                f"({math.sqrt(t.decay_from / max(total, 1)):.2f} x lr_max at update {total:,}). The "
                                "runs 'w/o warm-up' hold lr_max until then: anchored at update 1 (lr_max / sqrt(t)) "
                                "their rate would be a tenth of lr_max by update 100 and the contrast would measure "

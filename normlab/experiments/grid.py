@@ -55,10 +55,8 @@ def changed_settings(spec: RunSpec, run_dir: Path) -> list[str]:
     saved = RunDir(run_dir).read_config_dict()
     if saved is None:
         return []
-    try:  # the saved config read as this normlab reads it: absent keys become their defaults
-        theirs = flat_dict(type(spec.config).from_dict(saved).to_dict())
-    except ConfigError:  # a key this normlab does not know, or a value it now refuses: compare what is there
-        theirs = flat_dict(saved)
+    # absent keys are their defaults (no validation: this cannot refuse or raise on an odd saved config)
+    theirs = {**flat_dict(type(spec.config)().to_dict()), **flat_dict(saved)}
     return [f"{k}: {theirs[k]!r} -> {v!r}" for k, v in flat_dict(spec.config.to_dict()).items()
             if k not in _NOT_THE_RESULT and k in theirs and theirs[k] != v]  # fmt: skip
 
