@@ -10,8 +10,8 @@ Each schedule is built from small pieces that compose:
 * :func:`inverse_sqrt`: lr_max * sqrt(T_warmup) / sqrt(t) (fairseq's ``inverse_sqrt``, used after warm-up in
   all of the paper's Figure 2 runs); ``ScheduleConfig.decay_from`` anchors it at another update than the end
   of the warm-up (lr_max held until then), so that runs with and without warm-up can share one decay curve;
-* :func:`linear`: from lr_max at T_warmup (or ``decay_from``) to ``end_lr`` at the last update (BERT; the paper's Pre-LN BERT:
-  from 3e-4, no warm-up);
+* :func:`linear`: from lr_max at T_warmup (or ``decay_from``) to ``end_lr`` at the last update (BERT; the
+  paper's Pre-LN BERT: from 3e-4, no warm-up);
 * :func:`constant` (Figure 6: a fixed 1e-4);
 * :func:`step` multiplies by a factor after each boundary (the paper's Pre-LN IWSLT run: 5e-4, x 0.1 at
   epoch 8); :func:`switch` continues with another schedule after a boundary (its WMT runs: decay at epoch 6,
