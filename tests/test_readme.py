@@ -40,6 +40,7 @@ COVERED: dict[str, str] = {
     ".venv/bin/normlab sweep --scale full --out runs/sweep-full": "tests/test_sweep.py::test_smoke_sweep_cli",
     ".venv/bin/normlab sweep --scale quick --out runs/sweep-more --set 'schemes=[post,pre,deepnorm,pre/rmsnorm]' --set seeds=3":
         "tests/test_sweep.py::test_smoke_sweep_cli",
+    ".venv/bin/normlab sweep --scale quick --out runs/sweep-quick --report-only": "tests/test_sweep.py::test_smoke_sweep_cli",
     # Speed: the peers are an optional extra; the benchmark's code path runs at a tiny size in the suite
     ".venv/bin/pip install -e '.[bench]'": "tests/test_throughput.py::test_benchmark_runs_end_to_end_at_tiny_size",
     ".venv/bin/python benchmarks/train_throughput.py --quick": "tests/test_throughput.py::test_benchmark_runs_end_to_end_at_tiny_size",
@@ -49,6 +50,7 @@ COVERED: dict[str, str] = {
     ".venv/bin/normlab reproduce --scale paper --corpus ~/iwslt14-de-en":
         "tests/test_reproduce.py::test_figure_subset_on_a_users_own_files",
     ".venv/bin/normlab reproduce --scale quick --figures fig3": "tests/test_reproduce.py::test_figure_subset_on_a_users_own_files",
+    ".venv/bin/normlab reproduce --scale quick --report-only": "tests/test_reproduce.py::test_figure_subset_on_a_users_own_files",
     # translate/evaluate need a trained run; the tests train a tiny one and run the same commands on it
     'echo "Das ist ein Haus." | .venv/bin/normlab translate --run runs/pre': "tests/test_translate_cli.py::test_translate_streams_in_order",
     ".venv/bin/normlab translate --run runs/pre --input news.de --checkpoint last --beam 1":

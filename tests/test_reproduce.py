@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -127,6 +128,32 @@ def test_figure_subset_on_a_users_own_files(tmp_path, small_corpora):
     assert verdicts["C13"] == "inconclusive" and verdicts["C1"] == verdicts["C11"] == "not run at this scale"
     assert "unigram_entropy" in results["baselines"]["translation"]  # measured on the user's files
     assert str(small_corpora["de-en-raw"]) in (out / "configs" / "post-adam-1e-4-const-s1.yaml").read_text()
+    # --report-only trains nothing and writes the report from what has finished: a run killed half-way (its
+    # summary says running) and a run never started count as missing, and the report names both
+    runs = out / "runs"
+    metrics = {p.parent.name: p.read_bytes() for p in runs.glob("*/metrics.jsonl")}
+    shutil.rmtree(runs / "post-adam-1e-4-const-s2")
+    summary = runs / "post-adam-1e-3-nowarm-s2" / "summary.json"
+    summary.write_text(json.dumps(dict(json.loads(summary.read_text()), status="running")))
+    partial = subprocess.run([sys.executable, "-m", "normlab", "reproduce", "--scale", "smoke", "--figures", "fig6",
+                              "--corpus", str(small_corpora["de-en-raw"]), "--out", str(out), "--report-only"],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert partial.returncode == 0, partial.stderr[-3000:]
+    assert not (runs / "post-adam-1e-4-const-s2").exists()
+    assert {p.parent.name: p.read_bytes() for p in runs.glob("*/metrics.jsonl")} == {
+        k: v for k, v in metrics.items() if k != "post-adam-1e-4-const-s2"}  # nothing trained, nothing resumed
+    results = json.loads((out / "report" / "results.json").read_text())
+    assert results["meta"]["report_only"] and results["meta"]["unfinished"] == {
+        "post-adam-1e-3-nowarm-s2": "running", "post-adam-1e-4-const-s2": "absent"}
+    c13 = next(c for c in results["claims"] if c["id"] == "C13")
+    assert c13["verdict"] == "inconclusive" and "(1 seed)" in c13["evidence"], c13
+    banner = "Written with --report-only, training nothing: 2 of the 6 runs had not finished"
+    assert banner in (out / "report" / "REPORT.md").read_text() and banner in (out / "report" / "index.html").read_text()
+    empty = subprocess.run([sys.executable, "-m", "normlab", "reproduce", "--scale", "smoke", "--figures", "fig6",
+                            "--out", str(tmp_path / "empty"), "--report-only"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert empty.returncode == 2 and "nothing has finished" in empty.stderr
+    assert not (tmp_path / "empty" / "report").exists()
     bad = subprocess.run([sys.executable, "-m", "normlab", "reproduce", "--scale", "smoke", "--figures", "fig7",
                           "--out", str(tmp_path / "bad")], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=120)  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 
 import pytest
 from torch.testing import assert_close
@@ -385,6 +386,20 @@ def test_smoke_sweep_cli(tmp_path):
     assert all((report / link).is_file() for link in re.findall(r"\]\(([^)]+\.png)\)", md))
     again = normlab("sweep", "--scale", "smoke", "--out", str(out), "--no-estimate")
     assert again.returncode == 0 and f"{n} of {n} runs already finished" in again.stderr
+    # --report-only trains nothing: a run that is gone stays gone and is a missing grid point of its curve
+    gone = data["cells"][0]
+    shutil.rmtree(out / "runs" / gone["name"])
+    partial = normlab("sweep", "--scale", "smoke", "--out", str(out), "--report-only", "--no-diagnose")
+    assert partial.returncode == 0, partial.stderr[-3000:]
+    assert not (out / "runs" / gone["name"]).exists() and " start " not in partial.stderr
+    data = json.loads((report / "sweep.json").read_text())
+    assert data["meta"]["report_only"] and data["meta"]["unfinished"] == 1
+    [row] = [r for r in data["frontier"] if (r["scheme"], r["warmup"], r["width"]) == (gone["scheme"], gone["warmup"],
+                                                                                          gone["width"])]  # fmt: skip
+    assert row["missing_lrs"] == [gone["lr"]]
+    assert f"Written with --report-only: 1 of the {n} runs had not finished" in (report / "SWEEP.md").read_text()
+    empty = normlab("sweep", "--scale", "smoke", "--out", str(tmp_path / "empty"), "--report-only")
+    assert empty.returncode == 2 and "no run of this sweep has finished" in empty.stderr
 
 
 def test_diagnose_verdicts_give_no_verdict_for_rezero():

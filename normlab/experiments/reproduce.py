@@ -5,7 +5,10 @@
     normlab reproduce --scale full                       # every figure, with the quick scale's gates and seeds
 
 Writes ``OUT/report/index.html``, ``OUT/report/REPORT.md`` and ``OUT/report/results.json``. Re-running skips
-finished runs and resumes a killed one (see grid.py); ``--figures`` restricts the work to some figures.
+finished runs and resumes a killed one (see grid.py); ``--figures`` restricts the work to some figures;
+``--report-only`` trains nothing and writes the report from the runs finished so far (a long job stopped
+half-way, or still running in another process): a claim then counts only its finished seeds, and the report's
+first lines name the runs that have not finished.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="output directory (default: reproduce/SCALE)")
     p.add_argument("--figures", default="", help=f"comma-separated subset of {ALL_FIGURES} (default: the scale's)")
     p.add_argument("--no-estimate", action="store_true", help="skip the probe that estimates the wall time")
+    p.add_argument("--report-only", action="store_true", help="train nothing: write the report from the runs "
+                   "finished so far in OUT (claims count only the finished seeds; the report names the others)")
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads per run (default: cores / jobs)")
     p.add_argument("--launcher", default="local", choices=["local", "torchrun"], help="how each run is started")
@@ -128,11 +133,11 @@ class _Analysis:
     skipped when its analysis.json exists (written atomically). ``threads``: 1 beside a grid (it time-shares
     the cores with the grid's jobs), all cores when it runs alone (``--figures fig3``)."""
 
-    def __init__(self, scale: Scale, out: Path, *, threads: int, device: str) -> None:
+    def __init__(self, scale: Scale, out: Path, *, threads: int, device: str, start: bool = True) -> None:
         self.target = out / "analysis"
         self.log = out / "logs" / "analysis.log"
         self.proc: subprocess.Popen | None = None
-        if (self.target / "analysis.json").exists():
+        if (self.target / "analysis.json").exists() or not start:
             return
         _say(f"analysis: normlab analyze --scale {scale.analysis} (Figure 3, Theorem 1, Lemmas 2-3), beside the grid")
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -149,7 +154,12 @@ class _Analysis:
             self.proc.kill()
             self.proc.wait()
 
+    def done(self) -> bool:
+        return (self.target / "analysis.json").exists()
+
     def result(self) -> tuple[dict[str, Any] | None, dict[str, Path], str]:
+        if self.proc is None and not self.done():  # --report-only before the analysis finished
+            return None, {}, ""
         if self.proc is not None:
             code = self.proc.wait()
             if code != 0:
@@ -176,9 +186,13 @@ def reproduce(
     device: str = "auto",
     precision: str = "auto",
     probe: bool = True,
+    train: bool = True,
 ) -> dict[str, Any]:
     """Run the grid of ``figures`` (default: the scale's) at ``scale_name`` into ``out`` and write the report;
-    returns results.json's content. ``probe``: print the estimated wall time first (see budget.py)."""
+    returns results.json's content. ``probe``: print the estimated wall time first (see budget.py). ``train``
+    False (``--report-only``): run nothing (neither the grid, nor the analysis, nor the width sweep) and write the
+    report from what has finished in ``out``; a run that has not finished (killed, still running in another
+    process, never started) counts as missing, and ``meta["unfinished"]`` names it."""
     t0 = time.perf_counter()
     scale = get_scale(scale_name)
     figures = tuple(figures) or scale.figures
@@ -191,29 +205,43 @@ def reproduce(
     cores = os.cpu_count() or 1
     jobs = jobs or (1 if cuda else cores)
     threads = threads or max(1, cores // jobs)
-    _say(f"normlab reproduce --scale {scale.name} -> {out} ({jobs} job(s) x {threads} thread(s))")
+    _say(f"normlab reproduce --scale {scale.name} -> {out} " + (f"({jobs} job(s) x {threads} thread(s))" if train
+         else "(--report-only: from the runs finished so far, training nothing)"))  # fmt: skip
     # The analysis needs no data: it starts first and overlaps the tokenizer training as well as the grid.
     alone = set(figures) <= {"fig3"}
-    analysis_job = (_Analysis(scale, out, threads=cores if alone else 1, device=device)
+    analysis_job = (_Analysis(scale, out, threads=cores if alone else 1, device=device, start=train)
                     if "fig3" in figures else None)  # fmt: skip
     try:
         ctx = make_context(scale, figures, corpus=corpus, device=device, precision=precision)
         specs = all_runs(scale, ctx, tuple(f for f in figures if f not in NOT_TRAINED_HERE))
         todo = [s for s in specs if run_status(out / "runs" / s.name) not in FINISHED]
-        if probe and todo:
+        sweep_dir = out / "width" / "runs"
+        if not train and len(todo) == len(specs) and not (analysis_job and analysis_job.done()) and not (
+                "width" in figures and sweep_dir.is_dir() and any(sweep_dir.iterdir())):
+            raise ConfigError(f"--report-only: nothing has finished in {out} yet (no finished run of the figures "
+                              f"{', '.join(figures)}); run it without --report-only first")
+        if train and probe and todo:
             from normlab.experiments.budget import estimate
             from normlab.experiments.scales import QUICK_BUDGET
 
             budget = QUICK_BUDGET["minutes"] if scale.name == "quick" else None
             _say(estimate(todo, ctx, jobs=jobs, threads=threads, budget_minutes=budget).text())
         base = baselines(scale, ctx, figures)
-        outcomes = run_grid(specs, out, jobs=jobs, threads=threads, launcher=launcher, nproc=nproc, say=_say)
-        # After the paper's runs, so that a stopped job has decided the paper's claims first.
-        width = _width_sweep(scale, out, jobs=jobs, threads=threads, corpus=corpus, device=device,
-                             precision=precision, probe=probe) if "width" in figures else None  # fmt: skip
-    except BaseException:  # a bad corpus, Ctrl-C: the analysis must not run on as an orphan
+        outcomes = (run_grid(specs, out, jobs=jobs, threads=threads, launcher=launcher, nproc=nproc, say=_say)
+                    if train else {})  # fmt: skip
+        # After the paper's runs, so that a stopped job has decided the paper's claims first. With --report-only,
+        # from the sweep's finished runs, if it was started.
+        width = None
+        if "width" in figures and (train or sweep_dir.is_dir()):
+            width = _width_sweep(scale, out, jobs=jobs, threads=threads, corpus=corpus, device=device,
+                                 precision=precision, probe=probe, train=train)  # fmt: skip
+    except BaseException as e:  # a bad corpus, Ctrl-C: the analysis must not run on as an orphan
         if analysis_job:
             analysis_job.stop()
+        if isinstance(e, KeyboardInterrupt):
+            _say(f"interrupted: finished runs are kept and a killed one resumes where it stopped. `normlab reproduce "
+                 f"--scale {scale.name} --out {out}` goes on; add --report-only to write the report from what has "
+                 "finished")  # fmt: skip
         raise
     analysis, analysis_images, analysis_text = analysis_job.result() if analysis_job else (None, {}, "")
     results = collect(specs, out, outcomes)
@@ -235,6 +263,7 @@ def reproduce(
         images[key] = Path(shutil.copyfile(png, report / f"{key}.png"))
     wall = time.perf_counter() - t0
     prior = _prior_wall(report / "results.json")
+    unfinished = [s.name for s in specs if results["runs"][s.name]["status"] not in ("completed", "diverged", "cached")]
     results["meta"] = {
         "scale": scale.name,
         "description": scale.description,
@@ -246,7 +275,11 @@ def reproduce(
         f"{cores} cores)",
         "threads": f"{jobs} job(s) x {threads} thread(s)",
         "wall_time_s": wall,
-        "wall_time_all_sessions_s": wall + prior,
+        # a report written without training adds no training time to the job's total
+        "wall_time_all_sessions_s": (wall if train else 0.0) + prior,
+        "report_only": not train,
+        "unfinished": {name: results["runs"][name]["status"] for name in unfinished},
+        "analysis_missing": "fig3" in figures and analysis is None,
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
         "updates_per_epoch": ctx.translation_updates_per_epoch,
         "runs": len(specs),
@@ -267,7 +300,8 @@ def _width_sweep(scale: Scale, out: Path, **kw: Any) -> dict[str, Any]:
     """The ``width`` figure: ``normlab sweep`` at the scale's preset into OUT/width (its own report there too)."""
     from normlab.experiments.sweep import run_sweep, sweep_scale
 
-    _say(f"width (beyond the paper): the {scale.sweep!r} stability sweep -> {out / 'width'}")
+    _say(f"width (beyond the paper): the {scale.sweep!r} stability sweep -> {out / 'width'}"
+         + ("" if kw.get("train", True) else " (its finished runs)"))
     return run_sweep(sweep_scale(scale.sweep), out / "width", say=_say, **kw)
 
 
@@ -304,5 +338,5 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--figures {args.figures!r} names no figure; expected some of {list(ALL_FIGURES)}")
     reproduce(args.scale, args.out, figures=figures, jobs=args.jobs, threads=args.threads, launcher=args.launcher,
               nproc=args.nproc, corpus=args.corpus, device=args.device, precision=args.precision,
-              probe=not args.no_estimate)  # fmt: skip
+              probe=not args.no_estimate, train=not args.report_only)  # fmt: skip
     return 0

@@ -657,9 +657,11 @@ def unigram_baseline(data: Any, task: str) -> dict[str, Any]:
 
 def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int = 0, corpus: str = "",
               device: str = "auto", precision: str = "auto", probe: bool = True, diagnose: bool = True,
-              say: Any = _say) -> dict[str, Any]:  # fmt: skip
+              say: Any = _say, train: bool = True) -> dict[str, Any]:  # fmt: skip
     """Run the sweep's grid into ``out`` (resumable: finished runs are kept), then write ``out/report/``:
-    sweep.json, loss_vs_lr.png, frontier.png, index.html and SWEEP.md. Returns sweep.json's content."""
+    sweep.json, loss_vs_lr.png, frontier.png, index.html and SWEEP.md. Returns sweep.json's content. ``train``
+    False (``--report-only``): run nothing and write the report from the runs finished so far; a cell that has not
+    finished is a missing grid point (:func:`analyze`), and ``meta["unfinished"]`` counts them."""
     import os
     import platform
     import time
@@ -690,6 +692,9 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         f"{len(cfg.warmups)} warm-ups x {len(cfg.widths)} widths x {len(cfg.lrs)} learning rates x {cfg.seeds} "
         f"seed(s)); {jobs} job(s) x {threads} thread(s)")  # fmt: skip
     todo = [s for s in specs if run_status(out / "runs" / s.name) not in FINISHED]
+    if not train and len(todo) == len(specs):
+        raise ConfigError(f"--report-only: no run of this sweep has finished in {out} yet; run it without "
+                          "--report-only first")
     # the tokenizer and binarized splits, once, before the workers (they would race to build them); the unigram
     # loss of the validation targets from them (a curve must get below it to have a frontier: module doc)
     first = specs[0].config
@@ -697,13 +702,13 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     baseline = unigram_baseline(data, cfg.task)
     say(f"unigram loss of the validation targets U = {baseline['unigram_loss']:.3f} nats ({baseline['tokens']:,} "
         f"tokens): a curve has a frontier only when its best run ends more than {cfg.margin:g} nats below it")  # fmt: skip
-    if todo:
+    if todo and train:
         # the estimate counts validation passes (budget.evaluations): it needs the epoch's real length, thousands
         # of updates here, so that runs of a few hundred validate every eval_every updates and at their end only
         ctx = dataclasses.replace(ctx, translation_updates_per_epoch=updates_per_epoch(data, first))
         if probe:
             say(sweep_estimate(todo, ctx, jobs=jobs, threads=threads))
-    outcomes = run_grid(specs, out, jobs=jobs, threads=threads, say=say)
+    outcomes = run_grid(specs, out, jobs=jobs, threads=threads, say=say) if train else {}
     cells, records = [], []
     for s in specs:
         status = run_status(out / "runs" / s.name) or "absent"
@@ -742,6 +747,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
             "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "runs": len(specs),
             "outcomes": {k: sum(o.status == k for o in outcomes.values())
                          for k in ("completed", "diverged", "failed", "skipped", "cached")},
+            "report_only": not train,
+            "unfinished": sum(r["status"] not in FINISHED + ("cached",) for r in records),
         },
     }  # fmt: skip
     from normlab.report.sweep import write_sweep_report
@@ -791,6 +798,8 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--threads", type=int, default=0, help="CPU threads per run (default: cores / jobs)")
     p.add_argument("--no-estimate", action="store_true", help="skip the probe that estimates the wall time")
     p.add_argument("--no-diagnose", action="store_true", help="skip diagnose's warm-up verdicts beside the sweep")
+    p.add_argument("--report-only", action="store_true", help="train nothing: write the report from the runs "
+                   "finished so far in OUT (an unfinished cell is a missing grid point)")
     p.add_argument("--corpus", default="", help="a directory of your own files (default: the vendored de-en / en-mono)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"])
@@ -802,5 +811,5 @@ def run(args: Any) -> int:
     cfg = SweepConfig.from_dict(apply_overrides(sweep_scale(args.scale).to_dict(), args.set))
     run_sweep(cfg, args.out or f"sweep/{cfg.scale}", jobs=args.jobs, threads=args.threads, corpus=args.corpus,
               device=args.device, precision=args.precision, probe=not args.no_estimate,
-              diagnose=not args.no_diagnose)  # fmt: skip
+              diagnose=not args.no_diagnose, train=not args.report_only)  # fmt: skip
     return 0

@@ -8,8 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_html", "format_number", "verdict_counts", "counts_sentence", "baseline_lines", "RUN_COLUMNS",
-           "run_cells"]
+__all__ = ["write_html", "format_number", "verdict_counts", "counts_sentence", "progress_sentence", "baseline_lines",
+           "RUN_COLUMNS", "run_cells"]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;
@@ -57,6 +57,25 @@ def counts_sentence(claims: list[dict[str, Any]]) -> str:
     c = verdict_counts(claims)
     return (f"{c['holds']} claims hold, {c['does not hold']} do not hold, {c['inconclusive']} are inconclusive "
             f"(the test could not decide), {c['not run at this scale']} were not run at this scale.")
+
+
+def progress_sentence(meta: dict[str, Any]) -> str:
+    """For a report written with ``--report-only``: which runs had not finished (shared with REPORT.md); "" for
+    a report written at the end of the job."""
+    if not meta.get("report_only"):
+        return ""
+    unfinished = meta.get("unfinished") or {}
+    words = {"running": "running or killed", "absent": "not started"}
+    s = "Written with --report-only, training nothing: "
+    if unfinished:
+        s += (f"{len(unfinished)} of the {meta.get('runs')} runs had not finished (" + ", ".join(
+            f"{name}: {words.get(st, st)}" for name, st in unfinished.items()) + "). A claim counts only its finished "
+            "seeds, and a run that has none is missing. ")  # fmt: skip
+    else:
+        s += "every run had finished. "
+    if meta.get("analysis_missing"):
+        s += "Figure 3's analysis had not finished: its claims are missing. "
+    return s + "Run the same command without --report-only to finish the job."
 
 
 def baseline_lines(results: dict[str, Any]) -> list[str]:
@@ -111,6 +130,7 @@ def write_html(results: dict[str, Any], images: dict[str, Path], path: Path) -> 
         f"<br>normlab {_e(meta.get('normlab_version'))}, torch {_e(meta.get('torch'))}, {_e(meta.get('device'))}, "
         f"{_e(meta.get('threads'))}; wall time {_num(meta.get('wall_time_s', 0) / 60, '.1f')} min; "
         f"{_e(meta.get('finished'))}.</p>",
+        f"<p><b>{_e(progress_sentence(meta))}</b></p>" if meta.get("report_only") else "",
         f"<p>{_e(counts_sentence(claims))}</p>",
         "<p class='small'><b>holds</b> / <b>does not hold</b>: the test could see the paper's effect (its reference "
         "runs learned the task, the seeds measured the noise) and saw it, or saw its absence or reverse. "

@@ -7,7 +7,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from normlab.report.html import RUN_COLUMNS, baseline_lines, counts_sentence, format_number, run_cells
+from normlab.report.html import (
+    RUN_COLUMNS,
+    baseline_lines,
+    counts_sentence,
+    format_number,
+    progress_sentence,
+    run_cells,
+)
 
 __all__ = ["write_markdown"]
 
@@ -31,6 +38,7 @@ def write_markdown(results: dict[str, Any], images: dict[str, Path], path: Path)
         f"torch {meta.get('torch')}, {meta.get('device')}, {meta.get('threads')}; wall time "
         f"{_num(meta.get('wall_time_s', 0) / 60, '.1f')} min; {meta.get('finished')}.",
         "",
+        *([f"**{progress_sentence(meta)}**", ""] if meta.get("report_only") else []),
         counts_sentence(claims),
         "",
         "| id | claim (paper) | verdict | gate: did the reference learn? | effect (95% interval) |",

@@ -213,7 +213,9 @@ def _meta_line(result: dict[str, Any]) -> str:
             f"wall time {m['wall_time_s'] / 60:.1f} min"
             + (f" (this invocation; the runs' training steps took {m['train_time_s'] / 60:.1f} min summed over runs)"
                if m.get("train_time_s") else "")
-            + f"; {m['finished']}.")  # fmt: skip
+            + f"; {m['finished']}."
+            + (f" Written with --report-only: {m.get('unfinished', 0)} of the {m['runs']} runs had not finished and "
+               "are missing grid points." if m.get("report_only") else ""))  # fmt: skip
 
 
 def _diagnose_sentence(result: dict[str, Any]) -> str:
