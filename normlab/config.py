@@ -695,6 +695,16 @@ class ScheduleConfig(Strict):
             raise self.error("decay_from", "cannot be combined with after_step (which anchors the decay at the first "
                              "step boundary)")
 
+    def past_the_end(self, total_updates: int) -> str | None:
+        """Why this schedule does not fit a run of ``total_updates`` updates (a warm-up longer than the run, or a
+        decay that starts after its end), or None. One check for the three places that know the run's length:
+        TrainConfig.validate (max_updates), Trainer.fit (epochs x the epoch's updates) and build_schedule."""
+        if self.warmup_updates > total_updates:
+            return f"warmup_updates={self.warmup_updates} is longer than the run"
+        if self.decay_from > total_updates:
+            return f"decay_from={self.decay_from} is after the run's end"
+        return None
+
 
 # --------------------------------------------------------------------------------------------------------
 # Data
@@ -857,12 +867,5 @@ class TrainConfig(Strict):
             raise self.error("lenpen", f"must be >= 0, got {self.lenpen}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise self.error("label_smoothing", f"must be in [0, 1), got {self.label_smoothing}")
-        if self.max_updates and self.schedule.warmup_updates > self.max_updates:
-            raise self.error(
-                "schedule",
-                f"warmup_updates={self.schedule.warmup_updates} is longer than the run (max_updates={self.max_updates})",
-            )
-        if self.max_updates and self.schedule.decay_from > self.max_updates:
-            raise self.error(
-                "schedule", f"decay_from={self.schedule.decay_from} is after the run's end (max_updates={self.max_updates})"
-            )
+        if self.max_updates and (why := self.schedule.past_the_end(self.max_updates)):
+            raise self.error("schedule", f"{why} (max_updates={self.max_updates})")

@@ -213,9 +213,13 @@ def test_run_dir_checks(tmp_path):
 
 def test_warmup_longer_than_run_is_refused(tmp_path):
     cfg = TrainConfig.from_dict(config(max_epochs=1, schedule={"warmup_updates": 50}))
-    with pytest.raises(ConfigError, match="longer than the run"):
+    with pytest.raises(ConfigError, match=r"warmup_updates=50 is longer than the run \(\d+ updates = 1 epochs of"):
         Trainer(cfg, tmp_path / "r", ReverseTask(), None, progress=False).fit()
     assert not (tmp_path / "r").exists() or not list((tmp_path / "r").iterdir())
+    # the decay's start too: a run bounded by epochs is only measured here, not in TrainConfig.validate
+    cfg = TrainConfig.from_dict(config(max_epochs=1, schedule={"warmup_updates": 0, "decay_from": 50}))
+    with pytest.raises(ConfigError, match="decay_from=50 is after the run's end"):
+        Trainer(cfg, tmp_path / "r", ReverseTask(), None, progress=False).fit()
 
 
 def test_init_from_loads_matching_tensors_only_at_the_start(tmp_path):

@@ -79,10 +79,8 @@ def build_schedule(cfg: ScheduleConfig, lr_max: float, total_updates: int, updat
     Epoch boundaries are turned into update numbers with ``updates_per_epoch`` (the number of updates of an
     epoch of the training data), so the result is still a pure function of t.
     """
-    if cfg.warmup_updates > total_updates:
-        raise ValueError(f"warm-up of {cfg.warmup_updates} updates is longer than the run ({total_updates} updates)")
-    if cfg.decay_from > total_updates:
-        raise ValueError(f"decay_from={cfg.decay_from} is after the run's last update ({total_updates})")
+    if why := cfg.past_the_end(total_updates):
+        raise ValueError(f"{why} ({total_updates} updates)")
     w = cfg.warmup_updates
     start = cfg.decay_from or w  # validate() keeps decay_from >= w: eq. (1) ends at lr_max, then it is held
     if cfg.decay == "inverse_sqrt":

@@ -445,16 +445,8 @@ class Trainer:
         total = cfg.max_epochs * per_epoch
         if cfg.max_updates:
             total = min(total, cfg.max_updates)
-        if cfg.schedule.warmup_updates > total:
-            raise ConfigError(
-                f"TrainConfig.schedule: warmup_updates={cfg.schedule.warmup_updates} is longer than the run "
-                f"({total} updates = {cfg.max_epochs} epochs of {per_epoch})"
-            )
-        if cfg.schedule.decay_from > total:
-            raise ConfigError(
-                f"TrainConfig.schedule: decay_from={cfg.schedule.decay_from} is after the run's end ({total} updates = "
-                f"{cfg.max_epochs} epochs of {per_epoch})"
-            )
+        if why := cfg.schedule.past_the_end(total):
+            raise ConfigError(f"TrainConfig.schedule: {why} ({total} updates = {cfg.max_epochs} epochs of {per_epoch})")
         schedule: Schedule = build_schedule(cfg.schedule, cfg.optim.lr, total, per_epoch)
         if self.valid_data is not None:  # a validation example longer than max_tokens: now, not after an epoch
             from normlab.data.corpora import DataError
