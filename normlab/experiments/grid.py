@@ -60,6 +60,7 @@ def changed_settings(spec: RunSpec, run_dir: Path) -> list[str]:
     return [f"{k}: {theirs[k]!r} -> {v!r}" for k, v in flat_dict(spec.config.to_dict()).items()
             if k not in _NOT_THE_RESULT and k in theirs and theirs[k] != v]  # fmt: skip
 
+
 FINISHED = ("completed", "diverged")
 
 
