@@ -208,7 +208,7 @@ def test_admin_lines():
         assert len(omegas) == len(subs) == (6 if stack == "encoder" else 6)
         assert float(omegas[0][0].detach()) == 1.0
         for i, (r, w) in enumerate(zip(subs, omegas)):
-            assert torch.equal(w, torch.full_like(w, float(w[0])))  # one value on every channel at init
+            assert torch.equal(w, torch.full_like(w, float(w[0].detach())))  # one value on every channel at init
             torch.testing.assert_close(r["branch_in"], r["input"])  # the branch sees the raw x
             torch.testing.assert_close(r["sum"], w * r["input"] + r["branch_out"])  # omega . x + F(x)
             torch.testing.assert_close(r["output"], _ln(r["sum"]))  # LN(.)
