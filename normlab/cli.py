@@ -214,8 +214,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "train": ("train a translation, masked-LM or classification model (exit 3 when it diverges)", _train_args, _train),
     "translate": ("translate sentences (stdin or --input) with a trained run, streamed to stdout",
                   _translate_args, _translate),
-    "evaluate": ("BLEU (sacreBLEU and tokenized) and NLL of a run on its valid or test split", _evaluate_args,
-                 _evaluate),
+    "evaluate": ("BLEU (sacreBLEU and tokenized) and NLL of a run on its valid or test split, or on your own files",
+                 _evaluate_args, _evaluate),
     "reproduce": ("run the paper's experiments at a scale and write the report with a verdict per claim",
                   _reproduce_args, _reproduce),
     "sweep": ("the stability frontier: maximum stable learning rate and LR sensitivity per normalization scheme, "

@@ -1,5 +1,6 @@
 """Translating with a trained run: ``normlab translate`` (stdin/file to stdout, streamed), ``normlab evaluate``
-(BLEU, both kinds, and NLL on a split), and the validation BLEU the trainer measures after every epoch.
+(BLEU, both kinds, and NLL on a split of the run's corpus or on your own parallel files), and the validation
+BLEU the trainer measures after every epoch.
 
 A run directory holds everything needed: ``config.yaml``, ``tokenizer.model`` (written by ``normlab train``)
 and ``checkpoints/``; ``--checkpoint`` is ``best`` (the lowest validation NLL), ``last`` or an update number.
@@ -142,21 +143,80 @@ def validation_bleu(
 
 def evaluate_run(
     run_dir: str | Path, split: str = "test", *, checkpoint: str = "best", beam: int = 5, lenpen: float = 1.2,
-    max_tokens: int = 4096, limit: int = 0, device: str = "auto",
+    max_tokens: int = 4096, limit: int = 0, device: str = "auto", source: str | Path | None = None,
+    reference: str | Path | None = None,
 ) -> dict[str, Any]:
     """BLEU (sacreBLEU on detokenized text, and fairseq-IWSLT-style tokenized BLEU) and the teacher-forced NLL
-    of ``split``; also writes ``run_dir/eval/<split>-<checkpoint>.{json,hyp}``."""
-    from normlab.data import prepare
-    from normlab.train.objectives import compute_loss
-
+    of ``split`` of the run's corpus, or of your own parallel files ``source`` / ``reference`` (one sentence per
+    line, in the run's source and target languages, read with the run's tokenizer); also writes
+    ``run_dir/eval/<split or source file name>-<checkpoint>.{json,hyp}``."""
     if limit < 0:
         raise ConfigError(f"--limit must be >= 0 (0 = all), got {limit}")
+    if (source is None) != (reference is None):
+        raise ConfigError("--source and --reference go together: your source sentences and their translations")
+    own = _read_parallel(Path(source), Path(reference)) if source is not None and reference is not None else None
     model, cfg, tok, path = load_run(run_dir, checkpoint, device)
-    data = prepare(cfg.data.replace(valid_subset=0), cfg.model.max_positions)
-    if split not in data.splits:
-        raise ConfigError(f"{run_dir}: the corpus has no {split!r} split (has {sorted(data.splits)})")
-    ds = data.splits[split]
+    dropped = 0
+    if own is None:
+        from normlab.data import prepare
+
+        data = prepare(cfg.data.replace(valid_subset=0), cfg.model.max_positions)
+        if split not in data.splits:
+            raise ConfigError(f"{run_dir}: the corpus has no {split!r} split (has {sorted(data.splits)})")
+        ds, what = data.splits[split], {"split": split}
+    else:
+        ds, dropped = _own_dataset(tok, *own, cfg.model.max_positions)
+        if not len(ds):
+            raise ConfigError(f"--source {source}: no sentence pair fits the model's max_positions="
+                              f"{cfg.model.max_positions} tokens")  # fmt: skip
+        what = {"source": str(source), "reference": str(reference), "dropped_longer_than_max_positions": dropped}
     n = min(limit, len(ds)) if limit else len(ds)
+    result = {"run": str(run_dir), "checkpoint": str(path), **what,
+              **_score(model, cfg, tok, ds, n, beam=beam, lenpen=lenpen, max_tokens=max_tokens)}  # fmt: skip
+    hyps = result.pop("hypotheses")
+    out = RunDir(run_dir).path / "eval"
+    stem = f"{split if own is None else Path(source).name}-{path.name}"  # type: ignore[arg-type]
+    write_atomic(out / f"{stem}.json", json.dumps(strict_json(result), indent=1))
+    write_atomic(out / f"{stem}.hyp", "".join(h + "\n" for h in hyps))
+    return result
+
+
+def _read_parallel(source: Path, reference: Path) -> tuple[list[str], list[str]]:
+    """Your own test set: two UTF-8 files of the same number of lines (one sentence each)."""
+    sides = []
+    for flag, path in (("--source", source), ("--reference", reference)):
+        if not path.is_file():
+            raise ConfigError(f"{flag} {path}: " + ("is a directory" if path.is_dir() else "no such file"))
+        with open(path, "rb") as f:
+            sides.append([line.strip() for line in _utf8_lines(f, f"{flag} {path}")])
+    if len(sides[0]) != len(sides[1]):
+        raise ConfigError(f"--source {source} has {len(sides[0])} lines but --reference {reference} has "
+                          f"{len(sides[1])}: they must be parallel, one sentence per line")  # fmt: skip
+    if not sides[0]:
+        raise ConfigError(f"--source {source}: no sentences")
+    return sides[0], sides[1]
+
+
+def _own_dataset(tok: Tokenizer, sources: list[str], references: list[str], max_positions: int) -> tuple[Any, int]:
+    """Your sentence pairs encoded with the run's tokenizer as a TranslationDataset; pairs with a side longer than
+    ``max_positions`` (EOS included) are dropped and counted, as ``prepare`` does for a corpus' splits."""
+    from normlab.data.datasets import Ragged, TranslationDataset
+
+    src, tgt = (Ragged(*tok.encode_arrays(side)) for side in (sources, references))
+    keep = np.flatnonzero((src.lengths + 1 <= max_positions) & (tgt.lengths + 1 <= max_positions))
+    ds = TranslationDataset(src, tgt, Ragged.from_texts(sources), Ragged.from_texts(references))
+    if len(keep) < len(ds):
+        log.warning("dropped %d of %d sentence pairs longer than max_positions=%d", len(ds) - len(keep), len(ds),
+                    max_positions)  # fmt: skip
+        ds = ds.select(keep)
+    return ds, len(sources) - len(keep)
+
+
+def _score(model: Seq2Seq, cfg: TrainConfig, tok: Tokenizer, ds: Any, n: int, *, beam: int, lenpen: float,
+           max_tokens: int) -> dict[str, Any]:  # fmt: skip
+    """BLEU and NLL of the first ``n`` examples of ``ds`` (and the hypotheses, for the .hyp file)."""
+    from normlab.train.objectives import compute_loss
+
     t0 = time.perf_counter()
     sources = [list(ds.source_tokens(i)) for i in range(n)]
     amp = autocast_dtype(cfg.precision, next(model.parameters()).device)
@@ -172,19 +232,15 @@ def evaluate_run(
             sums = compute_loss(model, sub.collate(idx).to(next(model.parameters()).device), 0.0)
             nll += sums.nll.item()
             tokens += sums.n_tokens
-    result = {
-        "run": str(run_dir), "checkpoint": str(path), "split": split, "sentences": n,
+    return {
+        "sentences": n,
         "bleu": scores.sacrebleu, "bleu_signature": scores.sacrebleu_signature,
         "bleu_tokenized": scores.tokenized_bleu, "bleu_tokenized_signature": scores.tokenized_bleu_signature,
         "nll": nll / max(tokens, 1), "ppl": math.exp(min(nll / max(tokens, 1), 50)),
         "decoding": {"beam": beam, "lenpen": lenpen, "max_len": "1.2 * src_len + 10", "max_tokens": max_tokens},
         "sentences_per_s": n / max(seconds, 1e-9),
+        "hypotheses": hyps,
     }  # fmt: skip
-    out = RunDir(run_dir).path / "eval"
-    stem = f"{split}-{path.name}"
-    write_atomic(out / f"{stem}.json", json.dumps(strict_json(result), indent=1))
-    write_atomic(out / f"{stem}.hyp", "".join(h + "\n" for h in hyps))
-    return result
 
 
 # ----------------------------------------------------------------------------------------------------- CLI
@@ -250,14 +306,21 @@ def run_translate(args: argparse.Namespace) -> int:
 
 def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
     _common(p)
-    p.add_argument("--split", default="test", choices=["valid", "test"])
+    p.add_argument("--split", default=None, choices=["valid", "test"], help="a split of the run's corpus (default: "
+                   "test)")
+    p.add_argument("--source", help="your own test set instead of a split: a file of source sentences, one per line, "
+                   "in the run's source language (with --reference)")
+    p.add_argument("--reference", help="the reference translations of --source, line by line")
     p.add_argument("--limit", type=int, default=0, help="only the first N sentences (0 = all)")
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     _check_decoding(args)
-    result = evaluate_run(args.run, args.split, checkpoint=args.checkpoint, beam=args.beam, lenpen=args.lenpen,
-                          max_tokens=args.max_tokens, limit=args.limit, device=args.device)  # fmt: skip
+    if args.split and (args.source or args.reference):
+        raise ConfigError("--split evaluates the run's own corpus; --source/--reference your files: one or the other")
+    result = evaluate_run(args.run, args.split or "test", checkpoint=args.checkpoint, beam=args.beam,
+                          lenpen=args.lenpen, max_tokens=args.max_tokens, limit=args.limit, device=args.device,
+                          source=args.source, reference=args.reference)  # fmt: skip
     print(json.dumps(result, indent=1))
     return 0

@@ -56,6 +56,39 @@ def test_evaluate_writes_json(trained_run):
     assert len((trained_run / "eval" / "test-best.hyp").read_text().splitlines()) == 10
 
 
+def test_evaluate_on_your_own_files(trained_run, small_corpora, tmp_path):
+    """``--source/--reference``: your own parallel files, read with the run's tokenizer, score exactly as the same
+    sentences do as the run's test split; a pair longer than max_positions is dropped and counted."""
+    raw = small_corpora["de-en-raw"]
+    de, en = ((raw / f"test.{lang}").read_text(encoding="utf-8").splitlines()[:20] for lang in ("de", "en"))
+    (tmp_path / "own.de").write_text("\n".join(de + [" ".join(["Haus"] * 200)]) + "\n", encoding="utf-8")
+    (tmp_path / "own.en").write_text("\n".join(en + ["house"]) + "\n", encoding="utf-8")
+    proc = normlab("evaluate", "--run", str(trained_run), "--source", str(tmp_path / "own.de"), "--reference",
+                   str(tmp_path / "own.en"), "--beam", "2")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    own = json.loads(proc.stdout)
+    dropped = own["dropped_longer_than_max_positions"]  # the long pair, and any of the 20 over the run's 64 tokens
+    assert dropped >= 1 and own["sentences"] == 21 - dropped >= 10 and f"dropped {dropped} of 21" in proc.stderr
+    # the run's test split drops by the same rule: its first sentences are the ones kept here
+    split = json.loads(normlab("evaluate", "--run", str(trained_run), "--split", "test", "--limit",
+                               str(own["sentences"]), "--beam", "2").stdout)  # fmt: skip
+    assert own["bleu"] == split["bleu"] and own["bleu_tokenized"] == split["bleu_tokenized"]
+    assert own["nll"] == pytest.approx(split["nll"], rel=1e-6)
+    assert (trained_run / "eval" / "own.de-best.hyp").read_text().splitlines() == (
+        trained_run / "eval" / "test-best.hyp").read_text().splitlines()
+    # one-line errors: files of different lengths, a flag alone, both ways at once
+    (tmp_path / "short.en").write_text("house\n", encoding="utf-8")
+    for args, says in (
+        (["--source", str(tmp_path / "own.de"), "--reference", str(tmp_path / "short.en")], "has 21 lines but"),
+        (["--source", str(tmp_path / "own.de")], "go together"),
+        (["--split", "valid", "--source", str(tmp_path / "own.de"), "--reference", str(tmp_path / "own.en")],
+         "one or the other"),
+        (["--source", str(tmp_path / "nope.de"), "--reference", str(tmp_path / "own.en")], "no such file"),
+    ):  # fmt: skip
+        bad = normlab("evaluate", "--run", str(trained_run), *args)
+        assert bad.returncode == 2 and says in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
 def test_run_without_checkpoint_is_one_line_error(tmp_path):
     run = tmp_path / "empty"
     run.mkdir()
