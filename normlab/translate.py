@@ -23,6 +23,7 @@ import torch
 
 from normlab.config import ConfigError, TrainConfig
 from normlab.data.batch import EOS, PAD
+from normlab.data.cache import digest
 from normlab.data.tokenizer import Tokenizer
 from normlab.device import autocast_dtype
 from normlab.generate import translate_batch
@@ -148,68 +149,48 @@ def evaluate_run(
 ) -> dict[str, Any]:
     """BLEU (sacreBLEU on detokenized text, and fairseq-IWSLT-style tokenized BLEU) and the teacher-forced NLL
     of ``split`` of the run's corpus, or of your own parallel files ``source`` / ``reference`` (one sentence per
-    line, in the run's source and target languages, read with the run's tokenizer); also writes
-    ``run_dir/eval/<split or source file name>-<checkpoint>.{json,hyp}``."""
+    line, in the run's source and target languages, read with the run's tokenizer and dropped as ``prepare``
+    drops a split's pairs); also writes ``run_dir/eval/<split>-<checkpoint>.{json,hyp}`` (for your files:
+    ``own-<file name>-<hash of its path>-<checkpoint>``, named in the result's ``written``)."""
     if limit < 0:
         raise ConfigError(f"--limit must be >= 0 (0 = all), got {limit}")
     if (source is None) != (reference is None):
         raise ConfigError("--source and --reference go together: your source sentences and their translations")
-    own = _read_parallel(Path(source), Path(reference)) if source is not None and reference is not None else None
+    if source is not None and reference is not None:
+        for flag, f in (("--source", source), ("--reference", reference)):
+            if not str(f) or not Path(f).is_file():
+                why = "is a directory" if str(f) and Path(f).is_dir() else "no such file"
+                raise ConfigError(f"{flag} {f!r}: {why}")
     model, cfg, tok, path = load_run(run_dir, checkpoint, device)
-    dropped = 0
-    if own is None:
+    if source is None or reference is None:
         from normlab.data import prepare
 
         data = prepare(cfg.data.replace(valid_subset=0), cfg.model.max_positions)
         if split not in data.splits:
             raise ConfigError(f"{run_dir}: the corpus has no {split!r} split (has {sorted(data.splits)})")
-        ds, what = data.splits[split], {"split": split}
+        ds, what, stem = data.splits[split], {"split": split}, split
     else:
-        ds, dropped = _own_dataset(tok, *own, cfg.model.max_positions)
-        if not len(ds):
-            raise ConfigError(f"--source {source}: no sentence pair fits the model's max_positions="
-                              f"{cfg.model.max_positions} tokens")  # fmt: skip
-        what = {"source": str(source), "reference": str(reference), "dropped_longer_than_max_positions": dropped}
+        from normlab.data.corpora import DataError
+        from normlab.data.datasets import read_test_pairs
+
+        try:  # read as prepare reads a corpus' split, with the run's tokenizer
+            ds, dropped = read_test_pairs(Path(source), Path(reference), tok, cfg.model.max_positions)
+        except DataError as e:
+            raise ConfigError(str(e)) from None
+        what = {"source": str(source), "reference": str(reference), **dropped}
+        # named after the file and where it is: two test sets called news.de must not overwrite each other's
+        # scores, nor a file called "test" the split's
+        stem = f"own-{Path(source).name}-{digest('eval', str(Path(source).resolve()))[:8]}"
     n = min(limit, len(ds)) if limit else len(ds)
     result = {"run": str(run_dir), "checkpoint": str(path), **what,
               **_score(model, cfg, tok, ds, n, beam=beam, lenpen=lenpen, max_tokens=max_tokens)}  # fmt: skip
     hyps = result.pop("hypotheses")
     out = RunDir(run_dir).path / "eval"
-    stem = f"{split if own is None else Path(source).name}-{path.name}"  # type: ignore[arg-type]
+    stem = f"{stem}-{path.name}"
+    result["written"] = str(out / f"{stem}.json")
     write_atomic(out / f"{stem}.json", json.dumps(strict_json(result), indent=1))
     write_atomic(out / f"{stem}.hyp", "".join(h + "\n" for h in hyps))
     return result
-
-
-def _read_parallel(source: Path, reference: Path) -> tuple[list[str], list[str]]:
-    """Your own test set: two UTF-8 files of the same number of lines (one sentence each)."""
-    sides = []
-    for flag, path in (("--source", source), ("--reference", reference)):
-        if not path.is_file():
-            raise ConfigError(f"{flag} {path}: " + ("is a directory" if path.is_dir() else "no such file"))
-        with open(path, "rb") as f:
-            sides.append([line.strip() for line in _utf8_lines(f, f"{flag} {path}")])
-    if len(sides[0]) != len(sides[1]):
-        raise ConfigError(f"--source {source} has {len(sides[0])} lines but --reference {reference} has "
-                          f"{len(sides[1])}: they must be parallel, one sentence per line")  # fmt: skip
-    if not sides[0]:
-        raise ConfigError(f"--source {source}: no sentences")
-    return sides[0], sides[1]
-
-
-def _own_dataset(tok: Tokenizer, sources: list[str], references: list[str], max_positions: int) -> tuple[Any, int]:
-    """Your sentence pairs encoded with the run's tokenizer as a TranslationDataset; pairs with a side longer than
-    ``max_positions`` (EOS included) are dropped and counted, as ``prepare`` does for a corpus' splits."""
-    from normlab.data.datasets import Ragged, TranslationDataset
-
-    src, tgt = (Ragged(*tok.encode_arrays(side)) for side in (sources, references))
-    keep = np.flatnonzero((src.lengths + 1 <= max_positions) & (tgt.lengths + 1 <= max_positions))
-    ds = TranslationDataset(src, tgt, Ragged.from_texts(sources), Ragged.from_texts(references))
-    if len(keep) < len(ds):
-        log.warning("dropped %d of %d sentence pairs longer than max_positions=%d", len(ds) - len(keep), len(ds),
-                    max_positions)  # fmt: skip
-        ds = ds.select(keep)
-    return ds, len(sources) - len(keep)
 
 
 def _score(model: Seq2Seq, cfg: TrainConfig, tok: Tokenizer, ds: Any, n: int, *, beam: int, lenpen: float,

@@ -109,6 +109,20 @@ def test_width_figure_runs_the_sweep_into_the_report(tmp_path, data_cache, monke
         assert (report / png).stat().st_size > 1000 and f"]({png})" in md
     page = (report / "index.html").read_text()
     assert BEYOND_TITLE in page and "diagnose held against the sweep" in page and "notrun" not in page.split(BEYOND_TITLE)[1].split("<h2>")[0]
+    # --report-only with a cell gone: the sweep's section reads what finished; the curve with the hole decides
+    # nothing (no warm-up ground truth at its width, no point of the width law), diagnose's verdicts are reused
+    gone = json.loads((out / "width" / "report" / "sweep.json").read_text())["cells"][0]
+    shutil.rmtree(out / "width" / "runs" / gone["name"])
+    again = reproduce("smoke", out, figures=("width",), jobs=2, threads=1, probe=False, train=False)
+    w = again["width_sweep"]
+    assert w["ran"] and w["meta"]["report_only"] and w["meta"]["unfinished"] == 1
+    [row] = [r for r in w["frontier"] if (r["scheme"], r["warmup"], r["width"]) == (gone["scheme"], gone["warmup"],
+                                                                                       gone["width"])]  # fmt: skip
+    assert row["missing_lrs"] == [gone["lr"]]
+    assert next(t for t in w["warmup_truth"] if t["width"] == gone["width"])["warmup_needed"] is None
+    assert gone["width"] not in next(s for s in w["width_law"] if s["warmup"] == gone["warmup"])["widths"]
+    assert w["diagnose"] is not None and w["diagnose"]["table"] == results["width_sweep"]["diagnose"]["table"]
+    assert not (out / "width" / "runs" / gone["name"]).exists()
 
 
 def test_figure_subset_on_a_users_own_files(tmp_path, small_corpora):
@@ -147,13 +161,34 @@ def test_figure_subset_on_a_users_own_files(tmp_path, small_corpora):
         "post-adam-1e-3-nowarm-s2": "running", "post-adam-1e-4-const-s2": "absent"}
     c13 = next(c for c in results["claims"] if c["id"] == "C13")
     assert c13["verdict"] == "inconclusive" and "(1 seed)" in c13["evidence"], c13
+    # the half-killed run's curve is left out too, not only the deleted one
+    assert results["groups"]["post-adam-1e-3-nowarm"]["nll"]["seeds"] == 1
+    assert results["groups"]["post-adam-1e-4-const"]["nll"]["seeds"] == 1
     banner = "Written with --report-only, training nothing: 2 of the 6 runs had not finished"
-    assert banner in (out / "report" / "REPORT.md").read_text() and banner in (out / "report" / "index.html").read_text()
+    md, page = (out / "report" / "REPORT.md").read_text(), (out / "report" / "index.html").read_text()
+    assert banner in md and banner in page and "report written with --report-only; " in md
+    assert results["meta"]["threads"] == "--report-only" and results["meta"]["train_time_s"] > 0
+    # the width sweep asked for but not started: said so, not "not run at this scale"
+    partial = subprocess.run([sys.executable, "-m", "normlab", "reproduce", "--scale", "smoke", "--figures",
+                              "fig6,width", "--corpus", str(small_corpora["de-en-raw"]), "--out", str(out),
+                              "--report-only"], cwd=ROOT, env=env, capture_output=True, text=True,
+                             timeout=600)  # fmt: skip
+    assert partial.returncode == 0, partial.stderr[-3000:]
+    results = json.loads((out / "report" / "results.json").read_text())
+    assert results["width_sweep"]["unfinished"] and results["meta"]["width_missing"]
+    md = (out / "report" / "REPORT.md").read_text()
+    assert "The width sweep had no finished run" in md and "had finished when this report was written" in md
+    assert not (out / "width").exists()
+    # runs of another scale in the folder are refused, not reported as this scale's
+    other = subprocess.run([sys.executable, "-m", "normlab", "reproduce", "--scale", "full", "--figures", "fig6",
+                            "--corpus", str(small_corpora["de-en-raw"]), "--out", str(out), "--report-only"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert other.returncode == 2 and "trained with other settings" in other.stderr, other.stderr[-2000:]
     empty = subprocess.run([sys.executable, "-m", "normlab", "reproduce", "--scale", "smoke", "--figures", "fig6",
                             "--out", str(tmp_path / "empty"), "--report-only"], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=120)  # fmt: skip
     assert empty.returncode == 2 and "nothing has finished" in empty.stderr
-    assert not (tmp_path / "empty" / "report").exists()
+    assert not (tmp_path / "empty").exists() and "dropped" not in empty.stderr  # refused before any data work
     bad = subprocess.run([sys.executable, "-m", "normlab", "reproduce", "--scale", "smoke", "--figures", "fig7",
                           "--out", str(tmp_path / "bad")], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=120)  # fmt: skip

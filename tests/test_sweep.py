@@ -389,7 +389,8 @@ def test_smoke_sweep_cli(tmp_path):
     # --report-only trains nothing: a run that is gone stays gone and is a missing grid point of its curve
     gone = data["cells"][0]
     shutil.rmtree(out / "runs" / gone["name"])
-    partial = normlab("sweep", "--scale", "smoke", "--out", str(out), "--report-only", "--no-diagnose")
+    verdicts = data["diagnose"]["table"]
+    partial = normlab("sweep", "--scale", "smoke", "--out", str(out), "--report-only")
     assert partial.returncode == 0, partial.stderr[-3000:]
     assert not (out / "runs" / gone["name"]).exists() and " start " not in partial.stderr
     data = json.loads((report / "sweep.json").read_text())
@@ -397,9 +398,13 @@ def test_smoke_sweep_cli(tmp_path):
     [row] = [r for r in data["frontier"] if (r["scheme"], r["warmup"], r["width"]) == (gone["scheme"], gone["warmup"],
                                                                                           gone["width"])]  # fmt: skip
     assert row["missing_lrs"] == [gone["lr"]]
-    assert f"Written with --report-only: 1 of the {n} runs had not finished" in (report / "SWEEP.md").read_text()
+    md = (report / "SWEEP.md").read_text()
+    assert f"Written with --report-only: 1 of the {n} runs had not finished" in md and f"{n - 1} completed" in md
+    assert data["diagnose"]["table"] == verdicts  # diagnose's verdicts of the last report: no model is built
+    assert "diagnose: warm-up verdicts" not in partial.stderr
     empty = normlab("sweep", "--scale", "smoke", "--out", str(tmp_path / "empty"), "--report-only")
     assert empty.returncode == 2 and "no run of this sweep has finished" in empty.stderr
+    assert not (tmp_path / "empty").exists()
 
 
 def test_diagnose_verdicts_give_no_verdict_for_rezero():

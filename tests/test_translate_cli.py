@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -57,33 +58,45 @@ def test_evaluate_writes_json(trained_run):
 
 
 def test_evaluate_on_your_own_files(trained_run, small_corpora, tmp_path):
-    """``--source/--reference``: your own parallel files, read with the run's tokenizer, score exactly as the same
-    sentences do as the run's test split; a pair longer than max_positions is dropped and counted."""
+    """``--source/--reference``: your own parallel files, read with the run's tokenizer as ``prepare`` reads a split
+    (an empty pair and a pair longer than max_positions dropped and counted), score exactly as the same sentences
+    do as the run's test split."""
     raw = small_corpora["de-en-raw"]
     de, en = ((raw / f"test.{lang}").read_text(encoding="utf-8").splitlines()[:20] for lang in ("de", "en"))
-    (tmp_path / "own.de").write_text("\n".join(de + [" ".join(["Haus"] * 200)]) + "\n", encoding="utf-8")
-    (tmp_path / "own.en").write_text("\n".join(en + ["house"]) + "\n", encoding="utf-8")
+    # a byte-order mark (not text), an empty pair, a pair too long for the run's 64 positions
+    (tmp_path / "own.de").write_text("\ufeff" + "\n".join(de + ["", " ".join(["Haus"] * 200)]) + "\n", encoding="utf-8")
+    (tmp_path / "own.en").write_text("\n".join(en + ["", "house"]) + "\n", encoding="utf-8")
     proc = normlab("evaluate", "--run", str(trained_run), "--source", str(tmp_path / "own.de"), "--reference",
                    str(tmp_path / "own.en"), "--beam", "2")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     own = json.loads(proc.stdout)
-    dropped = own["dropped_longer_than_max_positions"]  # the long pair, and any of the 20 over the run's 64 tokens
-    assert dropped >= 1 and own["sentences"] == 21 - dropped >= 10 and f"dropped {dropped} of 21" in proc.stderr
+    long = own["dropped_longer_than_max_positions"]  # the long pair, and any of the 20 over the run's 64 tokens
+    assert own["dropped_empty"] == 1 and long >= 1 and own["sentences"] == 21 - long >= 10
     # the run's test split drops by the same rule: its first sentences are the ones kept here
     split = json.loads(normlab("evaluate", "--run", str(trained_run), "--split", "test", "--limit",
                                str(own["sentences"]), "--beam", "2").stdout)  # fmt: skip
     assert own["bleu"] == split["bleu"] and own["bleu_tokenized"] == split["bleu_tokenized"]
     assert own["nll"] == pytest.approx(split["nll"], rel=1e-6)
-    assert (trained_run / "eval" / "own.de-best.hyp").read_text().splitlines() == (
-        trained_run / "eval" / "test-best.hyp").read_text().splitlines()
-    # one-line errors: files of different lengths, a flag alone, both ways at once
+    written = Path(own["written"])
+    assert written.parent == trained_run / "eval" and written.name.startswith("own-own.de-")
+    assert written.with_suffix(".hyp").read_text().splitlines() == Path(split["written"]).with_suffix(
+        ".hyp").read_text().splitlines()
+    # a file of the same name elsewhere does not overwrite these scores
+    (tmp_path / "b").mkdir()
+    for name in ("own.de", "own.en"):
+        (tmp_path / "b" / name).write_text("\n".join((de if name.endswith("de") else en)[:3]) + "\n", encoding="utf-8")
+    other = json.loads(normlab("evaluate", "--run", str(trained_run), "--source", str(tmp_path / "b" / "own.de"),
+                               "--reference", str(tmp_path / "b" / "own.en"), "--beam", "1").stdout)  # fmt: skip
+    assert Path(other["written"]) != written and json.loads(written.read_text())["sentences"] == own["sentences"]
+    # one-line errors: files of different lengths, a flag alone, both ways at once, a missing or empty name
     (tmp_path / "short.en").write_text("house\n", encoding="utf-8")
     for args, says in (
-        (["--source", str(tmp_path / "own.de"), "--reference", str(tmp_path / "short.en")], "has 21 lines but"),
+        (["--source", str(tmp_path / "own.de"), "--reference", str(tmp_path / "short.en")], "differ in length"),
         (["--source", str(tmp_path / "own.de")], "go together"),
         (["--split", "valid", "--source", str(tmp_path / "own.de"), "--reference", str(tmp_path / "own.en")],
          "one or the other"),
         (["--source", str(tmp_path / "nope.de"), "--reference", str(tmp_path / "own.en")], "no such file"),
+        (["--source", "", "--reference", str(tmp_path / "own.en")], "no such file"),
     ):  # fmt: skip
         bad = normlab("evaluate", "--run", str(trained_run), *args)
         assert bad.returncode == 2 and says in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr

@@ -19,6 +19,7 @@ import logging
 import re
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,7 @@ from normlab.data.corpora import (
     Parallel,
     locate,
     locate_tokenizer_corpus,
+    read_parallel_raw,
     read_split,
     tokenizer_text,
 )
@@ -452,4 +454,21 @@ def prepare(data_cfg: DataConfig, max_positions: int) -> Prepared:
     return Prepared(cfg=cfg, tokenizer=tok, splits=splits, stats=stats, corpus=corpus)
 
 
-__all__ = ["prepare", "Prepared", "Dataset", "TranslationDataset", "MLMDataset", "ClassificationDataset", "Ragged"]
+def read_test_pairs(
+    source: Path, reference: Path, tok: Tokenizer, max_positions: int
+) -> tuple[TranslationDataset, dict[str, int]]:
+    """Your own test set, two fairseq-style parallel files (one sentence per line, possibly compressed), read and
+    encoded exactly as :func:`prepare` reads a corpus' split: empty pairs and pairs with a side longer than
+    ``max_positions`` (EOS included) are dropped and counted (the dict). Nothing is cached. Raises DataError."""
+    data = read_parallel_raw(source, reference)
+    ds, dropped_long = _dataset("translation", _binarize(data, tok), DataConfig(), max_positions, tok.vocab_size)
+    if dropped_long:
+        log.warning("%s: dropped %d of %d sentence pairs longer than max_positions=%d", source, dropped_long,
+                    dropped_long + len(ds), max_positions)  # fmt: skip
+    if not len(ds):
+        raise DataError(f"{source}: no sentence pair fits the model's max_positions={max_positions}")
+    return ds, {"dropped_empty": data.dropped_empty, "dropped_longer_than_max_positions": dropped_long}
+
+
+__all__ = ["prepare", "Prepared", "Dataset", "TranslationDataset", "MLMDataset", "ClassificationDataset", "Ragged",
+           "read_test_pairs"]

@@ -61,7 +61,22 @@ def changed_settings(spec: RunSpec, run_dir: Path) -> list[str]:
             if k not in _NOT_THE_RESULT and k in theirs and theirs[k] != v]  # fmt: skip
 
 
+def check_not_stale(specs: list[RunSpec], out: Path) -> None:
+    """A ConfigError when a run of ``specs`` already in ``out`` was trained with other settings (another scale, a
+    corpus, a --set): neither the grid nor a report may take it for this grid's run."""
+    stale = {s.name: d for s in specs if (d := changed_settings(s, out / "runs" / s.name))}
+    if stale:
+        lines = "; ".join(f"{name} ({', '.join(d[:3])}{', ...' if len(d) > 3 else ''})" for name, d in stale.items())
+        raise ConfigError(f"{out}: {len(stale)} run(s) there were trained with other settings than this grid's: "
+                          f"{lines}. Remove them (or choose another output directory) to run them again.")
+
+
 FINISHED = ("completed", "diverged")
+
+
+def any_finished(runs: Path) -> bool:
+    """Whether any run directory under ``runs`` has finished (for --report-only: is there anything to report)."""
+    return runs.is_dir() and any(run_status(d) in FINISHED for d in runs.iterdir() if d.is_dir())
 
 
 @dataclasses.dataclass
@@ -157,11 +172,7 @@ def run_grid(
     (out / "configs").mkdir(exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
     threads = threads or max(1, (os.cpu_count() or 1) // max(jobs, 1))
-    stale = {s.name: d for s in specs if (d := changed_settings(s, out / "runs" / s.name))}
-    if stale:
-        lines = "; ".join(f"{name} ({', '.join(d[:3])}{', ...' if len(d) > 3 else ''})" for name, d in stale.items())
-        raise ConfigError(f"{out}: {len(stale)} run(s) there were trained with other settings than this grid's: "
-                          f"{lines}. Remove them (or choose another output directory) to run them again.")
+    check_not_stale(specs, out)
     outcomes: dict[str, RunOutcome] = {}
     pending: list[RunSpec] = []
     for spec in specs:

@@ -30,13 +30,14 @@ import torch
 from normlab import __version__
 from normlab.config import ConfigError
 from normlab.experiments.figures import Context, all_runs, mappings
-from normlab.experiments.grid import FINISHED, child_preexec, run_grid, run_status
+from normlab.experiments.grid import FINISHED, any_finished, check_not_stale, child_preexec, run_grid, run_status
 from normlab.experiments.results import collect
 from normlab.experiments.scales import Scale, get_scale
 from normlab.report.claims import evaluate_claims
 from normlab.report.html import write_html
 from normlab.report.markdown import write_markdown
 from normlab.report.plots import plot_all
+from normlab.rundir import write_atomic
 
 __all__ = ["reproduce", "add_arguments", "run", "make_context"]
 
@@ -200,6 +201,9 @@ def reproduce(
     if unknown:
         raise ConfigError(f"--figures: unknown {unknown}; expected some of {list(ALL_FIGURES)}")
     out = Path(out or f"reproduce/{scale.name}")
+    if not train and not (any_finished(out / "runs") or (out / "analysis" / "analysis.json").exists()
+                          or any_finished(out / "width" / "runs")):  # before any data is prepared  # fmt: skip
+        raise ConfigError(f"--report-only: nothing has finished in {out} yet; run it without --report-only first")
     out.mkdir(parents=True, exist_ok=True)
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     cores = os.cpu_count() or 1
@@ -215,11 +219,13 @@ def reproduce(
         ctx = make_context(scale, figures, corpus=corpus, device=device, precision=precision)
         specs = all_runs(scale, ctx, tuple(f for f in figures if f not in NOT_TRAINED_HERE))
         todo = [s for s in specs if run_status(out / "runs" / s.name) not in FINISHED]
-        sweep_dir = out / "width" / "runs"
-        if not train and len(todo) == len(specs) and not (analysis_job and analysis_job.done()) and not (
-                "width" in figures and sweep_dir.is_dir() and any(sweep_dir.iterdir())):
-            raise ConfigError(f"--report-only: nothing has finished in {out} yet (no finished run of the figures "
-                              f"{', '.join(figures)}); run it without --report-only first")
+        sweep_started = "width" in figures and any_finished(out / "width" / "runs")
+        if not train:
+            # a run trained with other settings (another --scale, --corpus) must not be reported as this grid's
+            check_not_stale(specs, out)
+            if len(todo) == len(specs) and not (analysis_job and analysis_job.done()) and not sweep_started:
+                raise ConfigError(f"--report-only: no run of the figures {', '.join(figures)} has finished in {out} "
+                                  "yet; run it without --report-only first")  # fmt: skip
         if train and probe and todo:
             from normlab.experiments.budget import estimate
             from normlab.experiments.scales import QUICK_BUDGET
@@ -230,18 +236,17 @@ def reproduce(
         outcomes = (run_grid(specs, out, jobs=jobs, threads=threads, launcher=launcher, nproc=nproc, say=_say)
                     if train else {})  # fmt: skip
         # After the paper's runs, so that a stopped job has decided the paper's claims first. With --report-only,
-        # from the sweep's finished runs, if it was started.
+        # from the sweep's finished runs, if any.
         width = None
-        if "width" in figures and (train or sweep_dir.is_dir()):
+        if "width" in figures and (train or sweep_started):
             width = _width_sweep(scale, out, jobs=jobs, threads=threads, corpus=corpus, device=device,
                                  precision=precision, probe=probe, train=train)  # fmt: skip
     except BaseException as e:  # a bad corpus, Ctrl-C: the analysis must not run on as an orphan
         if analysis_job:
             analysis_job.stop()
-        if isinstance(e, KeyboardInterrupt):
-            _say(f"interrupted: finished runs are kept and a killed one resumes where it stopped. `normlab reproduce "
-                 f"--scale {scale.name} --out {out}` goes on; add --report-only to write the report from what has "
-                 "finished")  # fmt: skip
+        if isinstance(e, KeyboardInterrupt) and train:
+            _say("interrupted: finished runs are kept and a killed one resumes where it stopped. The same command "
+                 "goes on; with --report-only added it writes the report from what has finished")  # fmt: skip
         raise
     analysis, analysis_images, analysis_text = analysis_job.result() if analysis_job else (None, {}, "")
     results = collect(specs, out, outcomes)
@@ -251,7 +256,7 @@ def reproduce(
         results["analysis_summary"] = analysis_text
     results["mappings"] = [m.__dict__ for m in mappings(scale, ctx)]
     results["claims"] = evaluate_claims(results)
-    results["width_sweep"] = _width_summary(scale, width)
+    results["width_sweep"] = _width_summary(scale, width, asked="width" in figures)
     report = out / "report"
     images = plot_all(results, report)
     report.mkdir(parents=True, exist_ok=True)
@@ -263,7 +268,8 @@ def reproduce(
         images[key] = Path(shutil.copyfile(png, report / f"{key}.png"))
     wall = time.perf_counter() - t0
     prior = _prior_wall(report / "results.json")
-    unfinished = [s.name for s in specs if results["runs"][s.name]["status"] not in ("completed", "diverged", "cached")]
+    unfinished = [s.name for s in specs if results["runs"][s.name]["status"] not in FINISHED]
+    seconds = [r.get("seconds") for r in results["runs"].values() if r["status"] in FINISHED]
     results["meta"] = {
         "scale": scale.name,
         "description": scale.description,
@@ -273,13 +279,17 @@ def reproduce(
         "python": platform.python_version(),
         "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.processor() or platform.machine()}, "
         f"{cores} cores)",
-        "threads": f"{jobs} job(s) x {threads} thread(s)",
+        "threads": f"{jobs} job(s) x {threads} thread(s)" if train else "--report-only",
         "wall_time_s": wall,
+        # the finished runs' own training time (their summaries), summed: what a report written with
+        # --report-only can say of the job's cost; None when a finished run lacks it
+        "train_time_s": None if any(x is None for x in seconds) else math.fsum(seconds),
         # a report written without training adds no training time to the job's total
         "wall_time_all_sessions_s": (wall if train else 0.0) + prior,
         "report_only": not train,
         "unfinished": {name: results["runs"][name]["status"] for name in unfinished},
         "analysis_missing": "fig3" in figures and analysis is None,
+        "width_missing": "width" in figures and width is None,
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
         "updates_per_epoch": ctx.translation_updates_per_epoch,
         "runs": len(specs),
@@ -287,7 +297,8 @@ def reproduce(
                      ("completed", "diverged", "failed", "skipped", "cached")},
     }  # fmt: skip
     report.mkdir(parents=True, exist_ok=True)
-    (report / "results.json").write_text(json.dumps(results, indent=1, default=_json_default), encoding="utf-8")
+    # atomic: a --report-only in another process may be reading it (_prior_wall), or writing the same folder
+    write_atomic(report / "results.json", json.dumps(results, indent=1, default=_json_default))
     write_html(results, images, report / "index.html")
     write_markdown(results, images, report / "REPORT.md")
     _say(f"report: {report / 'index.html'} ({wall / 60:.1f} min)")
@@ -305,16 +316,18 @@ def _width_sweep(scale: Scale, out: Path, **kw: Any) -> dict[str, Any]:
     return run_sweep(sweep_scale(scale.sweep), out / "width", say=_say, **kw)
 
 
-def _width_summary(scale: Scale, width: dict[str, Any] | None) -> dict[str, Any]:
+def _width_summary(scale: Scale, width: dict[str, Any] | None, *, asked: bool = False) -> dict[str, Any]:
     """What the report shows of the sweep: its result without the per-run cells (they are in OUT/width/report/
-    sweep.json), or, when it was not run, what running it would take."""
+    sweep.json), or, when it was not run, what running it would take (``asked``: it was among the figures, but
+    --report-only found no finished run of it)."""
     from normlab.experiments.sweep import sweep_scale
 
     if width is not None:
         return {"ran": True, **{k: v for k, v in width.items() if k != "cells"}}
     cfg = sweep_scale(scale.sweep)
     runs = len(cfg.schemes) * len(cfg.warmups) * len(cfg.widths) * len(cfg.lrs) * cfg.seeds
-    return {"ran": False, "preset": scale.sweep, "runs": runs, "description": cfg.description}
+    return {"ran": False, "preset": scale.sweep, "runs": runs, "description": cfg.description,
+            **({"unfinished": True} if asked else {})}  # fmt: skip
 
 
 def _prior_wall(path: Path) -> float:

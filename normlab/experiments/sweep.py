@@ -477,12 +477,14 @@ def _ls_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
 
 def width_slope(rows: Sequence[dict[str, Any]], scheme: str, warmup: str) -> dict[str, Any]:
     """The measured log-log slope of the maximum stable learning rate against width for one scheme x warm-up
-    (least squares over the widths that have a frontier; None with fewer than two), beside Theorem 1's."""
-    pts = sorted((r["width"], r["max_stable_lr"]) for r in rows
-                 if r["scheme"] == scheme and r["warmup"] == warmup and r["max_stable_lr"])  # fmt: skip
-    widths = sorted({r["width"] for r in rows if r["scheme"] == scheme and r["warmup"] == warmup})
+    (least squares over the widths that have a frontier and no missing grid point; None with fewer than two),
+    beside Theorem 1's."""
+    mine = [r for r in rows if r["scheme"] == scheme and r["warmup"] == warmup]
+    # a curve with holes (failed or unfinished grid points) has no reliable frontier
+    pts = sorted((r["width"], r["max_stable_lr"]) for r in mine if r["max_stable_lr"] and not r.get("missing_lrs"))
+    widths = sorted({r["width"] for r in mine})
     measured = _ls_slope([math.log(w) for w, _ in pts], [math.log(lr) for _, lr in pts]) if len(pts) > 1 else None
-    censored = sorted(r["width"] for r in rows if r["scheme"] == scheme and r["warmup"] == warmup and r.get("censored"))
+    censored = sorted(r["width"] for r in mine if r.get("censored"))
     return {"scheme": scheme, "warmup": warmup, "widths": [w for w, _ in pts], "measured": measured, "censored": censored,
             "predicted_post_ln": predicted_slope(widths) if len(widths) > 1 else None}  # fmt: skip
 
@@ -508,14 +510,15 @@ def warmup_truth(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, int], bool |
     * The warm-up arm got less far: only when it never trained at all while the no-warm-up arm has a frontier is
       that "not needed" (False). A warm-up arm on the plateau beside a no-warm-up frontier is None: a warm-up
       spends its first updates at small learning rates, so in a short run it can be merely late.
-    * Both arms equally far without a frontier (both on the plateau, both never trained), or one arm not run:
-      None, no evidence either way."""
+    * Both arms equally far without a frontier (both on the plateau, both never trained), or one arm not run or
+      incomplete (a grid point failed or has not finished: the hole could hold the frontier): None, no evidence
+      either way."""
     by = {(r["scheme"], r["warmup"], r["width"]): r for r in rows}
     out: dict[tuple[str, int], bool | None] = {}
     for scheme, width in sorted({(r["scheme"], r["width"]) for r in rows}):
         none, paper = by.get((scheme, "none", width)), by.get((scheme, "paper", width))
-        if none is None or paper is None:
-            out[(scheme, width)] = None
+        if none is None or paper is None or none.get("missing_lrs") or paper.get("missing_lrs"):
+            out[(scheme, width)] = None  # an arm not run, or with holes in its grid (failed or unfinished runs)
             continue
         rn, rp = _rank(none), _rank(paper)
         if rn == rp == 2:
@@ -671,10 +674,13 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     from normlab import __version__
     from normlab.data import prepare
     from normlab.experiments.budget import updates_per_epoch
-    from normlab.experiments.grid import FINISHED, run_grid, run_status
+    from normlab.experiments.grid import FINISHED, any_finished, check_not_stale, run_grid, run_status
 
     t0 = time.perf_counter()
     out = Path(out)
+    if not train and not any_finished(out / "runs"):  # before any data is prepared
+        raise ConfigError(f"--report-only: no run of this sweep has finished in {out} yet; run it without "
+                          "--report-only first")
     out.mkdir(parents=True, exist_ok=True)
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     cores = os.cpu_count() or 1
@@ -692,9 +698,11 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         f"{len(cfg.warmups)} warm-ups x {len(cfg.widths)} widths x {len(cfg.lrs)} learning rates x {cfg.seeds} "
         f"seed(s)); {jobs} job(s) x {threads} thread(s)")  # fmt: skip
     todo = [s for s in specs if run_status(out / "runs" / s.name) not in FINISHED]
-    if not train and len(todo) == len(specs):
-        raise ConfigError(f"--report-only: no run of this sweep has finished in {out} yet; run it without "
-                          "--report-only first")
+    if not train:
+        check_not_stale(specs, out)  # runs of another preset or --set must not be read as this sweep's
+        if len(todo) == len(specs):
+            raise ConfigError(f"--report-only: no run of this sweep has finished in {out} yet; run it without "
+                              "--report-only first")
     # the tokenizer and binarized splits, once, before the workers (they would race to build them); the unigram
     # loss of the validation targets from them (a curve must get below it to have a frontier: module doc)
     first = specs[0].config
@@ -720,7 +728,10 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     rows = analyze(cells, margin=cfg.margin, unigram=baseline["unigram_loss"])
     truth = warmup_truth(rows)
     agreement = None
-    if diagnose:
+    if diagnose and not train:  # --report-only builds no model: the verdicts of the last report, if any
+        verdicts = _previous_verdicts(out / "report" / "sweep.json", cfg)
+        agreement = diagnose_agreement(verdicts, truth) if verdicts is not None else None
+    elif diagnose:
         say("diagnose: warm-up verdicts at initialisation for each scheme x width")
         agreement = diagnose_agreement(diagnose_verdicts(cfg), truth)
     wall = time.perf_counter() - t0
@@ -746,7 +757,9 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
             math.fsum(r["elapsed_s"] for r in records),
             "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "runs": len(specs),
             "outcomes": {k: sum(o.status == k for o in outcomes.values())
-                         for k in ("completed", "diverged", "failed", "skipped", "cached")},
+                         for k in ("completed", "diverged", "failed", "skipped", "cached")} if train else
+                        {k: sum(r["status"] == k for r in records) for k in ("completed", "diverged", "running",
+                                                                            "absent", "failed")},
             "report_only": not train,
             "unfinished": sum(r["status"] not in FINISHED + ("cached",) for r in records),
         },
@@ -759,6 +772,18 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     for line in table_lines(result):
         say(line)
     return result
+
+
+def _previous_verdicts(path: Path, cfg: SweepConfig) -> dict[tuple[str, int], bool | None] | None:
+    """diagnose's verdicts from an earlier sweep.json of the same configuration (they depend on the models at
+    initialisation only, not on the runs), or None."""
+    try:
+        previous = json.loads(path.read_text(encoding="utf-8"))
+        if previous.get("config") != json.loads(json.dumps(cfg.to_dict())) or not previous.get("diagnose"):
+            return None
+        return {(r["scheme"], int(r["width"])): r["diagnose"] for r in previous["diagnose"]["table"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def table_lines(result: dict[str, Any]) -> list[str]:

@@ -8,8 +8,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_html", "format_number", "verdict_counts", "counts_sentence", "progress_sentence", "baseline_lines",
-           "RUN_COLUMNS", "run_cells"]
+from normlab.rundir import write_atomic
+
+__all__ = ["write_html", "format_number", "verdict_counts", "counts_sentence", "progress_sentence", "time_phrase",
+           "baseline_lines", "RUN_COLUMNS", "run_cells"]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;
@@ -59,22 +61,36 @@ def counts_sentence(claims: list[dict[str, Any]]) -> str:
             f"(the test could not decide), {c['not run at this scale']} were not run at this scale.")
 
 
-def progress_sentence(meta: dict[str, Any]) -> str:
-    """For a report written with ``--report-only``: which runs had not finished (shared with REPORT.md); "" for
-    a report written at the end of the job."""
+def time_phrase(meta: dict[str, Any]) -> str:
+    """"wall time N min" of the job, or for a report written with --report-only what the finished runs cost
+    (shared with REPORT.md)."""
+    train = meta.get("train_time_s")
+    runs = f"{format_number(train / 60, '.1f')} min of training summed over the finished runs" if train else ""
+    if meta.get("report_only"):
+        return "report written with --report-only" + (f"; {runs}" if runs else "")
+    return f"wall time {format_number(meta.get('wall_time_s', 0) / 60, '.1f')} min" + (f" ({runs})" if runs else "")
+
+
+def progress_sentence(meta: dict[str, Any], names: int = 6) -> str:
+    """For a report written with ``--report-only``: which runs had not finished (the first ``names`` of them;
+    results.json's meta lists all), shared with REPORT.md; "" for a report written at the end of the job."""
     if not meta.get("report_only"):
         return ""
     unfinished = meta.get("unfinished") or {}
-    words = {"running": "running or killed", "absent": "not started"}
+    words = {"running": "running or stopped", "absent": "not started"}
     s = "Written with --report-only, training nothing: "
     if unfinished:
-        s += (f"{len(unfinished)} of the {meta.get('runs')} runs had not finished (" + ", ".join(
-            f"{name}: {words.get(st, st)}" for name, st in unfinished.items()) + "). A claim counts only its finished "
-            "seeds, and a run that has none is missing. ")  # fmt: skip
+        listed = [f"{name} ({words.get(st, st)})" for name, st in list(unfinished.items())[:names]]
+        more = len(unfinished) - len(listed)
+        s += (f"{len(unfinished)} of the {meta.get('runs')} runs had not finished: " + ", ".join(listed)
+              + (f" and {more} more (results.json's meta lists them)" if more else "") + ". A claim counts only its "
+              "finished seeds, and a claim whose runs have none is missing. ")  # fmt: skip
     else:
         s += "every run had finished. "
     if meta.get("analysis_missing"):
         s += "Figure 3's analysis had not finished: its claims are missing. "
+    if meta.get("width_missing"):
+        s += "The width sweep had no finished run. "
     return s + "Run the same command without --report-only to finish the job."
 
 
@@ -128,8 +144,7 @@ def write_html(results: dict[str, Any], images: dict[str, Path], path: Path) -> 
         "<h1>On Layer Normalization in the Transformer Architecture — reproduction</h1>",
         f"<p class='meta'>Xiong et al., ICML 2020. Scale <b>{_e(meta.get('scale'))}</b>: {_e(meta.get('description'))}."
         f"<br>normlab {_e(meta.get('normlab_version'))}, torch {_e(meta.get('torch'))}, {_e(meta.get('device'))}, "
-        f"{_e(meta.get('threads'))}; wall time {_num(meta.get('wall_time_s', 0) / 60, '.1f')} min; "
-        f"{_e(meta.get('finished'))}.</p>",
+        f"{_e(meta.get('threads'))}; {_e(time_phrase(meta))}; {_e(meta.get('finished'))}.</p>",
         f"<p><b>{_e(progress_sentence(meta))}</b></p>" if meta.get("report_only") else "",
         f"<p>{_e(counts_sentence(claims))}</p>",
         "<p class='small'><b>holds</b> / <b>does not hold</b>: the test could see the paper's effect (its reference "
@@ -195,5 +210,5 @@ def write_html(results: dict[str, Any], images: dict[str, Path], path: Path) -> 
                  "(the runs' metrics.jsonl and the analysis); the verdict rules are in "
                  "<code>normlab/report/claims.py</code>.</p></body></html>")  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(parts), encoding="utf-8")
+    write_atomic(path, "\n".join(parts))
     return path

@@ -11,20 +11,17 @@ from normlab.report.html import (
     RUN_COLUMNS,
     baseline_lines,
     counts_sentence,
-    format_number,
     progress_sentence,
     run_cells,
+    time_phrase,
 )
+from normlab.rundir import write_atomic
 
 __all__ = ["write_markdown"]
 
 
 def _cell(x: Any) -> str:
     return str(x).replace("|", "\\|").replace("\n", " ")
-
-
-def _num(x: Any, fmt: str = ".3f") -> str:
-    return _cell(format_number(x, fmt))
 
 
 def write_markdown(results: dict[str, Any], images: dict[str, Path], path: Path) -> Path:
@@ -35,8 +32,8 @@ def write_markdown(results: dict[str, Any], images: dict[str, Path], path: Path)
         "# On Layer Normalization in the Transformer Architecture — reproduction",
         "",
         f"Scale **{meta.get('scale')}**: {meta.get('description')}. normlab {meta.get('normlab_version')}, "
-        f"torch {meta.get('torch')}, {meta.get('device')}, {meta.get('threads')}; wall time "
-        f"{_num(meta.get('wall_time_s', 0) / 60, '.1f')} min; {meta.get('finished')}.",
+        f"torch {meta.get('torch')}, {meta.get('device')}, {meta.get('threads')}; {time_phrase(meta)}; "
+        f"{meta.get('finished')}.",
         "",
         *([f"**{progress_sentence(meta)}**", ""] if meta.get("report_only") else []),
         counts_sentence(claims),
@@ -70,5 +67,5 @@ def write_markdown(results: dict[str, Any], images: dict[str, Path], path: Path)
             rel = os.path.relpath(Path(p).resolve(), path.parent.resolve())
             lines.append(f"- [{k}]({Path(rel).as_posix()})")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_atomic(path, "\n".join(lines) + "\n")
     return path

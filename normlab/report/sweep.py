@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from normlab.report.html import _CSS, _e, _img, format_number  # noqa: E402
+from normlab.rundir import write_atomic  # noqa: E402
 
 __all__ = ["write_sweep_report", "plot_loss_vs_lr", "plot_frontier", "beyond_the_paper"]
 
@@ -171,8 +172,8 @@ def _frontier_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                              f"{format_number(r['sensitivity_sd'])}, best-loss sd {format_number(r['best_loss_sd'])}")
                 if r["diverged_lrs"]:
                     text += f"; diverged at {', '.join(_lr(x) for x in r['diverged_lrs'])}"
-                if r["missing_lrs"]:
-                    text += f"; failed at {', '.join(_lr(x) for x in r['missing_lrs'])}"
+                if r["missing_lrs"]:  # failed, or not finished (--report-only): the curve decides nothing
+                    text += f"; incomplete, no result at {', '.join(_lr(x) for x in r['missing_lrs'])}"
                 cells.append(text)
             rows.append(cells)
     return head, rows
@@ -221,6 +222,8 @@ def _meta_line(result: dict[str, Any]) -> str:
 def _diagnose_sentence(result: dict[str, Any]) -> str:
     d = result.get("diagnose")
     if not d:
+        if result.get("meta", {}).get("report_only"):
+            return "diagnose was not run (--report-only builds no model, and no earlier report of this sweep had it)."
         return "diagnose was not run (--no-diagnose)."
     s = f"diagnose agrees with the sweep on {d['agree']} of {d['decided']} scheme x width pairs the sweep decides"
     if d["wrong"]:
@@ -238,7 +241,7 @@ _SECTIONS = [
 def write_sweep_report(result: dict[str, Any], out: Path) -> dict[str, Path]:
     """sweep.json, loss_vs_lr.png, frontier.png, index.html (figures embedded) and SWEEP.md (figures linked)."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "sweep.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    write_atomic(out / "sweep.json", json.dumps(result, indent=1))
     images = {"loss_vs_lr": plot_loss_vs_lr(result, out / "loss_vs_lr.png"),
               "frontier": plot_frontier(result, out / "frontier.png")}  # fmt: skip
     rules = result["rules"]
@@ -279,7 +282,7 @@ def _write_html(result: dict[str, Any], images: dict[str, Path], rules: list[str
     parts.append("<h2>Runs</h2>" + _html_table(*_cell_rows(result)))
     parts.append("<p class='small'>Everything on this page is computed from <code>sweep.json</code> beside it; the "
                  "rules are in <code>normlab/experiments/sweep.py</code>.</p></body></html>")
-    path.write_text("\n".join(parts), encoding="utf-8")
+    write_atomic(path, "\n".join(parts))
 
 
 def _md_cell(x: Any) -> str:
@@ -305,7 +308,7 @@ def _write_markdown(result: dict[str, Any], images: dict[str, Path], rules: list
         rel = os.path.relpath(Path(p).resolve(), path.parent.resolve())
         lines.append(f"- [{k}]({Path(rel).as_posix()})")
     lines += ["", "## Runs", ""] + _md_table(*_cell_rows(result))
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_atomic(path, "\n".join(lines) + "\n")
 
 
 # -------------------------------------------------------------------------------------------------------------
@@ -342,6 +345,10 @@ def beyond_the_paper(summary: dict[str, Any] | None) -> dict[str, Any]:
     if not summary or not summary.get("ran"):
         if not summary:
             return {"title": BEYOND_TITLE, "sentences": ["not run (this report predates the width sweep)"], "tables": []}
+        if summary.get("unfinished"):  # asked for, but --report-only found none of its runs finished
+            return {"title": BEYOND_TITLE, "tables": [], "sentences": [
+                f"no run of the {summary['preset']!r} stability sweep ({summary['runs']} short runs) had finished "
+                "when this report was written (--report-only); the same command without --report-only runs it."]}  # fmt: skip
         return {"title": BEYOND_TITLE, "tables": [], "sentences": [
             f"not run at this scale. `normlab reproduce --figures <the scale's figures>,width` adds it: the "
             f"{summary['preset']!r} stability sweep, {summary['runs']} short runs ({summary['description']}); "
