@@ -443,3 +443,12 @@ def test_effect_standard_error_and_interval():
     # many seeds: the t quantile falls towards 1.96, and the rule's floor of 2 standard errors takes over
     many = Effect([1.0 + 0.01 * (i % 5) for i in range(200)], [1.0 + 0.01 * (i % 7) for i in range(200)])
     assert many.k == 2.0
+
+
+def test_counts_sentence_agrees_in_number():
+    from normlab.report.html import counts_sentence
+
+    one_each = [{"verdict": v} for v in ("holds", "does not hold", "inconclusive", "not run at this scale")]
+    assert counts_sentence(one_each) == ("1 claim holds, 1 does not hold, 1 is inconclusive (the test could not "
+                                         "decide), 1 was not run at this scale.")
+    assert counts_sentence(one_each * 2).startswith("2 claims hold, 2 do not hold, 2 are inconclusive")

@@ -279,7 +279,7 @@ def reproduce(
         "python": platform.python_version(),
         "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.processor() or platform.machine()}, "
         f"{cores} cores)",
-        "threads": f"{jobs} job(s) x {threads} thread(s)" if train else "--report-only",
+        "threads": f"{jobs} job(s) x {threads} thread(s)" if train else None,
         "wall_time_s": wall,
         # the finished runs' own training time (their summaries), summed: what a report written with
         # --report-only can say of the job's cost; None when a finished run lacks it

@@ -57,8 +57,13 @@ def verdict_counts(claims: list[dict[str, Any]]) -> dict[str, int]:
 def counts_sentence(claims: list[dict[str, Any]]) -> str:
     """"N claims hold, N do not hold, N are inconclusive, N were not run at this scale" (shared with REPORT.md)."""
     c = verdict_counts(claims)
-    return (f"{c['holds']} claims hold, {c['does not hold']} do not hold, {c['inconclusive']} are inconclusive "
-            f"(the test could not decide), {c['not run at this scale']} were not run at this scale.")
+
+    def n(k: int, one: str, many: str) -> str:
+        return f"{k} {one if k == 1 else many}"
+
+    return (f"{n(c['holds'], 'claim holds', 'claims hold')}, {n(c['does not hold'], 'does not hold', 'do not hold')}, "
+            f"{n(c['inconclusive'], 'is inconclusive', 'are inconclusive')} (the test could not decide), "
+            f"{n(c['not run at this scale'], 'was not run at this scale', 'were not run at this scale')}.")
 
 
 def time_phrase(meta: dict[str, Any]) -> str:
@@ -144,7 +149,7 @@ def write_html(results: dict[str, Any], images: dict[str, Path], path: Path) -> 
         "<h1>On Layer Normalization in the Transformer Architecture — reproduction</h1>",
         f"<p class='meta'>Xiong et al., ICML 2020. Scale <b>{_e(meta.get('scale'))}</b>: {_e(meta.get('description'))}."
         f"<br>normlab {_e(meta.get('normlab_version'))}, torch {_e(meta.get('torch'))}, {_e(meta.get('device'))}, "
-        f"{_e(meta.get('threads'))}; {_e(time_phrase(meta))}; {_e(meta.get('finished'))}.</p>",
+        f"{_e(meta.get('threads') or 'no training')}; {_e(time_phrase(meta))}; {_e(meta.get('finished'))}.</p>",
         f"<p><b>{_e(progress_sentence(meta))}</b></p>" if meta.get("report_only") else "",
         f"<p>{_e(counts_sentence(claims))}</p>",
         "<p class='small'><b>holds</b> / <b>does not hold</b>: the test could see the paper's effect (its reference "

@@ -32,7 +32,7 @@ def write_markdown(results: dict[str, Any], images: dict[str, Path], path: Path)
         "# On Layer Normalization in the Transformer Architecture — reproduction",
         "",
         f"Scale **{meta.get('scale')}**: {meta.get('description')}. normlab {meta.get('normlab_version')}, "
-        f"torch {meta.get('torch')}, {meta.get('device')}, {meta.get('threads')}; {time_phrase(meta)}; "
+        f"torch {meta.get('torch')}, {meta.get('device')}, {meta.get('threads') or 'no training'}; {time_phrase(meta)}; "
         f"{meta.get('finished')}.",
         "",
         *([f"**{progress_sentence(meta)}**", ""] if meta.get("report_only") else []),
