@@ -1,11 +1,13 @@
 """The ``normlab`` command. Thin: each subcommand parses its arguments and calls one library function.
 
-Exit codes: 0 success, 2 a usage or configuration error (one line on stderr, nothing written).
+Exit codes: 0 success, 2 a usage or configuration error (one line on stderr, nothing written), 141 the reader
+of the output went away (``| head``; no traceback).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -13,6 +15,8 @@ from normlab import __version__
 from normlab.config import ConfigError
 
 EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a process killed by SIGPIPE
+
 
 def _model_args(p: argparse.ArgumentParser) -> None:
     from normlab.config import ModelConfig, add_set_argument
@@ -255,6 +259,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"normlab {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        # the reader of our output went away (`normlab translate ... | head`): not an error of ours. Point stdout
+        # at /dev/null so that the flush at exit does not raise again, and exit as a process killed by SIGPIPE
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

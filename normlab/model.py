@@ -1174,7 +1174,7 @@ def describe(model: nn.Module) -> str:
     uniform = len({p.slots for p in plans}) <= 1 and len(set(finals.values())) <= 1
     if uniform and plans:
         where = _where(plans[0].slots)
-        lines.append((f"  {name} on each sub-layer's {where}" if where != "nothing" else "  no norm in the sub-layers")
+        lines.append((f"  {name} in each sub-layer: {where}" if where != "nothing" else "  no norm in the sub-layers")
                      + f"; final {name} {'on the second stream' if plans[0].slots.stream == 'dual' else 'after each stack'}"
                      f": {'yes' if next(iter(finals.values())) else 'no'}")
     for stack_name, st in stacks:
@@ -1187,7 +1187,7 @@ def describe(model: nn.Module) -> str:
                 groups.append((p.layer, p.layer, p.slots))
         if not uniform:
             for a, b, sl in groups:
-                lines.append(f"  {stack_name} layers {a}-{b}: {name} on each sub-layer's {_where(sl)}")
+                lines.append(f"  {stack_name} layers {a}-{b}: {name} in each sub-layer: {_where(sl)}")
             lines.append(f"  {stack_name}: final {name} after the stack: {'yes' if finals[stack_name] else 'no'}")
         p0 = st.layers[0].plan if len(st.layers) else None
         if p0 is not None and (p0.skip != 1.0 or p0.init_gain != 1.0):

@@ -452,3 +452,18 @@ def test_counts_sentence_agrees_in_number():
     assert counts_sentence(one_each) == ("1 claim holds, 1 does not hold, 1 is inconclusive (the test could not "
                                          "decide), 1 was not run at this scale.")
     assert counts_sentence(one_each * 2).startswith("2 claims hold, 2 do not hold, 2 are inconclusive")
+
+
+def test_c8_with_both_warmups_mapped_to_one_length_is_no_test():
+    """A scale whose warm-ups both round to the same number of updates (smoke: 500 and 4000 -> 2) runs one run
+    twice; C8 must say so, not report the zero gap as "does not hold"."""
+    results = paper_like()
+    for name, run in results["runs"].items():
+        if "-w500-" in name or "-w4000-" in name:
+            run["config"] = {"schedule": {"warmup_updates": 2}}
+    c8 = next(c for c in evaluate_claims(results) if c["id"] == "C8")
+    assert c8["verdict"] == "inconclusive" and "both warm-ups are 2 updates at this scale" in c8["evidence"], c8
+    for name, run in results["runs"].items():  # distinct warm-ups: decided as before
+        if "-w4000-" in name:
+            run["config"] = {"schedule": {"warmup_updates": 16}}
+    assert next(c for c in evaluate_claims(results) if c["id"] == "C8")["verdict"] == "holds"

@@ -22,6 +22,16 @@ def test_version_and_help():
     assert normlab().returncode == 2
 
 
+def test_a_closed_pipe_is_no_traceback():
+    """``normlab model | head -1``: the reader goes away before the output ends; exit as a process killed by
+    SIGPIPE (141), with nothing on stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "normlab", "model", "--set", "d_model=64", "--set", "n_heads=2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    proc.stdout.close()  # before anything is read: the first write fails
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 141 and "Traceback" not in err and not err.strip(), err
+
+
 @pytest.mark.parametrize("placement, final", [("post", "no"), ("pre", "yes"), ("peri", "yes")])
 def test_model_command(placement, final):
     out = normlab("model", "--set", f"placement={placement}", "--set", "d_model=64", "--set", "n_heads=2")

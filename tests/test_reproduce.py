@@ -168,6 +168,10 @@ def test_figure_subset_on_a_users_own_files(tmp_path, small_corpora):
     md, page = (out / "report" / "REPORT.md").read_text(), (out / "report" / "index.html").read_text()
     assert banner in md and banner in page and "report written with --report-only; " in md
     assert results["meta"]["threads"] is None and results["meta"]["train_time_s"] > 0 and "no training;" in md
+    assert banner in partial.stderr  # on the terminal too
+    # the report names the corpus it was computed from (the user's files here)
+    assert results["meta"]["corpus"] == str(small_corpora["de-en-raw"].resolve())
+    assert f"Corpus: {small_corpora['de-en-raw'].resolve()}." in md
     # the width sweep asked for but not started: said so, not "not run at this scale"
     partial = subprocess.run([sys.executable, "-m", "normlab", "reproduce", "--scale", "smoke", "--figures",
                               "fig6,width", "--corpus", str(small_corpora["de-en-raw"]), "--out", str(out),

@@ -402,6 +402,10 @@ def test_smoke_sweep_cli(tmp_path):
     assert f"Written with --report-only: 1 of the {n} runs had not finished" in md and f"{n - 1} completed" in md
     assert data["diagnose"]["table"] == verdicts  # diagnose's verdicts of the last report: no model is built
     assert "diagnose: warm-up verdicts" not in partial.stderr
+    assert "*" in partial.stderr.split("max stable lr")[1]  # the terminal's table marks the incomplete curve
+    # another preset on this folder: said so, not "run it without --report-only" (which would start that sweep)
+    wrong = normlab("sweep", "--scale", "quick", "--out", str(out), "--report-only")
+    assert wrong.returncode == 2 and "finished run(s) of another grid" in wrong.stderr, wrong.stderr[-2000:]
     empty = normlab("sweep", "--scale", "smoke", "--out", str(tmp_path / "empty"), "--report-only")
     assert empty.returncode == 2 and "no run of this sweep has finished" in empty.stderr
     assert not (tmp_path / "empty").exists()

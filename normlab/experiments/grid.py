@@ -74,6 +74,18 @@ def check_not_stale(specs: list[RunSpec], out: Path) -> None:
 FINISHED = ("completed", "diverged")
 
 
+def others_note(specs: list[RunSpec], runs: Path) -> str:
+    """For --report-only's "nothing of this grid has finished": the finished runs in ``runs`` that are not the
+    grid's (another --scale, --figures or preset wrote the folder), or ""."""
+    names = {s.name for s in specs}
+    others = sorted(d.name for d in runs.iterdir() if d.is_dir() and d.name not in names
+                    and run_status(d) in FINISHED) if runs.is_dir() else []  # fmt: skip
+    if not others:
+        return ""
+    return (f" It holds {len(others)} finished run(s) of another grid (e.g. {others[0]}): was it written with another "
+            "--scale, --figures or --set? Give the same ones.")
+
+
 def any_finished(runs: Path) -> bool:
     """Whether any run directory under ``runs`` has finished (for --report-only: is there anything to report)."""
     return runs.is_dir() and any(run_status(d) in FINISHED for d in runs.iterdir() if d.is_dir())

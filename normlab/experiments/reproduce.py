@@ -14,6 +14,7 @@ first lines name the runs that have not finished.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -30,7 +31,15 @@ import torch
 from normlab import __version__
 from normlab.config import ConfigError
 from normlab.experiments.figures import Context, all_runs, mappings
-from normlab.experiments.grid import FINISHED, any_finished, check_not_stale, child_preexec, run_grid, run_status
+from normlab.experiments.grid import (
+    FINISHED,
+    any_finished,
+    check_not_stale,
+    child_preexec,
+    others_note,
+    run_grid,
+    run_status,
+)
 from normlab.experiments.results import collect
 from normlab.experiments.scales import Scale, get_scale
 from normlab.report.claims import evaluate_claims
@@ -65,6 +74,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"])
 
 
+@functools.lru_cache(maxsize=4)
+def _prepare(data_cfg: Any, max_positions: int) -> Any:
+    """``data.prepare``, once per data config in this process: the context and the baselines read the same
+    splits (from the cache on disk, but each read logged its dropped examples again)."""
+    from normlab.data import prepare
+
+    return prepare(data_cfg, max_positions)
+
+
 def make_context(
     scale: Scale, figures: tuple[str, ...] = ALL_FIGURES, *, corpus: str = "", device: str = "auto",
     precision: str = "auto",
@@ -73,13 +91,12 @@ def make_context(
     Figure 5, of the pre-training data and each fine-tuning task (the warm-ups are fractions of the run; the
     wall-time estimate counts validation passes per epoch)."""
     from normlab.config import OptimConfig, ScheduleConfig, TrainConfig
-    from normlab.data import prepare
     from normlab.experiments.budget import updates_per_epoch
     from normlab.experiments.figures import _translation, fig5_bert
     from normlab.experiments.finetuning import finetune_config
 
     def per_epoch(cfg: TrainConfig) -> int:
-        return updates_per_epoch(prepare(cfg.data, cfg.model.max_positions), cfg)
+        return updates_per_epoch(_prepare(cfg.data, cfg.model.max_positions), cfg)
 
     probe = Context(translation_updates_per_epoch=1, corpus=corpus, device=device, precision=precision)
     translation = per_epoch(_translation(scale, probe, placement="post", optim=OptimConfig(), schedule=ScheduleConfig()))
@@ -98,7 +115,6 @@ def baselines(scale: Scale, ctx: Context, figures: tuple[str, ...]) -> dict[str,
     the training targets' token frequencies, the plateau a model that learned only frequencies sits on) beside
     their plug-in entropy; the majority-class share of each fine-tuning task's validation labels."""
     from normlab.config import OptimConfig, ScheduleConfig
-    from normlab.data import prepare
     from normlab.experiments.figures import _translation, fig5_bert
     from normlab.experiments.finetuning import finetune_config
     from normlab.metrics import majority_share, unigram_plateau
@@ -106,7 +122,7 @@ def baselines(scale: Scale, ctx: Context, figures: tuple[str, ...]) -> dict[str,
     out: dict[str, Any] = {}
 
     def entropy(cfg: Any, masked_lm: bool = False) -> dict[str, Any]:
-        splits = prepare(cfg.data, cfg.model.max_positions).splits
+        splits = _prepare(cfg.data, cfg.model.max_positions).splits
         plateau = unigram_plateau(splits["valid"].all_targets(), splits["train"].all_targets(), masked_lm=masked_lm)
         return {"unigram_entropy": plateau.pop("unigram_loss"), **plateau}  # the key report/claims.py reads
 
@@ -120,7 +136,7 @@ def baselines(scale: Scale, ctx: Context, figures: tuple[str, ...]) -> dict[str,
         out["finetune"] = {}
         for task in scale.finetune.tasks:
             cfg = finetune_config(bert, task, scale.finetune, 1, 1)
-            labels = prepare(cfg.data, cfg.model.max_positions).splits["valid"].labels
+            labels = _prepare(cfg.data, cfg.model.max_positions).splits["valid"].labels
             out["finetune"][task] = {"majority": majority_share(labels), "examples": int(len(labels))}
     return out
 
@@ -195,6 +211,7 @@ def reproduce(
     report from what has finished in ``out``; a run that has not finished (killed, still running in another
     process, never started) counts as missing, and ``meta["unfinished"]`` names it."""
     t0 = time.perf_counter()
+    _prepare.cache_clear()  # the data of this call only (files may have changed since an earlier one)
     scale = get_scale(scale_name)
     figures = tuple(figures) or scale.figures
     unknown = [f for f in figures if f not in ALL_FIGURES]
@@ -224,8 +241,9 @@ def reproduce(
             # a run trained with other settings (another --scale, --corpus) must not be reported as this grid's
             check_not_stale(specs, out)
             if len(todo) == len(specs) and not (analysis_job and analysis_job.done()) and not sweep_started:
-                raise ConfigError(f"--report-only: no run of the figures {', '.join(figures)} has finished in {out} "
-                                  "yet; run it without --report-only first")  # fmt: skip
+                raise ConfigError(f"--report-only: no run of the figures {', '.join(figures)} at the {scale.name} "
+                                  f"scale has finished in {out} yet." + (others_note(specs, out / "runs") or
+                                  " Run it without --report-only first."))  # fmt: skip
         if train and probe and todo:
             from normlab.experiments.budget import estimate
             from normlab.experiments.scales import QUICK_BUDGET
@@ -273,6 +291,7 @@ def reproduce(
     results["meta"] = {
         "scale": scale.name,
         "description": scale.description,
+        "corpus": str(Path(corpus).resolve()) if corpus else "the vendored corpora (normlab/assets/corpora)",
         "figures": list(figures),
         "normlab_version": __version__,
         "torch": torch.__version__,
@@ -302,6 +321,10 @@ def reproduce(
     write_html(results, images, report / "index.html")
     write_markdown(results, images, report / "REPORT.md")
     _say(f"report: {report / 'index.html'} ({wall / 60:.1f} min)")
+    if not train:
+        from normlab.report.html import progress_sentence
+
+        _say(progress_sentence(results["meta"]))
     for c in results["claims"]:
         _say(f"  {c['id']:>4} {c['verdict']:<22} {c['claim']}")
     return results

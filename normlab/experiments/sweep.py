@@ -674,7 +674,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     from normlab import __version__
     from normlab.data import prepare
     from normlab.experiments.budget import updates_per_epoch
-    from normlab.experiments.grid import FINISHED, any_finished, check_not_stale, run_grid, run_status
+    from normlab.experiments.grid import FINISHED, any_finished, check_not_stale, others_note, run_grid, run_status
 
     t0 = time.perf_counter()
     out = Path(out)
@@ -701,8 +701,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     if not train:
         check_not_stale(specs, out)  # runs of another preset or --set must not be read as this sweep's
         if len(todo) == len(specs):
-            raise ConfigError(f"--report-only: no run of this sweep has finished in {out} yet; run it without "
-                              "--report-only first")
+            raise ConfigError(f"--report-only: no run of this sweep ({cfg.scale} preset) has finished in {out} yet."
+                              + (others_note(specs, out / "runs") or " Run it without --report-only first."))
     # the tokenizer and binarized splits, once, before the workers (they would race to build them); the unigram
     # loss of the validation targets from them (a curve must get below it to have a frontier: module doc)
     first = specs[0].config
@@ -792,7 +792,7 @@ def table_lines(result: dict[str, Any]) -> list[str]:
     u = (result.get("baseline") or {}).get("unigram_loss")
     plateau = "" if u is None else f"; 'plateau' = never left the unigram plateau (U = {u:.3f})"
     lines = [f"max stable lr (LR sensitivity, nats) per width; '-' = never trained{plateau}; '>=' = the top of the "
-             "grid (a lower bound)",
+             "grid (a lower bound); '*' = incomplete (a grid point failed or has not finished: decides nothing)",
              f"{'scheme':<14}{'warm-up':<9}" + "".join(f"{'d=' + str(w):>22}" for w in widths)]  # fmt: skip
     by = {(r["scheme"], r["warmup"], r["width"]): r for r in result["frontier"]}
     for scheme in result["config"]["schemes"]:
@@ -805,7 +805,7 @@ def table_lines(result: dict[str, Any]) -> list[str]:
                 else:
                     lr = (">=" if r["censored"] else "") + f"{r['max_stable_lr']:.3g}"
                 sens = "" if not r or r["sensitivity"] is None else f" ({r['sensitivity']:.3f})"
-                cells.append(f"{lr + sens:>22}")
+                cells.append(f"{lr + sens + ('*' if r and r.get('missing_lrs') else ''):>22}")
             lines.append(f"{scheme:<14}{warmup:<9}" + "".join(cells))
     return lines
 

@@ -96,7 +96,9 @@ def progress_sentence(meta: dict[str, Any], names: int = 6) -> str:
         s += "Figure 3's analysis had not finished: its claims are missing. "
     if meta.get("width_missing"):
         s += "The width sweep had no finished run. "
-    return s + "Run the same command without --report-only to finish the job."
+    if unfinished or meta.get("analysis_missing") or meta.get("width_missing"):
+        s += "Run the same command without --report-only to finish the job."
+    return s.rstrip()
 
 
 def baseline_lines(results: dict[str, Any]) -> list[str]:
@@ -148,6 +150,7 @@ def write_html(results: dict[str, Any], images: dict[str, Path], path: Path) -> 
         f"{_e(meta.get('scale', ''))}</title><style>{_CSS}</style></head><body>",
         "<h1>On Layer Normalization in the Transformer Architecture — reproduction</h1>",
         f"<p class='meta'>Xiong et al., ICML 2020. Scale <b>{_e(meta.get('scale'))}</b>: {_e(meta.get('description'))}."
+        + (f" Corpus: {_e(meta['corpus'])}." if meta.get("corpus") else "") +
         f"<br>normlab {_e(meta.get('normlab_version'))}, torch {_e(meta.get('torch'))}, {_e(meta.get('device'))}, "
         f"{_e(meta.get('threads') or 'no training')}; {_e(time_phrase(meta))}; {_e(meta.get('finished'))}.</p>",
         f"<p><b>{_e(progress_sentence(meta))}</b></p>" if meta.get("report_only") else "",

@@ -31,7 +31,8 @@ def write_markdown(results: dict[str, Any], images: dict[str, Path], path: Path)
     lines = [
         "# On Layer Normalization in the Transformer Architecture — reproduction",
         "",
-        f"Scale **{meta.get('scale')}**: {meta.get('description')}. normlab {meta.get('normlab_version')}, "
+        f"Scale **{meta.get('scale')}**: {meta.get('description')}. "
+        + (f"Corpus: {meta['corpus']}. " if meta.get("corpus") else "") + f"normlab {meta.get('normlab_version')}, "
         f"torch {meta.get('torch')}, {meta.get('device')}, {meta.get('threads') or 'no training'}; {time_phrase(meta)}; "
         f"{meta.get('finished')}.",
         "",
