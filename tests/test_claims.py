@@ -48,6 +48,11 @@ def put(runs: dict, base: str, members: dict) -> None:
     runs.update({base + suffix: run for suffix, run in members.items()})
 
 
+def layers(means: list[float], spread: float = 0.01) -> dict:
+    """C1/C2's per-layer means and the per-seed values behind them (3 seeds, +-spread)."""
+    return {"per_layer": list(means), "per_layer_seeds": [[m - spread, m, m + spread] for m in means]}
+
+
 def paper_like() -> dict:
     """Results shaped like the paper's findings, 3 seeds each, every reference well below the entropy: every
     claim holds."""
@@ -86,11 +91,13 @@ def paper_like() -> dict:
                            "wic": {"100": cell(0.55), "200": cell(0.64)}},
     }  # fmt: skip
     analysis = {
-        "C1": {"theory": {"per_layer": [1.49, 1.52, 1.50, 1.48, 1.51, 1.50]},
+        "C1": {"theory": layers([1.49, 1.52, 1.50, 1.48, 1.51, 1.50]),
                "real": {"encoder": {"per_layer": [1.4, 1.5]}, "decoder": {"per_layer": [1.3, 1.5]}}},
-        "C2": {"theory": {"per_layer": [2.0, 3.0, 4.0], "lower": [1.5, 2.0, 2.5], "upper": [2.5, 4.0, 5.5]}},
-        "C3": {"slope": 0.02, "mean": [1.6, 1.6, 1.61, 1.59, 1.6], "depths": [6, 8, 10, 12, 14]},
-        "C4": {"slope": -0.48, "mean": [0.6, 0.52, 0.46, 0.42, 0.39], "depths": [6, 8, 10, 12, 14]},
+        "C2": {"theory": {**layers([2.0, 3.0, 4.0]), "lower": [1.5, 2.0, 2.5], "upper": [2.5, 4.0, 5.5]}},
+        "C3": {"slope": 0.02, "slope_stderr": 0.02, "seeds": 3, "mean": [1.6, 1.6, 1.61, 1.59, 1.6],
+               "depths": [6, 8, 10, 12, 14]},
+        "C4": {"slope": -0.48, "slope_stderr": 0.02, "seeds": 3, "mean": [0.6, 0.52, 0.46, 0.42, 0.39],
+               "depths": [6, 8, 10, 12, 14]},
         "C5": {"last_over_first": {"post": 4.0, "pre": 1.1}},
         "C6": {"epsilon": 0.1, "delta": 0.08},
     }  # fmt: skip
@@ -144,8 +151,8 @@ def _set(path, value):
 
 
 FLIPS = {
-    "C1": _set(["analysis", "C1", "theory", "per_layer"], [1.5, 1.5, 2.0]),
-    "C2": _set(["analysis", "C2", "theory", "per_layer"], [1.2, 1.3, 1.4]),
+    "C1": lambda r: r["analysis"]["C1"]["theory"].update(layers([1.5, 1.5, 2.0])),
+    "C2": lambda r: r["analysis"]["C2"]["theory"].update(layers([1.2, 1.3, 1.4])),
     "C3": _set(["analysis", "C3", "slope"], -0.4),
     "C4": _set(["analysis", "C4", "slope"], -0.05),
     "C5": _set(["analysis", "C5", "last_over_first", "post"], 1.2),
@@ -467,3 +474,27 @@ def test_c8_with_both_warmups_mapped_to_one_length_is_no_test():
         if "-w4000-" in name:
             run["config"] = {"schedule": {"warmup_updates": 16}}
     assert next(c for c in evaluate_claims(results) if c["id"] == "C8")["verdict"] == "holds"
+
+
+def test_theory_claims_are_decided_on_the_seed_interval():
+    """C1-C4 are samples at initialisation: a mean near the threshold whose 95% interval over seeds straddles it
+    is inconclusive, not a verdict (issue 13: a verdict needs an experiment that could see the effect)."""
+    results = paper_like()
+    # the quick analysis' Post-LN depth slope: +0.12 with a standard error of 0.13 over 3 seeds
+    results["analysis"]["C3"].update(slope=0.12, slope_stderr=0.13, seeds=3)
+    c3 = claim(results, "C3")
+    assert c3["verdict"] == "inconclusive" and "95% t interval over 3 seeds" in c3["evidence"], c3
+    results["analysis"]["C3"].update(slope=0.05, slope_stderr=0.01)  # measured tightly: [+0.01, +0.09], flat
+    assert claim(results, "C3")["verdict"] == "holds"
+    results["analysis"]["C3"].update(slope=0.4)  # tightly away from flat
+    assert claim(results, "C3")["verdict"] == "does not hold"
+    results["analysis"]["C3"].pop("slope_stderr")  # an analysis without the spread: noise not measured
+    assert claim(results, "C3")["verdict"] == "inconclusive"
+    # C1: one layer 10.2% off in its mean but with an interval that reaches inside 10%
+    results["analysis"]["C1"]["theory"].update(layers([1.5, 1.5, 1.653], spread=0.02))
+    c1 = claim(results, "C1")
+    assert c1["verdict"] == "inconclusive" and "straddle" in c1["evidence"], c1
+    results["analysis"]["C1"]["theory"].update(layers([1.5, 1.5, 1.653], spread=0.001))
+    assert claim(results, "C1")["verdict"] == "does not hold"
+    del results["analysis"]["C1"]["theory"]["per_layer_seeds"]
+    assert claim(results, "C1")["verdict"] == "inconclusive"

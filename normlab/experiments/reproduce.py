@@ -183,9 +183,13 @@ class _Analysis:
                 _say(f"analysis failed (exit code {code}); see {self.log}")
                 return None, {}, ""
             _say("analysis: done")
-        from normlab.analysis.run import summary_lines
+        from normlab.analysis.run import claims_numbers, summary_lines
 
         data = json.loads((self.target / "analysis.json").read_text(encoding="utf-8"))
+        try:  # from the measurements, with this normlab's claims_numbers (an older analysis.json lacks fields)
+            data["claims"] = claims_numbers(data)
+        except (KeyError, TypeError, ValueError):
+            pass
         images = {f"fig3-{p.stem}": p for p in sorted(self.target.glob("*.png"))}
         return data["claims"], images, "\n".join(summary_lines(data))
 
