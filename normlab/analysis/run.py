@@ -4,7 +4,8 @@ The scales are functions returning an :class:`AnalysisConfig` (STYLE.md example 
 
 * ``smoke``: tiny models, seconds; what the tests run (and the golden numbers).
 * ``quick``: 6-6 ... 14-14 models of width 128, 40 seeds (24 in the theory setting: enough for the claims'
-  seed intervals to decide, see :func:`quick`), batches of 1,024 tokens; ~11 minutes on one CPU thread.
+  seed intervals to decide, see :func:`quick`), batches of 1,024 tokens; ~10 minutes on an idle CPU thread,
+  ~27 beside reproduce's grid.
 * ``paper``: the paper's sizes (Appendix A.1 and Section 3.4): d = 512, FFN 1024, 4 heads, batches of 4,096
   tokens, dropout 0.1, 6-6 models for Figure 3(a,b), 6-6 ... 14-14 over 10 seeds for Figure 3(c,d).
 
@@ -129,16 +130,19 @@ def smoke() -> AnalysisConfig:
 
 
 def quick() -> AnalysisConfig:
-    """About 11 minutes on one CPU thread (beside reproduce's grid): the paper's depths (6-6 ... 14-14), data
-    (De-En, 10k BPE) and layout at width 128, batches of 1,024 tokens.
+    """The paper's depths (6-6 ... 14-14), data (De-En, 10k BPE) and layout at width 128, batches of 1,024
+    tokens. Measured on one thread beside reproduce's 2-job grid (2 AVX2 cores, fp32): 1,604 s, 1,502 of them
+    the depth scan; alone on an idle thread about 10 minutes (from 46 s for 3 seeds).
 
     The seeds are set by power, from the spread measured with 3 and 4 of them (2 AVX2 cores, fp32; the claims
     decide C1-C4 on 95% t intervals over seeds, report/claims.py): per seed, Figure 3(c,d)'s Post-LN slope of
     log ||dL/dW^2,L|| against log depth has sd 0.23, and a theory-setting layer's E||x^post,5||^2/d up to 0.15.
     An interval decides only when its half-width is below the claim's band (C3: slope within +-0.15; C1: within
     10% of 1.5, +-0.15); for a true value half-way inside it the half-width must be at most 0.075, which takes
-    n ~ (2.0 sd / 0.075)^2 seeds: 40 for the depth scan (~15 s each, both placements), 24 for the theory setting
-    (~0.3 s each). Fewer, and C1/C3 come out `inconclusive` whatever the truth is (3 and 4 seeds did)."""
+    n ~ (2.0 sd / 0.075)^2 seeds: 40 for the depth scan (~15 s each alone, both placements), 24 for the theory
+    setting (~0.3 s each). Fewer, and C1/C3 come out `inconclusive` whatever the truth is (3 and 4 seeds did).
+    With 40 the slopes came out +0.02 [-0.03, +0.07] (Post-LN) and -0.51 [-0.56, -0.46] (Pre-LN; Theorem 1:
+    0 and -0.5), the per-seed sd of the Post-LN slope 0.15."""
     return AnalysisConfig(
         scale="quick", d_model=128, n_heads=4, d_ffn=256, max_tokens=1024, layers=6,
         batches=8, depths=(6, 8, 10, 12, 14), seeds=40, norm_batches=2, theory_d=256, theory_layers=12,
