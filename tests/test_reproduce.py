@@ -362,3 +362,18 @@ def test_the_estimate_counts_the_validation_passes_the_trainer_makes(updates, pe
     from normlab.experiments.budget import evaluations
 
     assert evaluations(updates, per_epoch, eval_every) == expected
+
+
+def test_an_analysis_with_other_settings_is_run_again(tmp_path):
+    """An analysis.json from other settings (fewer seeds, from an older normlab) is not judged by today's rules
+    as if it were this scale's: reproduce runs it again (and --report-only, which runs nothing, says so)."""
+    from normlab.analysis.run import analysis_scale
+    from normlab.experiments.reproduce import _Analysis
+
+    target = tmp_path / "analysis"
+    target.mkdir()
+    config = json.loads(json.dumps(analysis_scale("smoke").to_dict()))
+    (target / "analysis.json").write_text(json.dumps({"config": config}))
+    assert _Analysis(get_scale("smoke"), tmp_path, threads=1, device="cpu", start=False).stale == ""
+    (target / "analysis.json").write_text(json.dumps({"config": dict(config, seeds=1)}))
+    assert _Analysis(get_scale("smoke"), tmp_path, threads=1, device="cpu", start=False).stale == "seeds: 1 -> 2"

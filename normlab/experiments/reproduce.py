@@ -154,9 +154,11 @@ class _Analysis:
         self.target = out / "analysis"
         self.log = out / "logs" / "analysis.log"
         self.proc: subprocess.Popen | None = None
-        if (self.target / "analysis.json").exists() or not start:
+        self.stale = self._stale(scale.analysis)
+        if ((self.target / "analysis.json").exists() and not self.stale) or not start:
             return
-        _say(f"analysis: normlab analyze --scale {scale.analysis} (Figure 3, Theorem 1, Lemmas 2-3), beside the grid")
+        _say(f"analysis: normlab analyze --scale {scale.analysis} (Figure 3, Theorem 1, Lemmas 2-3), beside the grid"
+             + (f" (the one in {self.target} has other settings: {self.stale})" if self.stale else ""))
         self.log.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
         cmd = [sys.executable, "-m", "normlab", "analyze", "--scale", scale.analysis, "--out", str(self.target),
@@ -174,9 +176,24 @@ class _Analysis:
     def done(self) -> bool:
         return (self.target / "analysis.json").exists()
 
+    def _stale(self, name: str) -> str:
+        """The settings in which an existing analysis.json differs from the scale's analysis (e.g. fewer seeds,
+        from an older normlab), or "": such an analysis is run again rather than judged by today's rules."""
+        from normlab.analysis.run import analysis_scale
+
+        try:
+            saved = json.loads((self.target / "analysis.json").read_text(encoding="utf-8"))["config"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return ""
+        want = analysis_scale(name).to_dict()
+        return ", ".join(f"{k}: {saved.get(k)!r} -> {v!r}" for k, v in want.items()
+                         if k not in ("device", "threads") and json.loads(json.dumps(v)) != saved.get(k))  # fmt: skip
+
     def result(self) -> tuple[dict[str, Any] | None, dict[str, Path], str]:
         if self.proc is None and not self.done():  # --report-only before the analysis finished
             return None, {}, ""
+        if self.proc is None and self.stale:  # --report-only reads what there is, and says so
+            _say(f"analysis: {self.target} has other settings than this scale's ({self.stale}); reported as it is")
         if self.proc is not None:
             code = self.proc.wait()
             if code != 0:
