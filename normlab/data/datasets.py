@@ -376,6 +376,20 @@ def _dataset(
     return ClassificationDataset(_ragged(arrays, "a"), _ragged(arrays, "b"), word, arrays["labels"], max_len), 0
 
 
+def _fitted(label: str, task: str, arrays: dict[str, np.ndarray], cfg: DataConfig, max_positions: int,
+            vocab_size: int) -> tuple[Dataset, int]:
+    """:func:`_dataset`, with the examples longer than ``max_positions`` dropped, counted and logged; a
+    DataError when none is left (else a "completed" run of 0 updates, or no validation at all)."""
+    ds, dropped_long = _dataset(task, arrays, cfg, max_positions, vocab_size)
+    if dropped_long and len(ds) == 0:
+        raise DataError(f"{label}: all {dropped_long} examples are longer than the model's "
+                        f"max_positions={max_positions}; raise model.max_positions")  # fmt: skip
+    if dropped_long:
+        log.warning("%s: dropped %d of %d examples longer than max_positions=%d", label, dropped_long,
+                    dropped_long + len(ds), max_positions)  # fmt: skip
+    return ds, dropped_long
+
+
 def prepare(data_cfg: DataConfig, max_positions: int) -> Prepared:
     """Build or load the tokenizer and the binarized splits of ``data_cfg`` for a model of ``max_positions``.
 
@@ -431,13 +445,7 @@ def prepare(data_cfg: DataConfig, max_positions: int) -> Prepared:
     stats: dict[str, dict[str, Any]] = {}
     for split, path in paths.items():
         arrays, meta = load_arrays(path)
-        ds, dropped_long = _dataset(corpus.task, arrays, cfg, max_positions, tok.vocab_size)
-        if dropped_long and len(ds) == 0:  # else a "completed" run of 0 updates, or no validation at all
-            raise DataError(f"{corpus.name} {split}: all {dropped_long} examples are longer than the model's "
-                            f"max_positions={max_positions}; raise model.max_positions")  # fmt: skip
-        if dropped_long:
-            log.warning("%s %s: dropped %d of %d examples longer than max_positions=%d", corpus.name, split,
-                        dropped_long, dropped_long + len(ds), max_positions)  # fmt: skip
+        ds, dropped_long = _fitted(f"{corpus.name} {split}", corpus.task, arrays, cfg, max_positions, tok.vocab_size)
         if meta["dropped_empty"]:  # logged by the reader when it read the file; repeated on every cached load
             level = logging.INFO if corpus.task == "mlm" else logging.WARNING  # empty lines separate paragraphs
             log.log(level, "%s %s: %d empty examples were dropped when reading", corpus.name, split,
@@ -461,13 +469,10 @@ def read_test_pairs(
     encoded exactly as :func:`prepare` reads a corpus' split: empty pairs and pairs with a side longer than
     ``max_positions`` (EOS included) are dropped and counted (the dict). Nothing is cached. Raises DataError."""
     data = read_parallel_raw(source, reference)
-    ds, dropped_long = _dataset("translation", _binarize(data, tok), DataConfig(), max_positions, tok.vocab_size)
-    if dropped_long:
-        log.warning("%s: dropped %d of %d sentence pairs longer than max_positions=%d", source, dropped_long,
-                    dropped_long + len(ds), max_positions)  # fmt: skip
-    if not len(ds):
-        raise DataError(f"{source}: no sentence pair fits the model's max_positions={max_positions}")
-    return ds, {"dropped_empty": data.dropped_empty, "dropped_longer_than_max_positions": dropped_long}
+    ds, dropped_long = _fitted(str(source), "translation", _binarize(data, tok), DataConfig(), max_positions,
+                               tok.vocab_size)
+    counts = {"dropped_empty": data.dropped_empty, "dropped_longer_than_max_positions": dropped_long}
+    return ds, counts  # type: ignore[return-value]  # the translation task's dataset
 
 
 __all__ = ["prepare", "Prepared", "Dataset", "TranslationDataset", "MLMDataset", "ClassificationDataset", "Ragged",

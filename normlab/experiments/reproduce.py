@@ -155,7 +155,7 @@ class _Analysis:
         self.log = out / "logs" / "analysis.log"
         self.proc: subprocess.Popen | None = None
         self.stale = self._stale(scale.analysis)
-        if ((self.target / "analysis.json").exists() and not self.stale) or not start:
+        if (self.done() and not self.stale) or not start:
             return
         _say(f"analysis: normlab analyze --scale {scale.analysis} (Figure 3, Theorem 1, Lemmas 2-3), beside the grid"
              + (f" (the one in {self.target} has other settings: {self.stale})" if self.stale else ""))
@@ -307,7 +307,7 @@ def reproduce(
         images[key] = Path(shutil.copyfile(png, report / f"{key}.png"))
     wall = time.perf_counter() - t0
     prior = _prior_wall(report / "results.json")
-    unfinished = [s.name for s in specs if results["runs"][s.name]["status"] not in FINISHED]
+    unfinished = {s.name: st for s in specs if (st := results["runs"][s.name]["status"]) not in FINISHED}
     seconds = [r.get("seconds") for r in results["runs"].values() if r["status"] in FINISHED]
     results["meta"] = {
         "scale": scale.name,
@@ -327,7 +327,7 @@ def reproduce(
         # a report written without training adds no training time to the job's total
         "wall_time_all_sessions_s": (wall if train else 0.0) + prior,
         "report_only": not train,
-        "unfinished": {name: results["runs"][name]["status"] for name in unfinished},
+        "unfinished": unfinished,
         "analysis_missing": "fig3" in figures and analysis is None,
         "width_missing": "width" in figures and width is None,
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),

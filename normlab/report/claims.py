@@ -252,9 +252,7 @@ class Effect:
     @property
     def k(self) -> float:
         """How many standard errors the interval spans each way: the 95% two-sided t quantile, at least NOISE_SE."""
-        from normlab.metrics import t_quantile
-
-        return NOISE_SE if math.isnan(self.df) else max(NOISE_SE, t_quantile(0.975, self.df))
+        return _noise_k(self.df)
 
     @property
     def low(self) -> float:
@@ -413,15 +411,21 @@ def _analysis(results: dict[str, Any], *keys: str) -> Any:
     return node
 
 
+def _noise_k(df: float) -> float:
+    """How many standard errors a 95% interval spans each way at ``df`` degrees of freedom: the two-sided t
+    quantile, never less than NOISE_SE (NOISE_SE when df is unknown)."""
+    from normlab.metrics import t_quantile
+
+    return NOISE_SE if math.isnan(df) else max(NOISE_SE, t_quantile(0.975, df))
+
+
 def _seed_interval(values: Sequence[float]) -> tuple[float, float, float] | None:
     """Mean and 95% t interval (never narrower than NOISE_SE standard errors) of a measurement over seeds; None
     with fewer than two seeds (the sampling noise is not measured)."""
-    from normlab.metrics import t_quantile
-
     if len(values) < 2:
         return None
     m, se = _mean(values), math.sqrt(_var(values) / len(values))
-    k = max(NOISE_SE, t_quantile(0.975, len(values) - 1))
+    k = _noise_k(len(values) - 1)
     return m, m - k * se, m + k * se
 
 
@@ -491,9 +495,7 @@ def _depth_scan(results: dict[str, Any], claim: str, placement: str) -> tuple[fl
     se, n = node.get("slope_stderr"), node.get("seeds")
     interval = None
     if se is not None and n and n > 1 and math.isfinite(se):
-        from normlab.metrics import t_quantile
-
-        k = max(NOISE_SE, t_quantile(0.975, n - 1))
+        k = _noise_k(n - 1)
         interval = (slope - k * se, slope + k * se, n)
     return slope, means, listing, interval
 
