@@ -4,8 +4,8 @@ The scales are functions returning an :class:`AnalysisConfig` (STYLE.md example 
 
 * ``smoke``: tiny models, seconds; what the tests run (and the golden numbers).
 * ``quick``: 6-6 ... 14-14 models of width 128, 40 seeds (24 in the theory setting: enough for the claims'
-  seed intervals to decide, see :func:`quick`), batches of 1,024 tokens; ~10 minutes on an idle CPU thread (estimated),
-  27 measured beside reproduce's grid.
+  seed intervals to decide, see :func:`quick`), batches of 1,024 tokens; ~10 minutes on an idle CPU thread
+  (estimated), 27 measured beside reproduce's grid.
 * ``paper``: the paper's sizes (Appendix A.1 and Section 3.4): d = 512, FFN 1024, 4 heads, batches of 4,096
   tokens, dropout 0.1, 6-6 models for Figure 3(a,b), 6-6 ... 14-14 over 10 seeds for Figure 3(c,d).
 
