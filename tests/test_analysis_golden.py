@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from normlab.analysis.run import run_analysis, smoke
 
@@ -37,6 +38,9 @@ def primary(result: dict) -> dict:
         out[f"lemma2.theory.{p}"] = {"mean": th["mean"], "per_seed_mean": th["per_seed_mean"]}
         real = result["lemma2"]["real"][p]
         out[f"lemma2.real.{p}"] = {s: {k: real[s][k]["mean"] for k in ("x5", "stream")} for s in ("encoder", "decoder")}
+        per_seed = result["figure3ab"]["per_seed"][p]  # C5/C6 over the Figure 3(a,b) seeds (the first is above)
+        out[f"fig3ab.per_seed.{p}"] = {"seeds": per_seed["seeds"], "last_over_first": per_seed["last_over_first"],
+                                       "delta_last": per_seed["delta_last"]}
         conc = result["concentration"]
         out[f"concentration.{p}"] = {"theory": conc["theory"][p]["delta"],
                                      **{s: conc["real"][p][s]["delta"] for s in ("encoder", "decoder")}}
@@ -92,3 +96,9 @@ def test_smoke_claims_carry_numbers(smoke_result):
             assert math.isfinite(c["C5"][p][s]["w2"]["log_slope_per_layer"])
             assert 0.0 <= c["C6"]["real"][p][s]["delta_last"] <= 1.0
     assert c["C6"]["epsilon"] == 0.1 and c["C6"]["paper_delta"] == 0.125
+    # one value per Figure 3(a,b) seed, the first seed's being the figure's own
+    for p in ("post", "pre"):
+        assert len(c["C5"]["last_over_first_seeds"][p]) == len(c["C6"]["delta_seeds"][p]) == smoke().ab_seeds == 3
+        torch.testing.assert_close(c["C5"]["last_over_first_seeds"][p][0], c["C5"]["last_over_first"][p])
+        torch.testing.assert_close(c["C6"]["delta_seeds"][p][0], c["C6"]["real"][p]["decoder"]["delta_last"])
+    torch.testing.assert_close(c["C6"]["delta"], max(c["C6"]["delta_seeds"][p][0] for p in ("post", "pre")))

@@ -3,8 +3,8 @@
 The scales are functions returning an :class:`AnalysisConfig` (STYLE.md example 4):
 
 * ``smoke``: tiny models, seconds; what the tests run (and the golden numbers).
-* ``quick``: 6-6 ... 14-14 models of width 128, 40 seeds (24 in the theory setting: enough for the claims'
-  seed intervals to decide, see :func:`quick`), batches of 1,024 tokens; ~10 minutes on an idle CPU thread
+* ``quick``: 6-6 ... 14-14 models of width 128, 40 seeds (24 in the theory setting, 8 for Figure 3(a,b) and
+  concentration: enough for the claims' seed intervals to decide, see :func:`quick`), batches of 1,024 tokens; ~10 minutes on an idle CPU thread
   (estimated), 27 measured beside reproduce's grid.
 * ``paper``: the paper's sizes (Appendix A.1 and Section 3.4): d = 512, FFN 1024, 4 heads, batches of 4,096
   tokens, dropout 0.1, 6-6 models for Figure 3(a,b), 6-6 ... 14-14 over 10 seeds for Figure 3(c,d).
@@ -31,6 +31,7 @@ from normlab.analysis.gradients import figure3ab, figure3cd, fit_linear_slope
 from normlab.analysis.sources import de_en_batches, load_checkpoint, synthetic_translation_batches
 from normlab.analysis.theory import (
     LEMMA2_POST,
+    concentration_delta,
     concentration_table,
     hidden_norms,
     lemma2_theory,
@@ -76,6 +77,12 @@ class AnalysisConfig(Strict):
         "Figure 3(a,b), Lemma 2 and concentration always compare post and pre",
     )
     seeds: int = field(10, help="random seeds (initialisations) per depth and placement in Figure 3(c,d)")
+    ab_seeds: int = field(
+        10,
+        help="initialisations of the 6-6 models of Figure 3(a,b) and of the real-model concentration, seed s on "
+        "its own batches: the claims' 95% intervals of C5 (last/first layer) and C6 (delta) are over these; the "
+        "figures show the first",
+    )
     cd_batches: int = field(1, help="mini-batches per seed in Figure 3(c,d) (norm of their mean gradient)")
     norm_batches: int = field(2, help="mini-batches for Lemma 2 and concentration in the real models")
     theory_d: int = field(512, help="d of the theory setting of Lemma 2")
@@ -94,7 +101,7 @@ class AnalysisConfig(Strict):
     seed: int = field(1, help="first seed; seeds of Figure 3(c,d) are seed, seed + 1, ...")
 
     def validate(self) -> None:
-        for name in ("vocab_size", "d_model", "n_heads", "d_ffn", "max_tokens", "layers", "batches", "seeds",
+        for name in ("vocab_size", "d_model", "n_heads", "d_ffn", "max_tokens", "layers", "batches", "seeds", "ab_seeds",
                      "cd_batches", "norm_batches", "theory_d", "theory_layers", "theory_positions", "theory_batch",
                      "theory_seeds", "lemma3_d", "lemma3_per_scale"):
             if getattr(self, name) <= 0:
@@ -124,7 +131,7 @@ def smoke() -> AnalysisConfig:
     """Seconds: tiny models; the tests and the golden numbers run this."""
     return AnalysisConfig(
         scale="smoke", data="synthetic", vocab_size=64, d_model=32, n_heads=4, d_ffn=64, max_tokens=128, layers=2, batches=3,
-        depths=(2, 3, 4), seeds=2, norm_batches=1, theory_d=32, theory_layers=4, theory_positions=8,
+        depths=(2, 3, 4), seeds=2, ab_seeds=3, norm_batches=1, theory_d=32, theory_layers=4, theory_positions=8,
         theory_batch=4, theory_seeds=2, lemma3_d=16, lemma3_per_scale=1,
     )  # fmt: skip
 
@@ -142,10 +149,15 @@ def quick() -> AnalysisConfig:
     n ~ (2.0 sd / 0.075)^2 seeds: 40 for the depth scan (~15 s each alone, both placements), 24 for the theory
     setting (~0.3 s each). Fewer, and C1/C3 come out `inconclusive` whatever the truth is (3 and 4 seeds did).
     With 40 the slopes came out +0.02 [-0.03, +0.07] (Post-LN) and -0.51 [-0.56, -0.46] (Pre-LN; Theorem 1:
-    0 and -0.5), the per-seed sd of the Post-LN slope 0.15."""
+    0 and -0.5), the per-seed sd of the Post-LN slope 0.15.
+
+    ``ab_seeds`` (C5, C6) by the same rule, from a pilot of 10 seeds (``--set ab_seeds=10``; ~16 s per extra seed
+    on one thread beside the grid): per seed, the decoder's last/first ratio has sd 0.29 (Post-LN) and 0.18
+    (Pre-LN) in log, delta sd 0.032. Half of C5's Pre-LN range is 0.35 in log (ln 2 / 2), half of C6's 0.0625;
+    the t quantile, large at few seeds, binds: 8 seeds give half-widths of about 0.15 (log) and 0.027."""
     return AnalysisConfig(
         scale="quick", d_model=128, n_heads=4, d_ffn=256, max_tokens=1024, layers=6,
-        batches=8, depths=(6, 8, 10, 12, 14), seeds=40, norm_batches=2, theory_d=256, theory_layers=12,
+        batches=8, depths=(6, 8, 10, 12, 14), seeds=40, ab_seeds=8, norm_batches=2, theory_d=256, theory_layers=12,
         theory_positions=32, theory_batch=8, theory_seeds=24, lemma3_d=256, lemma3_per_scale=2,
     )  # fmt: skip
 
@@ -226,11 +238,15 @@ def run_analysis(
     # a wrong checkpoint path fails now, not after the minutes of the measurements before it
     warm_model = load_checkpoint(cfg.checkpoint) if cfg.checkpoint else None
     seeds = [cfg.seed + k for k in range(cfg.seeds)]
-    n_pool = cfg.batches + cfg.norm_batches + cfg.seeds * cfg.cd_batches
-    pool, vocab = clock.section("batches", lambda: _batch_pool(cfg, n_pool))
+    per_ab = cfg.batches + cfg.norm_batches  # one Figure 3(a,b) seed's batches, then its concentration batches
+    n_cd = cfg.seeds * cfg.cd_batches
+    # the extra Figure 3(a,b) seeds' batches come last, so the first seed and the depth scan see the same batches
+    # whatever ab_seeds is
+    pool, vocab = clock.section("batches", lambda: _batch_pool(cfg, per_ab + n_cd + (cfg.ab_seeds - 1) * per_ab))
     ab_batches = pool[: cfg.batches]
-    norm_batches = pool[cfg.batches : cfg.batches + cfg.norm_batches]
-    cd_pool = pool[cfg.batches + cfg.norm_batches :]
+    norm_batches = pool[cfg.batches : per_ab]
+    cd_pool = pool[per_ab : per_ab + n_cd]
+    ab_extra = pool[per_ab + n_cd :]
 
     def cd_batches(seed: int) -> list[TranslationBatch]:
         k = seeds.index(seed)
@@ -259,6 +275,30 @@ def run_analysis(
                                       seed=cfg.seed, dtype=cfg.dtype)
             real[placement] = hidden_norms(model, norm_batches, dtype=cfg.dtype)
         clock.section(f"figure 3(a,b) {placement}-LN {cfg.layers}-{cfg.layers}, {cfg.batches} batches", one)
+    # C5 and C6 per seed: the first seed's numbers (above) and one more model per extra seed, each on its own
+    # batches; only the claims' numbers are kept (Figure 3(a,b)'s plots show the first seed)
+    ab["per_seed"] = {p: {"seeds": [cfg.seed], "last_over_first": [_last_over_first(ab[p]["expected"]["decoder"])],
+                          "delta_last": {s: [concentration_delta(real[p][s][_THM1_VAR[p]]["samples"][-1], cfg.epsilon)]
+                                         for s in ("encoder", "decoder")}}
+                      for p in ("post", "pre")}  # fmt: skip
+    for k in range(1, cfg.ab_seeds):
+        seed = cfg.seed + k
+        mine = ab_extra[(k - 1) * per_ab : k * per_ab]
+
+        def extra(seed: int = seed, mine: list[TranslationBatch] = mine) -> None:
+            for placement in ("post", "pre"):
+                torch.manual_seed(seed)
+                model = Seq2Seq(cfg.model_config(vocab, placement, cfg.layers)).to(device)
+                grads = figure3ab(model, mine[: cfg.batches], mode=cfg.mode, label_smoothing=cfg.label_smoothing,
+                                  seed=seed, dtype=cfg.dtype)
+                norms = hidden_norms(model, mine[cfg.batches :], dtype=cfg.dtype)
+                entry = ab["per_seed"][placement]
+                entry["seeds"].append(seed)
+                entry["last_over_first"].append(_last_over_first(grads["expected"]["decoder"]))
+                for s in ("encoder", "decoder"):
+                    samples = norms[s][_THM1_VAR[placement]]["samples"][-1]
+                    entry["delta_last"][s].append(concentration_delta(samples, cfg.epsilon))
+        clock.section(f"figure 3(a,b) and concentration, seed {seed} (C5/C6 seed intervals)", extra)
     ab["post_warmup"] = None
     if warm_model is not None:
         def warm() -> None:
@@ -301,9 +341,9 @@ def run_analysis(
     conc = {"epsilon": eps, "paper_delta": 0.125, "theory": {}, "real": {}}
     for placement in ("post", "pre"):
         conc["theory"][placement] = concentration_table(theory[placement]["samples"], eps)
-        key = "x5" if placement == "post" else "stream"
         conc["real"][placement] = {
-            stack: concentration_table(real[placement][stack][key]["samples"], eps) for stack in ("encoder", "decoder")
+            stack: concentration_table(real[placement][stack][_THM1_VAR[placement]]["samples"], eps)
+            for stack in ("encoder", "decoder")
         }
     result["concentration"] = conc
 
@@ -335,6 +375,16 @@ def run_analysis(
 POST_LN_LAYER_GROWTH = 0.5 * math.log(1.5)
 """Appendix F: in Post-LN, each layer between l and L multiplies the gradient by about sqrt(2/3) (the LN
 Jacobian at ||x^{post,5}||^2 = 1.5 d), so log ||dL/dW^{2,l}|| grows by 0.5 ln 1.5 = 0.203 per layer index."""
+
+
+_THM1_VAR = {"post": "x5", "pre": "stream"}
+"""hidden_norms' key of Theorem 1's variable per placement: x^{post,5}_l, and the Pre-LN stream x^{pre}_l whose
+last entry is x^{pre}_{L+1} (the input of the final LayerNorm)."""
+
+
+def _last_over_first(expected: dict[str, list[float]]) -> float:
+    """C5's number for one stack's expected-gradient profiles: last layer / first, geometric mean over W^1, W^2."""
+    return math.sqrt(expected["w1"][-1] / expected["w1"][0] * expected["w2"][-1] / expected["w2"][0])
 
 
 def _profile(values: list[float]) -> dict[str, float]:
@@ -418,10 +468,11 @@ def claims_numbers(result: dict[str, Any]) -> dict[str, Any]:
         c5[placement] = {s: {w: _profile(ab[placement]["expected"][s][w]) for w in ("w1", "w2")}
                          for s in ("encoder", "decoder")}
     c5["stack"] = "decoder"
-    c5["last_over_first"] = {
-        p: math.sqrt(c5[p]["decoder"]["w1"]["last_over_first"] * c5[p]["decoder"]["w2"]["last_over_first"])
-        for p in ("post", "pre")
-    }
+    c5["last_over_first"] = {p: _last_over_first(ab[p]["expected"]["decoder"]) for p in ("post", "pre")}
+    # one value per Figure 3(a,b) seed (the claims' 95% interval; absent from analysis.json files before them)
+    per_seed = ab.get("per_seed")
+    if per_seed:
+        c5["last_over_first_seeds"] = {p: per_seed[p]["last_over_first"] for p in ("post", "pre")}
     conc = result["concentration"]
     c6 = {"claim": "hidden-state norms are (0.1, 0.125)-bounded (Section 3.4)", "epsilon": conc["epsilon"],
           "paper_delta": conc["paper_delta"],
@@ -431,6 +482,9 @@ def claims_numbers(result: dict[str, Any]) -> dict[str, Any]:
                        for s in ("encoder", "decoder")} for p in ("post", "pre")}}
     c6["delta"] = max(c6["real"][p]["decoder"]["delta_last"] for p in ("post", "pre"))
     c6["delta_from"] = "largest of real Post-LN x^{post,5}_L and Pre-LN x^{pre}_{L+1}, decoder"
+    if per_seed:
+        c6["delta_seeds"] = {p: per_seed[p]["delta_last"]["decoder"] for p in ("post", "pre")}
+    c6["d_model"] = result["config"]["d_model"]  # delta at a fixed eps depends on d (the claims' rule reads it)
     return {"C1": c1, "C2": c2, **thm, "C5": c5, "C6": c6}
 
 
@@ -468,6 +522,12 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     lines.append(f"C5 decoder last/first (geometric mean of W1, W2): post {c['C5']['last_over_first']['post']:.3g}, "
                  f"pre {c['C5']['last_over_first']['pre']:.3g}")
     c6 = c["C6"]
+    if "last_over_first_seeds" in c["C5"]:
+        for key, name, values in (("C5", "decoder last/first", c["C5"]["last_over_first_seeds"]),
+                                  ("C6", "real decoder delta", c6.get("delta_seeds", {}))):
+            lines.append(f"{key} {name} per Figure 3(a,b) seed: " + "; ".join(
+                f"{p} [{fmt(values[p])}] (mean {np.mean(values[p]):.3g}, sd "
+                f"{np.std(values[p], ddof=1) if len(values[p]) > 1 else float('nan'):.2g})" for p in values))
     lines.append(f"C6 delta of Theorem 1's variables (real decoder, worst placement): {c6['delta']:.3f}")
     lines.append(f"C6 delta at eps={c6['epsilon']} (paper <= {c6['paper_delta']}): theory post "
                  f"{c6['theory']['post']['delta_last']:.3f} (max {c6['theory']['post']['delta_max']:.3f}), pre "
