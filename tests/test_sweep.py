@@ -67,6 +67,11 @@ def test_config_is_strict():
         SweepConfig(widths=(128, 64))
     with pytest.raises(ConfigError, match="sweep scale"):
         sweep_scale("huge")
+    # an lr_max between grid points is refused with its neighbours, not dropped without a word
+    with pytest.raises(ConfigError, match="neighbours are 0.00215 and 0.00464"):
+        SweepConfig(lr_min=1e-4, lr_max=3e-3, per_decade=3)
+    for printed in (2.15e-3, 2.154e-3):  # a grid point as the tables print it, or more exactly
+        assert SweepConfig(lr_min=1e-4, lr_max=printed, per_decade=3).lrs[-1] == 2.15e-3
 
 
 def test_every_cell_sees_the_same_data_and_seed():
