@@ -102,3 +102,48 @@ def test_smoke_claims_carry_numbers(smoke_result):
         torch.testing.assert_close(c["C5"]["last_over_first_seeds"][p][0], c["C5"]["last_over_first"][p])
         torch.testing.assert_close(c["C6"]["delta_seeds"][p][0], c["C6"]["real"][p]["decoder"]["delta_last"])
     torch.testing.assert_close(c["C6"]["delta"], max(c["C6"]["delta_seeds"][p][0] for p in ("post", "pre")))
+
+
+def test_c5_c6_seeds_recomputed_on_their_own_batches(smoke_result):
+    """A further seed's C5 ratio and C6 delta, recomputed here from its own slice of the batch pool (after the
+    first seed's batches and the depth scan's), match the analysis' (which shares no code path with this)."""
+    from normlab.analysis.gradients import figure3ab
+    from normlab.analysis.run import _batch_pool
+    from normlab.analysis.theory import concentration_delta, hidden_norms
+    from normlab.model import Seq2Seq
+
+    cfg = smoke()
+    per_ab = cfg.batches + cfg.norm_batches
+    pool, vocab = _batch_pool(cfg, per_ab * cfg.ab_seeds + cfg.seeds * cfg.cd_batches)
+    per_seed = smoke_result["figure3ab"]["per_seed"]
+    for k in range(1, cfg.ab_seeds):
+        start = per_ab + cfg.seeds * cfg.cd_batches + (k - 1) * per_ab
+        mine = pool[start : start + per_ab]
+        for placement, var in (("post", "x5"), ("pre", "stream")):
+            torch.manual_seed(cfg.seed + k)
+            model = Seq2Seq(cfg.model_config(vocab, placement, cfg.layers))
+            w = figure3ab(model, mine[: cfg.batches], mode=cfg.mode, label_smoothing=cfg.label_smoothing,
+                          seed=cfg.seed + k)["expected"]["decoder"]
+            ratio = math.sqrt(w["w1"][-1] / w["w1"][0] * w["w2"][-1] / w["w2"][0])
+            torch.testing.assert_close(per_seed[placement]["last_over_first"][k], ratio)
+            norms = hidden_norms(model, mine[cfg.batches :])  # concentration_d == d_model at smoke
+            delta = concentration_delta(norms["decoder"][var]["samples"][-1], cfg.epsilon)
+            torch.testing.assert_close(per_seed[placement]["delta_last"]["decoder"][k], delta)
+    # the seeds are not copies of each other
+    assert len(set(per_seed["post"]["last_over_first"])) == cfg.ab_seeds
+
+
+def test_concentration_at_its_own_width():
+    """C6 is measured at concentration_d (the paper's 512 by default) whatever d_model is: here 64 beside the
+    smoke models' 32, recorded as the width the claim reads."""
+    import dataclasses
+
+    wide = run_analysis(dataclasses.replace(smoke(), concentration_d=64, depths=(2,), theory_seeds=1))
+    narrow = run_analysis(dataclasses.replace(smoke(), depths=(2,), theory_seeds=1))
+    c6w, c6n = wide["claims"]["C6"], narrow["claims"]["C6"]
+    assert c6w["d_model"] == 64 and c6n["d_model"] == 32
+    assert wide["figure3ab"]["per_seed"]["pre"]["concentration_d"] == 64
+    assert c6w["delta_seeds"] != c6n["delta_seeds"]
+    # C5 and the figure's own numbers do not depend on it
+    assert wide["claims"]["C5"]["last_over_first_seeds"] == narrow["claims"]["C5"]["last_over_first_seeds"]
+    assert c6w["delta"] == c6n["delta"]

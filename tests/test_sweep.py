@@ -70,8 +70,17 @@ def test_config_is_strict():
     # an lr_max between grid points is refused with its neighbours, not dropped without a word
     with pytest.raises(ConfigError, match="neighbours are 0.00215 and 0.00464"):
         SweepConfig(lr_min=1e-4, lr_max=3e-3, per_decade=3)
+    with pytest.raises(ConfigError, match="neighbours are 0.000464 and 0.001"):  # just below a grid point
+        SweepConfig(lr_min=1e-4, lr_max=9.93e-4, per_decade=3)
+    with pytest.raises(ConfigError, match="neighbours are 0.0001 and 0.001"):
+        SweepConfig(lr_min=1e-4, lr_max=9.8e-4, per_decade=1)
     for printed in (2.15e-3, 2.154e-3):  # a grid point as the tables print it, or more exactly
         assert SweepConfig(lr_min=1e-4, lr_max=printed, per_decade=3).lrs[-1] == 2.15e-3
+    for per_decade in (1, 2, 3, 5, 10):  # every printed grid point is accepted as lr_max, and ends its own grid
+        grid = SweepConfig(lr_min=1e-4, lr_max=1e-2, per_decade=per_decade).lrs
+        assert len(grid) == 2 * per_decade + 1 and grid[-1] == 1e-2
+        for k, point in enumerate(grid):
+            assert SweepConfig(lr_min=1e-4, lr_max=point, per_decade=per_decade).lrs == grid[: k + 1]
 
 
 def test_every_cell_sees_the_same_data_and_seed():

@@ -4,8 +4,9 @@ The scales are functions returning an :class:`AnalysisConfig` (STYLE.md example 
 
 * ``smoke``: tiny models, seconds; what the tests run (and the golden numbers).
 * ``quick``: 6-6 ... 14-14 models of width 128, 40 seeds (24 in the theory setting, 8 for Figure 3(a,b) and
-  concentration: enough for the claims' seed intervals to decide, see :func:`quick`), batches of 1,024 tokens; ~10 minutes on an idle CPU thread
-  (estimated), 27 measured beside reproduce's grid.
+  the concentration, measured at d = 512: enough for the claims' seed intervals to decide, see :func:`quick`),
+  batches of 1,024 tokens; ~10 minutes on an idle CPU thread (estimated), 27 measured beside reproduce's grid
+  before the 8 seeds of C5/C6 (~2 minutes more).
 * ``paper``: the paper's sizes (Appendix A.1 and Section 3.4): d = 512, FFN 1024, 4 heads, batches of 4,096
   tokens, dropout 0.1, 6-6 models for Figure 3(a,b), 6-6 ... 14-14 over 10 seeds for Figure 3(c,d).
 
@@ -26,6 +27,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+from torch import nn
 
 from normlab.analysis.gradients import figure3ab, figure3cd, fit_linear_slope
 from normlab.analysis.sources import de_en_batches, load_checkpoint, synthetic_translation_batches
@@ -78,10 +80,16 @@ class AnalysisConfig(Strict):
     )
     seeds: int = field(10, help="random seeds (initialisations) per depth and placement in Figure 3(c,d)")
     ab_seeds: int = field(
-        10,
-        help="initialisations of the 6-6 models of Figure 3(a,b) and of the real-model concentration, seed s on "
-        "its own batches: the claims' 95% intervals of C5 (last/first layer) and C6 (delta) are over these; the "
-        "figures show the first",
+        5,
+        help="initialisations (seed, seed + 1, ...; each on its own batches) of the 6-6 models of Figure 3(a,b) and "
+        "of the real-model concentration: the claims' 95% intervals of C5 (last/first layer) and C6 (delta) are "
+        "over these; the figures show the first",
+    )
+    concentration_d: int = field(
+        512,
+        help="width of the real models whose concentration (delta at epsilon) C6 is judged on: the paper measured "
+        "its d = 512 models, and delta at a fixed epsilon falls as d grows (measured: Pre-LN 0.143, 0.123, 0.063 "
+        "at d = 128, 256, 512); forward passes only, so the paper's width costs little",
     )
     cd_batches: int = field(1, help="mini-batches per seed in Figure 3(c,d) (norm of their mean gradient)")
     norm_batches: int = field(2, help="mini-batches for Lemma 2 and concentration in the real models")
@@ -98,10 +106,11 @@ class AnalysisConfig(Strict):
     )
     dtype: Literal["float32", "bfloat16"] = field("float32", help="compute dtype (bfloat16 through autocast)")
     device: str = field("auto", help="auto (CUDA when present, else CPU), cpu, cuda, cuda:1, ...")
-    seed: int = field(1, help="first seed; seeds of Figure 3(c,d) are seed, seed + 1, ...")
+    seed: int = field(1, help="first seed; seeds of Figure 3(c,d) and of C5/C6 (ab_seeds) are seed, seed + 1, ...")
 
     def validate(self) -> None:
-        for name in ("vocab_size", "d_model", "n_heads", "d_ffn", "max_tokens", "layers", "batches", "seeds", "ab_seeds",
+        for name in ("vocab_size", "d_model", "n_heads", "d_ffn", "max_tokens", "layers", "batches", "seeds",
+                     "ab_seeds", "concentration_d",
                      "cd_batches", "norm_batches", "theory_d", "theory_layers", "theory_positions", "theory_batch",
                      "theory_seeds", "lemma3_d", "lemma3_per_scale"):
             if getattr(self, name) <= 0:
@@ -112,6 +121,9 @@ class AnalysisConfig(Strict):
             raise self.error("schemes", problem)
         if self.d_model % self.n_heads:
             raise self.error("n_heads", f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.concentration_d % self.n_heads or (self.d_ffn * self.concentration_d) % self.d_model:
+            raise self.error("concentration_d", f"{self.concentration_d} must be divisible by n_heads={self.n_heads} "
+                             f"and give a whole FFN width at the ratio d_ffn/d_model = {self.d_ffn}/{self.d_model}")
         if not 0 < self.epsilon < 1:
             raise self.error("epsilon", f"must be in (0, 1), got {self.epsilon}")
         if not 0 <= self.label_smoothing < 1:
@@ -131,8 +143,8 @@ def smoke() -> AnalysisConfig:
     """Seconds: tiny models; the tests and the golden numbers run this."""
     return AnalysisConfig(
         scale="smoke", data="synthetic", vocab_size=64, d_model=32, n_heads=4, d_ffn=64, max_tokens=128, layers=2, batches=3,
-        depths=(2, 3, 4), seeds=2, ab_seeds=3, norm_batches=1, theory_d=32, theory_layers=4, theory_positions=8,
-        theory_batch=4, theory_seeds=2, lemma3_d=16, lemma3_per_scale=1,
+        depths=(2, 3, 4), seeds=2, ab_seeds=3, concentration_d=32, norm_batches=1, theory_d=32, theory_layers=4,
+        theory_positions=8, theory_batch=4, theory_seeds=2, lemma3_d=16, lemma3_per_scale=1,
     )  # fmt: skip
 
 
@@ -151,10 +163,13 @@ def quick() -> AnalysisConfig:
     With 40 the slopes came out +0.02 [-0.03, +0.07] (Post-LN) and -0.51 [-0.56, -0.46] (Pre-LN; Theorem 1:
     0 and -0.5), the per-seed sd of the Post-LN slope 0.15.
 
-    ``ab_seeds`` (C5, C6) by the same rule, from a pilot of 10 seeds (``--set ab_seeds=10``; ~16 s per extra seed
-    on one thread beside the grid): per seed, the decoder's last/first ratio has sd 0.29 (Post-LN) and 0.18
-    (Pre-LN) in log, delta sd 0.032. Half of C5's Pre-LN range is 0.35 in log (ln 2 / 2), half of C6's 0.0625;
-    the t quantile, large at few seeds, binds: 8 seeds give half-widths of about 0.15 (log) and 0.027."""
+    ``ab_seeds`` (C5, C6) by the same rule, from pilots of 10 and 8 seeds (~16 s per further seed on one thread
+    beside the grid): per seed, the decoder's last/first ratio has sd 0.29 (Post-LN) and 0.18 (Pre-LN) in log,
+    and Pre-LN's delta at d = 512 (``concentration_d``) sd 0.035. Half of C5's Pre-LN range is 0.35 in log
+    (ln 2 / 2), half of C6's 0.0625; the t quantile, large at few seeds, binds: 8 seeds give half-widths of
+    0.24 and 0.15 in log (Post-LN, Pre-LN) and 0.029 for delta. Measured at d = 128 instead, Pre-LN's delta was
+    0.157 [0.134, 0.180] (10 seeds): above the paper's 0.125, as a narrower model's must be, which is why C6 is
+    measured at the paper's width."""
     return AnalysisConfig(
         scale="quick", d_model=128, n_heads=4, d_ffn=256, max_tokens=1024, layers=6,
         batches=8, depths=(6, 8, 10, 12, 14), seeds=40, ab_seeds=8, norm_batches=2, theory_d=256, theory_layers=12,
@@ -227,12 +242,12 @@ def run_analysis(
     """Run every measurement of ``cfg``; write ``analysis.json`` and the figures to ``out_dir`` if given.
 
     Figure 3(a,b): one 6-6 Post-LN and one Pre-LN model (seed ``cfg.seed``; both share their weight
-    matrices), M batches; plus the checkpoint after warm-up if ``cfg.checkpoint``. Figure 3(c,d): every depth,
+    matrices), M batches; plus the checkpoint after warm-up if ``cfg.checkpoint``. C5/C6 over ``ab_seeds``
+    seeds: one more Figure 3(a,b) pair per further seed, and every seed's concentration at ``concentration_d``,
+    each seed on its own batches. Figure 3(c,d): every depth,
     placement and seed, seed ``s`` on its own batch(es). Lemma 2 and concentration: the theory setting, and
     the Figure 3(a,b) models in eval mode on ``norm_batches`` batches. Lemma 3: float64 on the CPU.
     """
-    from normlab.model import Seq2Seq
-
     clock = _Clock(progress)
     device = resolve_device(cfg.device)
     # a wrong checkpoint path fails now, not after the minutes of the measurements before it
@@ -269,36 +284,45 @@ def run_analysis(
     real: dict[str, Any] = {}
     for placement in ("post", "pre"):
         def one(placement: str = placement) -> None:
-            torch.manual_seed(cfg.seed)
-            model = Seq2Seq(cfg.model_config(vocab, placement, cfg.layers)).to(device)
+            model = _ab_model(cfg, vocab, placement, cfg.seed, cfg.d_model, device)
             ab[placement] = figure3ab(model, ab_batches, mode=cfg.mode, label_smoothing=cfg.label_smoothing,
                                       seed=cfg.seed, dtype=cfg.dtype)
             real[placement] = hidden_norms(model, norm_batches, dtype=cfg.dtype)
         clock.section(f"figure 3(a,b) {placement}-LN {cfg.layers}-{cfg.layers}, {cfg.batches} batches", one)
-    # C5 and C6 per seed: the first seed's numbers (above) and one more model per extra seed, each on its own
-    # batches; only the claims' numbers are kept (Figure 3(a,b)'s plots show the first seed)
-    ab["per_seed"] = {p: {"seeds": [cfg.seed], "last_over_first": [_last_over_first(ab[p]["expected"]["decoder"])],
-                          "delta_last": {s: [concentration_delta(real[p][s][_THM1_VAR[p]]["samples"][-1], cfg.epsilon)]
-                                         for s in ("encoder", "decoder")}}
-                      for p in ("post", "pre")}  # fmt: skip
-    for k in range(1, cfg.ab_seeds):
-        seed = cfg.seed + k
-        mine = ab_extra[(k - 1) * per_ab : k * per_ab]
 
-        def extra(seed: int = seed, mine: list[TranslationBatch] = mine) -> None:
+    # C5 and C6 over seeds (their claims' 95% intervals): seed k on its own batches, the first seed on the ones
+    # above. C5: the first seed's numbers are the figure's, one more model pair per further seed. C6: every
+    # seed's real decoder at concentration_d (forward passes only), d = 512 by default whatever d_model is:
+    # delta at a fixed eps falls as d grows (AnalysisConfig.concentration_d), and the paper measured at 512.
+    def seed_batches(k: int) -> tuple[list[TranslationBatch], list[TranslationBatch]]:
+        if k == 0:
+            return ab_batches, norm_batches
+        mine = ab_extra[(k - 1) * per_ab : k * per_ab]
+        return mine[: cfg.batches], mine[cfg.batches :]
+
+    per_seed: dict[str, Any] = {p: {"seeds": [], "last_over_first": [], "concentration_d": cfg.concentration_d,
+                                    "delta_last": {"encoder": [], "decoder": []}} for p in ("post", "pre")}
+    for k in range(cfg.ab_seeds):
+        def seed_k(k: int = k) -> None:
+            seed, (grad_batches, conc_batches) = cfg.seed + k, seed_batches(k)
             for placement in ("post", "pre"):
-                torch.manual_seed(seed)
-                model = Seq2Seq(cfg.model_config(vocab, placement, cfg.layers)).to(device)
-                grads = figure3ab(model, mine[: cfg.batches], mode=cfg.mode, label_smoothing=cfg.label_smoothing,
-                                  seed=seed, dtype=cfg.dtype)
-                norms = hidden_norms(model, mine[cfg.batches :], dtype=cfg.dtype)
-                entry = ab["per_seed"][placement]
+                entry = per_seed[placement]
                 entry["seeds"].append(seed)
+                if k == 0:
+                    grads = ab[placement]
+                else:
+                    model = _ab_model(cfg, vocab, placement, seed, cfg.d_model, device)
+                    grads = figure3ab(model, grad_batches, mode=cfg.mode, label_smoothing=cfg.label_smoothing,
+                                      seed=seed, dtype=cfg.dtype)
                 entry["last_over_first"].append(_last_over_first(grads["expected"]["decoder"]))
+                model = _ab_model(cfg, vocab, placement, seed, cfg.concentration_d, device)
+                norms = hidden_norms(model, conc_batches, dtype=cfg.dtype)
                 for s in ("encoder", "decoder"):
                     samples = norms[s][_THM1_VAR[placement]]["samples"][-1]
                     entry["delta_last"][s].append(concentration_delta(samples, cfg.epsilon))
-        clock.section(f"figure 3(a,b) and concentration, seed {seed} (C5/C6 seed intervals)", extra)
+        clock.section(f"C5/C6 seed {cfg.seed + k} (Figure 3(a,b){' reused' if k == 0 else ''}, concentration at "
+                      f"d={cfg.concentration_d})", seed_k)
+    ab["per_seed"] = per_seed
     ab["post_warmup"] = None
     if warm_model is not None:
         def warm() -> None:
@@ -382,6 +406,17 @@ _THM1_VAR = {"post": "x5", "pre": "stream"}
 last entry is x^{pre}_{L+1} (the input of the final LayerNorm)."""
 
 
+def _ab_model(cfg: AnalysisConfig, vocab: int, placement: str, seed: int, d: int, device: torch.device) -> nn.Module:
+    """The 6-6 model of Figure 3(a,b) under ``seed``, at width ``d`` (FFN and heads at the config's ratio)."""
+    from normlab.model import Seq2Seq
+
+    model_cfg = cfg.model_config(vocab, placement, cfg.layers)
+    if d != cfg.d_model:
+        model_cfg = model_cfg.replace(d_model=d, d_ffn=cfg.d_ffn * d // cfg.d_model)
+    torch.manual_seed(seed)
+    return Seq2Seq(model_cfg).to(device)
+
+
 def _last_over_first(expected: dict[str, list[float]]) -> float:
     """C5's number for one stack's expected-gradient profiles: last layer / first, geometric mean over W^1, W^2."""
     return math.sqrt(expected["w1"][-1] / expected["w1"][0] * expected["w2"][-1] / expected["w2"][0])
@@ -409,11 +444,14 @@ def claims_numbers(result: dict[str, Any]) -> dict[str, Any]:
     * C5 (Figure 3(a,b), Appendix F): per stack and weight, slope of log(expected-gradient norm) against the
       layer index and the last/first ratio; theory about +0.203 per layer for Post-LN, 0 for Pre-LN. At the
       top level ``last_over_first`` per placement: the decoder's (the chain to the loss that Appendix F
-      follows), geometric mean over W^1 and W^2.
+      follows), geometric mean over W^1 and W^2, of the first seed; ``last_over_first_seeds`` the same for
+      every seed (the claim's interval).
     * C6 (concentration): the measured delta at eps = 0.1 for the variables of Theorem 1 (x^{post,5}_L and
       x^{pre}_{L+1}) and the worst layer, per setting, placement and stack; the paper measured delta <= 0.125.
       At the top level ``delta``: the largest over Post-LN and Pre-LN of the real decoder's Theorem 1
-      variable (the hidden state before the output LayerNorm and softmax).
+      variable (the hidden state before the output LayerNorm and softmax), first seed, at d_model;
+      ``delta_seeds`` that variable's delta per placement and seed at ``d_model`` = ``concentration_d`` (each
+      seed's delta against its own sample mean, as the paper measured "given an initialized model").
     """
     th, real = result["lemma2"]["theory"], result["lemma2"]["real"]
 
@@ -482,9 +520,12 @@ def claims_numbers(result: dict[str, Any]) -> dict[str, Any]:
                        for s in ("encoder", "decoder")} for p in ("post", "pre")}}
     c6["delta"] = max(c6["real"][p]["decoder"]["delta_last"] for p in ("post", "pre"))
     c6["delta_from"] = "largest of real Post-LN x^{post,5}_L and Pre-LN x^{pre}_{L+1}, decoder"
+    # the width the claim's numbers were measured at (delta at a fixed eps falls with d; the claims' rule reads
+    # it): the per-seed models' concentration_d, else (an analysis.json from before them) the figure's d_model
+    c6["d_model"] = result["config"]["d_model"]
     if per_seed:
         c6["delta_seeds"] = {p: per_seed[p]["delta_last"]["decoder"] for p in ("post", "pre")}
-    c6["d_model"] = result["config"]["d_model"]  # delta at a fixed eps depends on d (the claims' rule reads it)
+        c6["d_model"] = per_seed["post"].get("concentration_d", c6["d_model"])
     return {"C1": c1, "C2": c2, **thm, "C5": c5, "C6": c6}
 
 
@@ -519,16 +560,21 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
             e = c["C5"][p][s]
             lines.append(f"C5 {p}-LN {s} expected grad W1 [{fmt(e['w1']['values'])}] W2 [{fmt(e['w2']['values'])}] "
                          f"log-slope/layer W1 {e['w1']['log_slope_per_layer']:.3f} W2 {e['w2']['log_slope_per_layer']:.3f}")
-    lines.append(f"C5 decoder last/first (geometric mean of W1, W2): post {c['C5']['last_over_first']['post']:.3g}, "
+    lines.append(f"C5 first seed, decoder last/first (geometric mean of W1, W2): "
+                 f"post {c['C5']['last_over_first']['post']:.3g}, "
                  f"pre {c['C5']['last_over_first']['pre']:.3g}")
     c6 = c["C6"]
-    if "last_over_first_seeds" in c["C5"]:
-        for key, name, values in (("C5", "decoder last/first", c["C5"]["last_over_first_seeds"]),
-                                  ("C6", "real decoder delta", c6.get("delta_seeds", {}))):
-            lines.append(f"{key} {name} per Figure 3(a,b) seed: " + "; ".join(
-                f"{p} [{fmt(values[p])}] (mean {np.mean(values[p]):.3g}, sd "
-                f"{np.std(values[p], ddof=1) if len(values[p]) > 1 else float('nan'):.2g})" for p in values))
-    lines.append(f"C6 delta of Theorem 1's variables (real decoder, worst placement): {c6['delta']:.3f}")
+    sd = lambda xs: float(np.std(xs, ddof=1)) if len(xs) > 1 else float("nan")  # noqa: E731
+    if "last_over_first_seeds" in c["C5"]:  # the claims' numbers; the lines above and below are the first seed's
+        ratios = c["C5"]["last_over_first_seeds"]
+        lines.append("C5 decoder last/first per seed: " + "; ".join(
+            f"{p} [{fmt(v)}] (geometric mean {math.exp(np.mean(np.log(v))):.3g}, sd of the log {sd(np.log(v)):.2g})"
+            for p, v in ratios.items()))
+    if "delta_seeds" in c6:
+        lines.append(f"C6 real decoder delta per seed at d={c6['d_model']}: " + "; ".join(
+            f"{p} [{fmt(v)}] (mean {np.mean(v):.3g}, sd {sd(v):.2g})" for p, v in c6["delta_seeds"].items()))
+    lines.append(f"C6 first seed at d={result['config']['d_model']}, delta of Theorem 1's variables (real decoder, "
+                 f"worst placement): {c6['delta']:.3f}")
     lines.append(f"C6 delta at eps={c6['epsilon']} (paper <= {c6['paper_delta']}): theory post "
                  f"{c6['theory']['post']['delta_last']:.3f} (max {c6['theory']['post']['delta_max']:.3f}), pre "
                  f"{c6['theory']['pre']['delta_last']:.3f} (max {c6['theory']['pre']['delta_max']:.3f}); real "

@@ -171,11 +171,12 @@ class SweepConfig(Strict):
         # an lr_max between two grid points would be dropped without a word (the grid is lr_min x 10^(k/n)), and
         # a last step shorter than the others would break the even log spacing the LR sensitivity averages over
         top = self.lrs[-1]
-        if not math.isclose(top, self.lr_max, rel_tol=5e-3):
-            above = float(f"{self.lr_min * 10 ** (len(self.lrs) / self.per_decade):.3g}")  # the next grid point
+        if not _on_grid(self.lr_max, top):
+            below = math.floor(math.log10(self.lr_max / self.lr_min) * self.per_decade)
+            pair = [_grid_point(self.lr_min, k, self.per_decade) for k in (below, below + 1)]
             raise self.error("lr_max", f"{self.lr_max:g} is not on the log grid from lr_min={self.lr_min:g} at "
-                             f"{self.per_decade} per decade, whose neighbours are {top:g} and {above:g}: set one "
-                             "of them, or move lr_min")
+                             f"{self.per_decade} per decade, whose neighbours are {pair[0]:g} and {pair[1]:g}: set "
+                             "one of them, or move lr_min")
         if not self.widths or any(w < 1 for w in self.widths) or list(self.widths) != sorted(set(self.widths)):
             raise self.error("widths", f"must be increasing positive integers, got {list(self.widths)}")
         for w in self.widths:
@@ -197,13 +198,23 @@ class SweepConfig(Strict):
         return max(2, round(self.warmup_fraction * self.updates))
 
 
+def _grid_point(lo: float, k: int, per_decade: int) -> float:
+    return float(f"{lo * 10 ** (k / per_decade):.3g}")
+
+
+def _on_grid(x: float, point: float) -> bool:
+    """``x`` names the grid point ``point``: equal at 3 significant digits (as the tables print it), or within
+    0.5% (the 3-digit rounding's worst case)."""
+    return float(f"{x:.3g}") == point or math.isclose(x, point, rel_tol=5e-3)
+
+
 def lr_grid(lo: float, hi: float, per_decade: int) -> tuple[float, ...]:
     """lo x 10^(k / per_decade) for k = 0, 1, ... up to hi (included when it falls on the grid), rounded to 3
     significant digits so that names and tables read 2.15e-04, not 0.00021544346900318823. ``hi`` as printed
-    (2.15e-03 for 1e-4 x 10^(4/3)) counts as that grid point: the tolerance of 0.01 grid step is ~0.8% at 3 per
-    decade, above the 3-digit rounding's 0.25%."""
-    n = math.floor(math.log10(hi / lo) * per_decade + 0.01)
-    return tuple(float(f"{lo * 10 ** (k / per_decade):.3g}") for k in range(n + 1))
+    (2.15e-03 for 1e-4 x 10^(4/3)) counts as that grid point (:func:`_on_grid`)."""
+    x = math.log10(hi / lo) * per_decade
+    n = round(x) if _on_grid(hi, _grid_point(lo, round(x), per_decade)) else math.floor(x)
+    return tuple(_grid_point(lo, k, per_decade) for k in range(n + 1))
 
 
 SWEEP_SCALES: dict[str, SweepConfig] = {
