@@ -62,6 +62,12 @@ def fsync_dir(path: str | Path) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it: put it back at once
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str | Path, data: bytes | str) -> None:
     """Write ``data`` to ``path``: a temporary file in the same directory, fsync, rename, fsync the directory.
     A kill at any moment leaves the old file or the new one, never an empty or partial one."""
@@ -70,6 +76,10 @@ def write_atomic(path: str | Path, data: bytes | str) -> None:
     raw = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp creates the file 0600; the result gets the mode of the file it replaces, else that of a file
+        # opened for writing (0666 less the umask), so that a report or summary stays readable by others
+        if hasattr(os, "fchmod"):  # not on Windows, where the mode bits mean little
+            os.fchmod(fd, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
             f.flush()

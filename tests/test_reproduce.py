@@ -375,3 +375,15 @@ def test_an_analysis_with_other_settings_is_run_again(tmp_path):
     assert _Analysis(get_scale("smoke"), tmp_path, threads=1, device="cpu", start=False).stale == ""
     (target / "analysis.json").write_text(json.dumps({"config": dict(config, seeds=1)}))
     assert _Analysis(get_scale("smoke"), tmp_path, threads=1, device="cpu", start=False).stale == "seeds: 1 -> 2"
+
+
+def test_time_phrase_says_whose_wall_time_it_is():
+    """A job run again after every run finished took seconds: the header must not call that the job's wall time."""
+    from normlab.report.html import time_phrase
+
+    done = {"completed": 0, "diverged": 0, "failed": 0, "skipped": 0, "cached": 9}
+    again = time_phrase({"wall_time_s": 2.0, "train_time_s": 42783.0, "outcomes": done})
+    assert again.startswith("every run had finished before this invocation (0.0 min") and "713.0 min of training" in again
+    ran = time_phrase({"wall_time_s": 3220.0, "train_time_s": 42783.0, "outcomes": dict(done, completed=2, cached=7)})
+    assert ran.startswith("wall time 53.7 min")
+    assert time_phrase({"report_only": True, "train_time_s": 60.0}).startswith("report written with --report-only")

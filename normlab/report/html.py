@@ -73,7 +73,11 @@ def time_phrase(meta: dict[str, Any]) -> str:
     runs = f"{format_number(train / 60, '.1f')} min of training summed over the finished runs" if train else ""
     if meta.get("report_only"):
         return "report written with --report-only" + (f"; {runs}" if runs else "")
-    return f"wall time {format_number(meta.get('wall_time_s', 0) / 60, '.1f')} min" + (f" ({runs})" if runs else "")
+    wall = f"{format_number(meta.get('wall_time_s', 0) / 60, '.1f')} min"
+    trained = {k: v for k, v in (meta.get("outcomes") or {}).items() if k not in ("cached", "skipped") and v}
+    if meta.get("outcomes") and not trained:  # a job run again after its runs finished: its wall time is not theirs
+        return f"every run had finished before this invocation ({wall} to write the report)" + (f"; {runs}" if runs else "")
+    return f"wall time {wall}" + (f" ({runs})" if runs else "")
 
 
 def progress_sentence(meta: dict[str, Any], names: int = 6) -> str:
