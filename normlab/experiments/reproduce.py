@@ -324,7 +324,9 @@ def reproduce(
         # the finished runs' own training time (their summaries), summed: what a report written with
         # --report-only can say of the job's cost; None when a finished run lacks it
         "train_time_s": None if any(x is None for x in seconds) else math.fsum(seconds),
-        # a report written without training adds no training time to the job's total
+        # a report written without training adds no training time to the job's total. Only the sessions that
+        # ended by writing a report count: one killed half-way through the grid wrote none and is missing (a
+        # lower bound; train_time_s, from the runs themselves, does not have that gap)
         "wall_time_all_sessions_s": (wall if train else 0.0) + prior,
         "report_only": not train,
         "unfinished": unfinished,
