@@ -5,8 +5,8 @@ The scales are functions returning an :class:`AnalysisConfig` (STYLE.md example 
 * ``smoke``: tiny models, seconds; what the tests run (and the golden numbers).
 * ``quick``: 6-6 ... 14-14 models of width 128, 40 seeds (24 in the theory setting, 8 for Figure 3(a,b) and
   the concentration, measured at d = 512: enough for the claims' seed intervals to decide, see :func:`quick`),
-  batches of 1,024 tokens; ~10 minutes on an idle CPU thread (estimated), 27 measured beside reproduce's grid
-  before the 8 seeds of C5/C6 (~2 minutes more).
+  batches of 1,024 tokens; measured on 2 AVX2 cores in fp32: 6.0 minutes alone with 2 threads, 27 on one
+  thread beside reproduce's grid (before the 8 seeds of C5/C6, which took 1.6 of the 6.0).
 * ``paper``: the paper's sizes (Appendix A.1 and Section 3.4): d = 512, FFN 1024, 4 heads, batches of 4,096
   tokens, dropout 0.1, 6-6 models for Figure 3(a,b), 6-6 ... 14-14 over 10 seeds for Figure 3(c,d).
 
@@ -150,8 +150,8 @@ def smoke() -> AnalysisConfig:
 
 def quick() -> AnalysisConfig:
     """The paper's depths (6-6 ... 14-14), data (De-En, 10k BPE) and layout at width 128, batches of 1,024
-    tokens. Measured on one thread beside reproduce's 2-job grid (2 AVX2 cores, fp32): 1,604 s, 1,502 of them
-    the depth scan; alone on an idle thread about 10 minutes (from 46 s for 3 seeds).
+    tokens. Measured on 2 AVX2 cores in fp32: 356 s alone with 2 threads (the depth scan most of it; the 8
+    C5/C6 seeds 97 s); 1,604 s on one thread beside reproduce's 2-job grid, before the C5/C6 seeds.
 
     The seeds are set by power, from the spread measured with 3 and 4 of them (2 AVX2 cores, fp32; the claims
     decide C1-C4 on 95% t intervals over seeds, report/claims.py): per seed, Figure 3(c,d)'s Post-LN slope of
@@ -167,7 +167,8 @@ def quick() -> AnalysisConfig:
     beside the grid): per seed, the decoder's last/first ratio has sd 0.29 (Post-LN) and 0.18 (Pre-LN) in log,
     and Pre-LN's delta at d = 512 (``concentration_d``) sd 0.035. Half of C5's Pre-LN range is 0.35 in log
     (ln 2 / 2), half of C6's 0.0625; the t quantile, large at few seeds, binds: 8 seeds give half-widths of
-    0.24 and 0.15 in log (Post-LN, Pre-LN) and 0.029 for delta. Measured at d = 128 instead, Pre-LN's delta was
+    0.24 and 0.15 in log (Post-LN, Pre-LN) and 0.029 for delta (the quick job then measured C5 at 7.28 [5.64,
+    9.39] and 0.73 [0.64, 0.84], Pre-LN's delta at 0.082 [0.050, 0.115]). Measured at d = 128, Pre-LN's delta was
     0.157 [0.134, 0.180] (10 seeds): above the paper's 0.125, as a narrower model's must be, which is why C6 is
     measured at the paper's width."""
     return AnalysisConfig(
