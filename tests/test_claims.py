@@ -541,3 +541,21 @@ def test_c5_c6_are_decided_on_the_seed_interval():
     assert claim(results, "C5")["verdict"] == "does not hold"
     c5["last_over_first_seeds"] = {"post": [4.0], "pre": [1.1]}  # one seed
     assert claim(results, "C5")["verdict"] == "inconclusive"
+
+
+def test_a_claim_whose_runs_have_not_finished_is_inconclusive_not_unrun():
+    """A stopped job's --report-only: the runs this scale has and that have not finished make their claims
+    inconclusive ("not finished yet"); a run the scale does not have stays "not run at this scale"."""
+    results = paper_like()
+    del results["runs"]["pre-adam-5e-4-nowarm-step-s1"], results["runs"]["pre-adam-5e-4-nowarm-step-s2"]
+    del results["runs"]["pre-adam-5e-4-nowarm-step-s3"]
+    results.pop("finetune")
+    del results["analysis"]
+    got = {c["id"]: c for c in evaluate_claims(results, pending=["pre-adam-5e-4-nowarm-step", "analysis",
+                                                                  "fine-tuning results"])}
+    for cid in ("C1", "C6", "C9", "C12"):
+        assert got[cid]["verdict"] == INCONCLUSIVE and got[cid]["evidence"].startswith("not finished yet"), got[cid]
+    assert "pre-adam-5e-4-nowarm-step" in got["C9"]["evidence"]
+    plain = {c["id"]: c["verdict"] for c in evaluate_claims(results)}  # nothing pending: the scale lacks them
+    assert all(plain[cid] == NOT_RUN for cid in ("C1", "C6", "C9", "C12")), plain
+    assert got["C7"]["verdict"] == plain["C7"] == HOLDS  # untouched where nothing is missing

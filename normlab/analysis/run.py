@@ -523,7 +523,7 @@ def claims_numbers(result: dict[str, Any]) -> dict[str, Any]:
     c6["delta_from"] = "largest of real Post-LN x^{post,5}_L and Pre-LN x^{pre}_{L+1}, decoder"
     # the width the claim's numbers were measured at (delta at a fixed eps falls with d; the claims' rule reads
     # it): the per-seed models' concentration_d, else (an analysis.json from before them) the figure's d_model
-    c6["d_model"] = result["config"]["d_model"]
+    c6["d_model"] = c6["delta_d_model"] = result["config"]["d_model"]  # "delta" and "real": the figure's models
     if per_seed:
         c6["delta_seeds"] = {p: per_seed[p]["delta_last"]["decoder"] for p in ("post", "pre")}
         c6["d_model"] = per_seed["post"].get("concentration_d", c6["d_model"])
@@ -565,20 +565,22 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
                  f"post {c['C5']['last_over_first']['post']:.3g}, "
                  f"pre {c['C5']['last_over_first']['pre']:.3g}")
     c6 = c["C6"]
-    sd = lambda xs: float(np.std(xs, ddof=1)) if len(xs) > 1 else float("nan")  # noqa: E731
+    sd = lambda xs: f"{np.std(xs, ddof=1):.2g}" if len(xs) > 1 else "- (one seed)"  # noqa: E731
     if "last_over_first_seeds" in c["C5"]:  # the claims' numbers; the lines above and below are the first seed's
         ratios = c["C5"]["last_over_first_seeds"]
         lines.append("C5 decoder last/first per seed: " + "; ".join(
-            f"{p} [{fmt(v)}] (geometric mean {math.exp(np.mean(np.log(v))):.3g}, sd of the log {sd(np.log(v)):.2g})"
+            f"{p} [{fmt(v)}] (geometric mean {math.exp(np.mean(np.log(v))):.3g}, sd of the log {sd(np.log(v))})"
             for p, v in ratios.items()))
     if "delta_seeds" in c6:
         lines.append(f"C6 real decoder delta per seed at d={c6['d_model']}: " + "; ".join(
-            f"{p} [{fmt(v)}] (mean {np.mean(v):.3g}, sd {sd(v):.2g})" for p, v in c6["delta_seeds"].items()))
+            f"{p} [{fmt(v)}] (mean {np.mean(v):.3g}, sd {sd(v)})" for p, v in c6["delta_seeds"].items()))
     lines.append(f"C6 first seed at d={result['config']['d_model']}, delta of Theorem 1's variables (real decoder, "
                  f"worst placement): {c6['delta']:.3f}")
-    lines.append(f"C6 delta at eps={c6['epsilon']} (paper <= {c6['paper_delta']}): theory post "
+    lines.append(f"C6 delta at eps={c6['epsilon']} (paper <= {c6['paper_delta']}), first seed: theory (d="
+                 f"{result['config']['theory_d']}) post "
                  f"{c6['theory']['post']['delta_last']:.3f} (max {c6['theory']['post']['delta_max']:.3f}), pre "
                  f"{c6['theory']['pre']['delta_last']:.3f} (max {c6['theory']['pre']['delta_max']:.3f}); real "
+                 f"(d={result['config']['d_model']}) "
                  + ", ".join(f"{p} {s} {c6['real'][p][s]['delta_last']:.3f}" for p in ("post", "pre") for s in ("encoder", "decoder")))
     l3 = result["lemma3"]
     lines.append(f"Lemma 3: ||J_LN||_2 = C sqrt(d)/||x||, fitted C = {l3['fitted_constant']:.3f} "

@@ -277,7 +277,12 @@ class Effect:
             return f"{_inf_text(self.a)} vs {_inf_text(self.b)}"
         if math.isnan(self.se):
             return f"{100 * self.size:+.1f}% (noise not measured: one seed)"
-        return f"{100 * self.size:+.1f}% ± {100 * self.k * self.se:.1f}% (95% t interval, {self.k:.2f} s.e.)"
+        return (f"{100 * self.size:+.1f}% ± {100 * self.k * self.se:.1f}% (95% t interval: ±{self.k:.2f} s.e.; the gap "
+                f"is {self.z_text()} s.e. from 0)")
+
+    def z_text(self) -> str:
+        """The gap in standard errors (its distance from zero, against the interval's k)."""
+        return f"{abs(self.size) / self.se:.1f}" if self.se > 0 else "inf"
 
     def numbers(self) -> dict[str, Any]:
         return {"a": self.a, "b": self.b, "size": self.size, "se": self.se, "df": self.df, "k": self.k,
@@ -312,7 +317,8 @@ def at_least(e: Effect, delta: float) -> tuple[str, str]:
     if (why := _noise_unmeasured(e)) is not None:
         return INCONCLUSIVE, why
     if e.low > 0 and e.size >= delta:
-        return HOLDS, f"beyond the noise ({e.k:.2f} standard errors) and at least {100 * delta:g}%"
+        return HOLDS, (f"beyond the noise (the gap is {e.z_text()} standard errors from 0, the interval ±{e.k:.2f}) "
+                       f"and at least {100 * delta:g}%")
     if e.high < delta:
         return FAILS, f"the interval's top {100 * e.high:+.1f}% is below the claimed {100 * delta:g}%"
     return INCONCLUSIVE, f"the interval [{100 * e.low:+.1f}%, {100 * e.high:+.1f}%] does not decide against " \
@@ -582,7 +588,8 @@ def c6_concentration(results: dict[str, Any]) -> Verdict:
     ivs = {p: _seed_interval(seeds.get(p) or []) for p in ("post", "pre")}
     if ivs["post"] is None or ivs["pre"] is None:
         verdict, why = INCONCLUSIVE, _NOT_RECORDED
-        shown = f"{delta:.3f} (first seed, the larger of Post-LN and Pre-LN)"
+        first_d = results["analysis"]["C6"].get("delta_d_model") or results["analysis"]["C6"].get("d_model")
+        shown = f"{delta:.3f} (first seed, the larger of Post-LN and Pre-LN{f', d = {first_d}' if first_d else ''})"
     else:
         each = [_within(iv[1], iv[2], -math.inf, CONCENTRATION_DELTA) for iv in ivs.values()]  # type: ignore[index]
         verdict = FAILS if FAILS in each else HOLDS if all(v == HOLDS for v in each) else INCONCLUSIVE
@@ -595,11 +602,15 @@ def c6_concentration(results: dict[str, Any]) -> Verdict:
         if verdict == FAILS and not (d and d >= CONCENTRATION_D):
             verdict = INCONCLUSIVE
             why = (f"an interval wholly above it, but measured at d = {d or 'unknown'}, narrower than the paper's "
-                   f"{CONCENTRATION_D}: delta falls as d grows (Appendix G), so the test cannot speak against the "
-                   f"paper's measurement; run the analysis at d >= {CONCENTRATION_D} (--scale paper) to decide")
+                   f"{CONCENTRATION_D}: delta falls as d grows (Appendix G; measured, CONCENTRATION_D), so the test "
+                   f"cannot speak against the paper's measurement; `normlab analyze --set concentration_d="
+                   f"{CONCENTRATION_D}` (forward passes only) decides it")
     return Verdict(verdict, f"delta at eps = {eps:g} of the norms of Theorem 1's hidden states (real decoder: "
                    f"x^post,5_L, x^pre_L+1): {shown}; the paper measured (0.1, 0.125); holds if delta <= "
-                   f"{CONCENTRATION_DELTA}: {verdict} ({why})", {"delta": delta, "intervals": ivs})  # fmt: skip
+                   f"{CONCENTRATION_DELTA}: {verdict} ({why})",
+                   {"intervals": ivs, "d_model": results["analysis"]["C6"].get("d_model"),
+                    "first_seed_delta": delta,
+                    "first_seed_d_model": results["analysis"]["C6"].get("delta_d_model")})  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -835,7 +846,8 @@ def c12_finetune(results: dict[str, Any]) -> Verdict:
         half = e.k * e.se * abs(_mean(b))
         low, high = gap - half, gap + half
         if low > 0 and gap >= MIN_ACC_GAP and wins * 2 >= len(gaps):
-            verdict, why = HOLDS, f"clear of the noise ({e.k:.2f} standard errors) and at least {100 * MIN_ACC_GAP:g} point"
+            verdict, why = HOLDS, (f"clear of the noise (the interval [{100 * low:+.1f}, {100 * high:+.1f}] points "
+                                   f"lies above 0) and at least {100 * MIN_ACC_GAP:g} point")
         elif high < MIN_ACC_GAP:
             verdict, why = FAILS, f"the interval's top {100 * high:+.1f} points is below {100 * MIN_ACC_GAP:g}"
         else:
@@ -904,11 +916,20 @@ CLAIMS: list[Claim] = [
 TRAINING_CLAIMS = ("C7", "C8", "C9", "C10", "C11", "C12", "C13")
 
 
-def evaluate_claims(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every claim's verdict, evidence, gate, effect and the rule that decided it (results.json's ``claims``)."""
+def evaluate_claims(results: dict[str, Any], pending: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Every claim's verdict, evidence, gate, effect and the rule that decided it (results.json's ``claims``).
+
+    ``pending``: what the scale runs but has not finished yet (run groups, "analysis", "fine-tuning results"): a
+    claim whose missing results are among them is ``inconclusive`` (not finished), not ``not run at this scale``.
+    """
     out = []
     for claim in CLAIMS:
         v = claim.check(results)
+        waiting = [p for p in pending if v.verdict == NOT_RUN and (f"{p}:" in v.evidence or
+                                                                     v.evidence.endswith(f": {p}"))]  # fmt: skip
+        if waiting:
+            v = dataclasses.replace(v, verdict=INCONCLUSIVE, evidence=f"not finished yet ({', '.join(waiting)}): "
+                                    f"this scale runs it, but {v.evidence}")
         out.append({"id": claim.id, "claim": claim.statement, "source": claim.source, "verdict": v.verdict,
                     "evidence": v.evidence, "gate": v.gate, "effect": v.effect, "rule": claim.rule,
                     "numbers": _jsonable(v.numbers)})  # fmt: skip

@@ -76,7 +76,8 @@ def time_phrase(meta: dict[str, Any]) -> str:
     wall = f"{format_number(meta.get('wall_time_s', 0) / 60, '.1f')} min"
     trained = {k: v for k, v in (meta.get("outcomes") or {}).items() if k not in ("cached", "skipped") and v}
     if meta.get("outcomes") and not trained:  # a job run again after its runs finished: its wall time is not theirs
-        return f"every run had finished before this invocation ({wall} to write the report)" + (f"; {runs}" if runs else "")
+        return (f"every training run had finished before this invocation, which took {wall} (the report, and the "
+                f"analysis at initialisation if it had to run)" + (f"; {runs}" if runs else ""))
     return f"wall time {wall}" + (f" ({runs})" if runs else "")
 
 
