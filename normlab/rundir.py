@@ -62,10 +62,15 @@ def fsync_dir(path: str | Path) -> None:
         os.close(fd)
 
 
-def _umask() -> int:
+def _read_umask() -> int:
     mask = os.umask(0)  # the only way to read it is to set it: put it back at once
     os.umask(mask)
     return mask
+
+
+# read once, at import (in the main thread): os.umask is process-wide, and setting it while another thread creates a
+# file would give that file the wrong mode
+_UMASK = _read_umask()
 
 
 def write_atomic(path: str | Path, data: bytes | str) -> None:
@@ -79,7 +84,7 @@ def write_atomic(path: str | Path, data: bytes | str) -> None:
         # mkstemp creates the file 0600; the result gets the mode of the file it replaces, else that of a file
         # opened for writing (0666 less the umask), so that a report or summary stays readable by others
         if hasattr(os, "fchmod"):  # not on Windows, where the mode bits mean little
-            os.fchmod(fd, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())
+            os.fchmod(fd, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_UMASK)
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
             f.flush()

@@ -59,16 +59,17 @@ def test_atomic_write_and_tolerant_metrics_reader(tmp_path):
     write_atomic(tmp_path / "a.json", "{}")
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]  # no temporary file left
     if os.name == "posix":  # the mode of a file opened for writing (not mkstemp's 0600), or of the one replaced
-        mask = os.umask(0o022)
-        try:
-            write_atomic(tmp_path / "b.json", "{}")
-            assert (tmp_path / "b.json").stat().st_mode & 0o777 == 0o644
-            (tmp_path / "b.json").chmod(0o640)
-            write_atomic(tmp_path / "b.json", "[]")
-            assert (tmp_path / "b.json").stat().st_mode & 0o777 == 0o640
-        finally:
-            os.umask(mask)
+        import normlab.rundir as rundir
+
+        write_atomic(tmp_path / "b.json", "{}")
+        (tmp_path / "c.json").write_text("{}")  # what open() gives under the process' umask
+        assert (tmp_path / "b.json").stat().st_mode & 0o777 == (tmp_path / "c.json").stat().st_mode & 0o777
+        assert (tmp_path / "b.json").stat().st_mode & 0o777 == 0o666 & ~rundir._UMASK
+        (tmp_path / "b.json").chmod(0o640)
+        write_atomic(tmp_path / "b.json", "[]")
+        assert (tmp_path / "b.json").stat().st_mode & 0o777 == 0o640
         (tmp_path / "b.json").unlink()
+        (tmp_path / "c.json").unlink()
     run = RunDir(tmp_path)
     run.metrics_path.write_text(json_line({"type": "train", "update": 1, "loss": float("nan")}) + "\n"
                                 + '{"type": "train", "upd')  # a line cut by a kill

@@ -52,7 +52,8 @@ Thresholds, and why each is what it is (none was chosen from the verdicts it giv
   no gate, but they are samples: C1-C4 are decided on the 95% t interval over the analysis' seeds (never
   narrower than ``NOISE_SE`` standard errors), ``inconclusive`` when it straddles the threshold; C5 and C6 on
   the same interval over the Figure 3(a,b) seeds (``ab_seeds``; C5's on the log of the ratio, a ratio's natural
-  scale; C6's at the analysis' ``concentration_d``, the paper's 512 by default, see ``CONCENTRATION_D``). An analysis.json without the per-seed values (one seed, or one from before they were recorded) gives
+  scale; C6's at the analysis' ``concentration_d``, the paper's 512 by default, see ``CONCENTRATION_D``). An
+  analysis.json without the per-seed values (one seed, or one from before they were recorded) gives
   ``inconclusive``: its sampling noise is not measured.
 """
 
