@@ -402,7 +402,7 @@ def test_smoke_sweep_cli(tmp_path):
     assert again.returncode == 0 and f"{n} of {n} runs already finished" in again.stderr
     # --report-only trains nothing: a run that is gone stays gone and is a missing grid point of its curve
     gone = data["cells"][0]
-    shutil.rmtree(out / "runs" / gone["name"])
+    shutil.move(out / "runs" / gone["name"], out / "runs" / "post-none-d16-lr5.00e-02-s1")  # as if another grid's
     verdicts = data["diagnose"]["table"]
     partial = normlab("sweep", "--scale", "smoke", "--out", str(out), "--report-only")
     assert partial.returncode == 0, partial.stderr[-3000:]
@@ -417,6 +417,7 @@ def test_smoke_sweep_cli(tmp_path):
     assert data["diagnose"]["table"] == verdicts  # diagnose's verdicts of the last report: no model is built
     assert "diagnose: warm-up verdicts" not in partial.stderr
     assert "*" in partial.stderr.split("max stable lr")[1]  # the terminal's table marks the incomplete curve
+    assert "1 finished run(s) of another grid" in partial.stderr  # the folder holds a run this grid does not read
     # another preset on this folder: said so, not "run it without --report-only" (which would start that sweep)
     wrong = normlab("sweep", "--scale", "quick", "--out", str(out), "--report-only")
     assert wrong.returncode == 2 and "finished run(s) of another grid" in wrong.stderr, wrong.stderr[-2000:]

@@ -724,6 +724,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         if len(todo) == len(specs):
             raise ConfigError(f"--report-only: no run of this sweep ({cfg.scale} preset) has finished in {out} yet."
                               + (others_note(specs, out / "runs") or " Run it without --report-only first."))
+        if todo and (note := others_note(specs, out / "runs")):  # its missing cells may be those runs, elsewhere
+            say(f"--report-only: {len(todo)} of this sweep's {len(specs)} runs have not finished (marked '*')." + note)
     # the tokenizer and binarized splits, once, before the workers (they would race to build them); the unigram
     # loss of the validation targets from them (a curve must get below it to have a frontier: module doc)
     first = specs[0].config
