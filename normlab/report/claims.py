@@ -455,6 +455,10 @@ def _within(low: float, high: float, lo: float, hi: float) -> str:
     return INCONCLUSIVE
 
 
+def _interval_text(iv: tuple[float, float, float], fmt: str = ".2f") -> str:
+    return f"{iv[0]:{fmt}} [{iv[1]:{fmt}}, {iv[2]:{fmt}}]"
+
+
 def _per_layer(seeds: list[list[float]] | None, ranges: list[tuple[float, float]]) -> tuple[str, list[str], str]:
     """C1/C2: each layer's seed interval against its allowed range. Not holding at one layer is enough for
     "does not hold"; "holds" needs every layer inside."""
@@ -462,7 +466,7 @@ def _per_layer(seeds: list[list[float]] | None, ranges: list[tuple[float, float]
         return INCONCLUSIVE, [], "the per-seed values are not recorded (one seed, or an analysis.json from before they were): the sampling noise is not measured"
     intervals = [_seed_interval(x) for x in seeds]
     verdicts = [_within(iv[1], iv[2], lo, hi) for iv, (lo, hi) in zip(intervals, ranges)]  # type: ignore[index]
-    texts = [f"{iv[0]:.3f} [{iv[1]:.3f}, {iv[2]:.3f}]" for iv in intervals]  # type: ignore[index]
+    texts = [_interval_text(iv, ".3f") for iv in intervals]  # type: ignore[arg-type]
     verdict = FAILS if FAILS in verdicts else HOLDS if all(v == HOLDS for v in verdicts) else INCONCLUSIVE
     why = {HOLDS: "every layer's 95% interval over seeds is inside its range",
            FAILS: f"{verdicts.count(FAILS)} layer(s) have their whole interval outside the range",
@@ -541,10 +545,6 @@ def c4_pre_falls(results: dict[str, Any]) -> Verdict:
                                                                                   "interval": iv})  # fmt: skip
 
 
-def _interval_text(iv: tuple[float, float, float], fmt: str = ".2f") -> str:
-    return f"{iv[0]:{fmt}} [{iv[1]:{fmt}}, {iv[2]:{fmt}}]"
-
-
 _NOT_RECORDED = ("the per-seed values are not recorded (one Figure 3(a,b) seed, or an analysis.json from before "
                  "they were): the sampling noise is not measured")
 
@@ -585,17 +585,18 @@ def c5_per_layer(results: dict[str, Any]) -> Verdict:
 def c6_concentration(results: dict[str, Any]) -> Verdict:
     delta = float(_analysis(results, "C6", "delta"))
     eps = float(_analysis(results, "C6", "epsilon"))
-    seeds = results["analysis"]["C6"].get("delta_seeds") or {}
+    node = results["analysis"]["C6"]
+    seeds = node.get("delta_seeds") or {}
     ivs = {p: _seed_interval(seeds.get(p) or []) for p in ("post", "pre")}
     if ivs["post"] is None or ivs["pre"] is None:
         verdict, why = INCONCLUSIVE, _NOT_RECORDED
-        first_d = results["analysis"]["C6"].get("delta_d_model") or results["analysis"]["C6"].get("d_model")
+        first_d = node.get("delta_d_model") or node.get("d_model")
         shown = f"{delta:.3f} (first seed, the larger of Post-LN and Pre-LN{f', d = {first_d}' if first_d else ''})"
     else:
         each = [_within(iv[1], iv[2], -math.inf, CONCENTRATION_DELTA) for iv in ivs.values()]  # type: ignore[index]
         verdict = FAILS if FAILS in each else HOLDS if all(v == HOLDS for v in each) else INCONCLUSIVE
         n = min(len(seeds["post"]), len(seeds["pre"]))
-        d = results["analysis"]["C6"].get("d_model")
+        d = node.get("d_model")
         post_text, pre_text = _interval_text(ivs["post"], ".3f"), _interval_text(ivs["pre"], ".3f")  # type: ignore[arg-type]
         shown = f"Post-LN {post_text}, Pre-LN {pre_text} (mean [95% interval] over {n} seeds{f', d = {d}' if d else ''})"
         why = {HOLDS: "both intervals at or below it", FAILS: "an interval wholly above it",
@@ -609,9 +610,9 @@ def c6_concentration(results: dict[str, Any]) -> Verdict:
     return Verdict(verdict, f"delta at eps = {eps:g} of the norms of Theorem 1's hidden states (real decoder: "
                    f"x^post,5_L, x^pre_L+1): {shown}; the paper measured (0.1, 0.125); holds if delta <= "
                    f"{CONCENTRATION_DELTA}: {verdict} ({why})",
-                   {"intervals": ivs, "d_model": results["analysis"]["C6"].get("d_model"),
+                   {"intervals": ivs, "d_model": node.get("d_model"),
                     "first_seed_delta": delta,
-                    "first_seed_d_model": results["analysis"]["C6"].get("delta_d_model")})  # fmt: skip
+                    "first_seed_d_model": node.get("delta_d_model")})  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------------------
