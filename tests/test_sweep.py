@@ -285,6 +285,34 @@ def test_warmup_truth_and_agreement():
     assert agreement["decided"] == 3 and agreement["agree"] == 2 and agreement["wrong"] == [("pre", 64)]
 
 
+
+def test_diagnose_table_shows_the_score_and_the_best_loss_gap():
+    """The diagnose table keeps diagnose's S and threshold beside its verdict, and the best final loss of both arms:
+    where the frontiers are equal (ground truth "not needed") but the warm-up arm ended more than the margin below
+    the other arm's best, the sentence names the pair, as the committed quick sweep's Post-LN at d=64 shows."""
+    from normlab.report.sweep import _diagnose_rows, _diagnose_sentence
+
+    def row(warmup, lr, best, best_lr):
+        return {"scheme": "post", "warmup": warmup, "width": 64, "max_stable_lr": lr, "best_loss": best,
+                "best_lr": best_lr}
+
+    rows = [row("none", 2.15e-3, 6.594, 1e-3), row("paper", 2.15e-3, 6.463, 2.15e-3)]
+    truth = warmup_truth(rows)
+    assert truth == {("post", 64): False}  # equal frontiers
+    agreement = diagnose_agreement({("post", 64): True}, truth, {("post", 64): (1.962, 0.869)})
+    assert agreement["table"][0]["score"] == 1.962 and agreement["wrong"] == [("post", 64)]
+    result = {"frontier": rows, "diagnose": agreement, "rules": {"margin": 0.1}}
+    head, table = _diagnose_rows(result)
+    assert table == [["post", "64", "warm-up (S = 1.96, threshold 0.87)", "no warm-up", "NO",
+                      "6.594 at 0.001 / 6.463 at 0.00215 (+0.131)"]]
+    assert "At post d=64 the frontiers are equal but the warm-up arm's best loss is more than the margin (0.1 nats)" \
+        in _diagnose_sentence(result)
+    # within the margin: not named; a table from before the scores were kept still renders
+    result["frontier"][1]["best_loss"] = 6.55
+    old = {**agreement, "table": [{k: v for k, v in agreement["table"][0].items() if k not in ("score", "threshold")}]}
+    assert "At post" not in _diagnose_sentence({**result, "diagnose": old})
+    assert _diagnose_rows({**result, "diagnose": old})[1][0][2] == "warm-up"
+
 def test_beyond_the_paper_section_reads_the_sweep():
     """reproduce's "beyond the paper" section on a synthetic sweep: Post-LN needs warm-up at the wider width only,
     its no-warm-up frontier falls as 1/d; Pre-LN never needs it; the slope, the one-seed caveat and diagnose's

@@ -97,7 +97,7 @@ from normlab.rundir import RunDir
 __all__ = [
     "MARGIN", "PAPER_WARMUP_FRACTION", "SweepConfig", "SWEEP_SCALES", "sweep_scale", "lr_grid", "sweep_runs",
     "Cell", "Curve", "diverged", "lr_sensitivity", "frontier", "analyze", "predicted_slope", "width_slope",
-    "read_cell", "warmup_truth", "diagnose_agreement",
+    "read_cell", "warmup_truth", "diagnose_agreement", "diagnoses", "diagnose_verdicts",
 ]  # fmt: skip
 
 PAPER_WARMUP_FRACTION = 4000 / (PAPER["iwslt_updates_per_epoch"] * PAPER["iwslt_epochs"])
@@ -554,22 +554,27 @@ def warmup_truth(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, int], bool |
     return out
 
 
-def diagnose_agreement(verdicts: dict[tuple[str, int], bool | None], truth: dict[tuple[str, int], bool | None]
+def diagnose_agreement(verdicts: dict[tuple[str, int], bool | None], truth: dict[tuple[str, int], bool | None],
+                       scores: dict[tuple[str, int], tuple[float | None, float | None]] | None = None
                        ) -> dict[str, Any]:  # fmt: skip
     """``diagnose``'s warm-up verdict beside the sweep's ground truth, per scheme x width: the table, and the
-    agreement over the pairs where both say something."""
+    agreement over the pairs where both say something. ``scores``: diagnose's (S, threshold) per pair, kept in
+    the table so that a reader sees how far from its threshold each verdict was."""
     table = []
     for key in sorted(set(verdicts) | set(truth)):
         v, t = verdicts.get(key), truth.get(key)
+        score, threshold = (scores or {}).get(key, (None, None))
         table.append({"scheme": key[0], "width": key[1], "diagnose": v, "sweep": t,
-                      "agree": None if v is None or t is None else v == t})  # fmt: skip
+                      "agree": None if v is None or t is None else v == t,
+                      "score": score, "threshold": threshold})  # fmt: skip
     decided = [r for r in table if r["agree"] is not None]
     return {"table": table, "decided": len(decided), "agree": sum(r["agree"] for r in decided),
             "wrong": [(r["scheme"], r["width"]) for r in decided if not r["agree"]]}  # fmt: skip
 
 
-def diagnose_verdicts(cfg: SweepConfig, *, steps: int = 4) -> dict[tuple[str, int], bool | None]:
-    """``diagnose``'s verdict at initialisation for each scheme x width of the sweep (seconds per model)."""
+def diagnoses(cfg: SweepConfig, *, steps: int = 4) -> dict[tuple[str, int], Any]:
+    """``diagnose`` at initialisation (a :class:`~normlab.analysis.diagnose.Diagnosis`) for each scheme x width of
+    the sweep: the model of the cells (seed 1), synthetic batches (seconds per model)."""
     from normlab.analysis.diagnose import diagnose_config
 
     ctx = Context(translation_updates_per_epoch=1)
@@ -578,8 +583,13 @@ def diagnose_verdicts(cfg: SweepConfig, *, steps: int = 4) -> dict[tuple[str, in
         for width in cfg.widths:
             model = _train_config(cfg, ctx, scheme=scheme, warmup="none", width=width, lr=cfg.lr_min, seed=1).model
             out[(scheme, width)] = diagnose_config(model, cfg.task, steps=steps, seed=0,
-                                                   max_tokens=min(cfg.max_tokens, 1024)).warmup_advised  # fmt: skip
+                                                   max_tokens=min(cfg.max_tokens, 1024))  # fmt: skip
     return out
+
+
+def diagnose_verdicts(cfg: SweepConfig, *, steps: int = 4) -> dict[tuple[str, int], bool | None]:
+    """``diagnose``'s verdict at initialisation for each scheme x width of the sweep (:func:`diagnoses`)."""
+    return {k: d.warmup_advised for k, d in diagnoses(cfg, steps=steps).items()}
 
 
 # -------------------------------------------------------------------------------------------------------------
@@ -752,11 +762,13 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     truth = warmup_truth(rows)
     agreement = None
     if diagnose and not train:  # --report-only builds no model: the verdicts of the last report, if any
-        verdicts = _previous_verdicts(out / "report" / "sweep.json", cfg)
-        agreement = diagnose_agreement(verdicts, truth) if verdicts is not None else None
+        previous = _previous_verdicts(out / "report" / "sweep.json", cfg)
+        agreement = diagnose_agreement(previous[0], truth, previous[1]) if previous is not None else None
     elif diagnose:
         say("diagnose: warm-up verdicts at initialisation for each scheme x width")
-        agreement = diagnose_agreement(diagnose_verdicts(cfg), truth)
+        found = diagnoses(cfg)
+        agreement = diagnose_agreement({k: d.warmup_advised for k, d in found.items()}, truth,
+                                       {k: (d.score, d.threshold) for k, d in found.items()})
     wall = time.perf_counter() - t0
     result = {
         "config": cfg.to_dict(),
@@ -797,14 +809,18 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     return result
 
 
-def _previous_verdicts(path: Path, cfg: SweepConfig) -> dict[tuple[str, int], bool | None] | None:
-    """diagnose's verdicts from an earlier sweep.json of the same configuration (they depend on the models at
-    initialisation only, not on the runs), or None."""
+def _previous_verdicts(path: Path, cfg: SweepConfig) -> tuple[dict[tuple[str, int], bool | None],
+                                                           dict[tuple[str, int], tuple[float | None, float | None]]
+                                                           ] | None:  # fmt: skip
+    """diagnose's verdicts and (S, threshold) from an earlier sweep.json of the same configuration (they depend on
+    the models at initialisation only, not on the runs), or None."""
     try:
         previous = json.loads(path.read_text(encoding="utf-8"))
         if previous.get("config") != json.loads(json.dumps(cfg.to_dict())) or not previous.get("diagnose"):
             return None
-        return {(r["scheme"], int(r["width"])): r["diagnose"] for r in previous["diagnose"]["table"]}
+        table = previous["diagnose"]["table"]
+        return ({(r["scheme"], int(r["width"])): r["diagnose"] for r in table},
+                {(r["scheme"], int(r["width"])): (r.get("score"), r.get("threshold")) for r in table})
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

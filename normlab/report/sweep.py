@@ -189,14 +189,35 @@ def _width_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def _best_gap(result: dict[str, Any], scheme: str, width: int) -> str:
+    """The best final loss of the no-warm-up arm beside the warm-up arm's, and the gap: what the frontier does not
+    show. Each arm's frontier is counted from its own best loss, so a warm-up that lowers the best loss without
+    moving the largest learning rate within ``margin`` of it leaves the frontiers equal."""
+    by = {(r["scheme"], r["warmup"], r["width"]): r for r in result.get("frontier", [])}
+    none, paper = by.get((scheme, "none", width)), by.get((scheme, "paper", width))
+    if not none or not paper or none.get("best_loss") is None or paper.get("best_loss") is None:
+        return "–"
+    gap = none["best_loss"] - paper["best_loss"]
+    return (f"{none['best_loss']:.3f} at {_lr(none['best_lr'])} / {paper['best_loss']:.3f} at "
+            f"{_lr(paper['best_lr'])} ({gap:+.3f})")
+
+
 def _diagnose_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
     d = result.get("diagnose")
     if not d:
         return None
     word = {True: "warm-up", False: "no warm-up", None: "–"}
-    head = ["scheme", "width", "diagnose (at initialisation)", "sweep (no-warm-up frontier below warm-up's?)", "agree"]
-    rows = [[r["scheme"], str(r["width"]), word[r["diagnose"]], word[r["sweep"]],
-             {True: "yes", False: "NO", None: "–"}[r["agree"]]] for r in d["table"]]  # fmt: skip
+
+    def said(r: dict[str, Any]) -> str:
+        score, threshold = r.get("score"), r.get("threshold")  # absent in a sweep.json from before stop 26
+        if score is None:
+            return word[r["diagnose"]]
+        return f"{word[r['diagnose']]} (S = {score:.2f}" + (f", threshold {threshold:.2f})" if threshold else ")")
+
+    head = ["scheme", "width", "diagnose (at initialisation)", "sweep (no-warm-up frontier below warm-up's?)", "agree",
+            "best final loss, no warm-up / warm-up (gap, nats)"]
+    rows = [[r["scheme"], str(r["width"]), said(r), word[r["sweep"]], {True: "yes", False: "NO", None: "–"}[r["agree"]],
+             _best_gap(result, r["scheme"], r["width"])] for r in d["table"]]  # fmt: skip
     return head, rows
 
 
@@ -228,6 +249,20 @@ def _diagnose_sentence(result: dict[str, Any]) -> str:
     s = f"diagnose agrees with the sweep on {d['agree']} of {d['decided']} scheme x width pairs the sweep decides"
     if d["wrong"]:
         s += "; it is wrong at " + ", ".join(f"{sc} d={w}" for sc, w in d["wrong"])
+    # the frontier of each arm is counted from that arm's own best loss: name the pairs where the sweep says "not
+    # needed" and yet the warm-up arm ended better than the other arm's best by more than the margin
+    by = {(r["scheme"], r["warmup"], r["width"]): r for r in result.get("frontier", [])}
+    margin = result.get("rules", {}).get("margin")
+    hidden = []
+    for r in d["table"]:
+        none, paper = by.get((r["scheme"], "none", r["width"])), by.get((r["scheme"], "paper", r["width"]))
+        if (r["sweep"] is False and margin is not None and none and paper and none.get("best_loss") is not None
+                and paper.get("best_loss") is not None and none["best_loss"] - paper["best_loss"] > margin):
+            hidden.append(f"{r['scheme']} d={r['width']}")
+    if hidden:
+        s += (f". At {', '.join(hidden)} the frontiers are equal but the warm-up arm's best loss is more than the "
+              f"margin ({margin:g} nats) below the no-warm-up arm's best (last column): warm-up helped there without "
+              "moving the largest stable learning rate, which the ground truth (the frontier) does not count")
     plateau = " or left the unigram plateau" if result.get("baseline") else ""
     return s + f". Pairs where neither arm trained{plateau} have no ground truth (–)."
 
