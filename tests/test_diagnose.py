@@ -84,6 +84,20 @@ def test_the_verdict_uses_the_stacks_depth():
     assert verdict([two(0.96), post3])[0] is True and verdict([two(0.96), pre3])[0] is None
 
 
+def test_a_shallow_flagged_stack_carries_the_sweeps_caveat():
+    """The quick stability sweep found that 3-layer Post-LN models reached the same frontier without warm-up:
+    a flagged stack of 3 layers or fewer says so beside the verdict; a deeper one, or one not flagged, does not."""
+    from normlab.analysis.diagnose import SHALLOW_NOTE
+
+    post3 = LayerProfile("t", [0, 1, 2], [1.0, 1.5, 2.0], [1.0, 1.0, 1.0])
+    post6 = LayerProfile("t", list(range(6)), [1.0, 1.2, 1.5, 2.0, 3.0, 5.0], [1.0] * 6)
+    pre3 = LayerProfile("s", [0, 1, 2], [1.0, 0.9, 0.85], [1.0, 1.5, 2.0])
+    advised, reason = verdict([post3])
+    assert advised is True and reason.endswith(SHALLOW_NOTE)
+    assert verdict([post6])[0] is True and SHALLOW_NOTE not in verdict([post6])[1]
+    assert verdict([pre3])[0] is False and SHALLOW_NOTE not in verdict([pre3])[1]
+
+
 def test_eight_layers_held_out_of_the_depth_calibration():
     """8 layers is not in DEPTH_CALIBRATION: its interpolated threshold (0.49) must still put every Post-LN
     calibration model above and every Pre-LN one below (measured for seeds 0-2; seed 0 here, 4 batches)."""
