@@ -444,6 +444,14 @@ def test_smoke_sweep_cli(tmp_path):
     assert f"Written with --report-only: 1 of the {n} runs had not finished" in md and f"{n - 1} completed" in md
     assert data["diagnose"]["table"] == verdicts  # diagnose's verdicts of the last report: no model is built
     assert "diagnose: warm-up verdicts" not in partial.stderr
+    # with no earlier report, --report-only measures them (models at initialisation only: seconds)
+    (report / "sweep.json").unlink()
+    fresh = normlab("sweep", "--scale", "smoke", "--out", str(out), "--report-only")
+    assert fresh.returncode == 0 and "diagnose: warm-up verdicts" in fresh.stderr, fresh.stderr[-3000:]
+    table = json.loads((report / "sweep.json").read_text())["diagnose"]["table"]
+    assert [(r["scheme"], r["width"], r["diagnose"]) for r in table] == \
+        [(r["scheme"], r["width"], r["diagnose"]) for r in verdicts] and all("score" in r for r in table)
+    assert "diagnose: warm-up verdicts" not in partial.stderr
     assert "*" in partial.stderr.split("max stable lr")[1]  # the terminal's table marks the incomplete curve
     assert "1 finished run(s) of another grid" in partial.stderr  # the folder holds a run this grid does not read
     # another preset on this folder: said so, not "run it without --report-only" (which would start that sweep)

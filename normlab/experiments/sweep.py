@@ -761,9 +761,11 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     rows = analyze(cells, margin=cfg.margin, unigram=baseline["unigram_loss"])
     truth = warmup_truth(rows)
     agreement = None
-    if diagnose and not train:  # --report-only builds no model: the verdicts of the last report, if any
-        previous = _previous_verdicts(out / "report" / "sweep.json", cfg)
-        agreement = diagnose_agreement(previous[0], truth, previous[1]) if previous is not None else None
+    # diagnose's verdicts depend on the models at initialisation only: --report-only reuses those of the last report
+    # of this configuration, and measures them (seconds per model) when there is none
+    previous = _previous_verdicts(out / "report" / "sweep.json", cfg) if diagnose and not train else None
+    if previous is not None:
+        agreement = diagnose_agreement(previous[0], truth, previous[1])
     elif diagnose:
         say("diagnose: warm-up verdicts at initialisation for each scheme x width")
         found = diagnoses(cfg)

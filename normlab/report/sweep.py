@@ -243,8 +243,6 @@ def _meta_line(result: dict[str, Any]) -> str:
 def _diagnose_sentence(result: dict[str, Any]) -> str:
     d = result.get("diagnose")
     if not d:
-        if result.get("meta", {}).get("report_only"):
-            return "diagnose was not run (--report-only builds no model, and no earlier report of this sweep had it)."
         return "diagnose was not run (--no-diagnose)."
     s = f"diagnose agrees with the sweep on {d['agree']} of {d['decided']} scheme x width pairs the sweep decides"
     if d["wrong"]:
