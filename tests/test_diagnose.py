@@ -90,12 +90,19 @@ def test_a_shallow_flagged_stack_carries_the_sweeps_caveat():
     from normlab.analysis.diagnose import SHALLOW_NOTE
 
     post3 = LayerProfile("t", [0, 1, 2], [1.0, 1.5, 2.0], [1.0, 1.0, 1.0])
-    post6 = LayerProfile("t", list(range(6)), [1.0, 1.2, 1.5, 2.0, 3.0, 5.0], [1.0] * 6)
+    post4 = LayerProfile("u", [0, 1, 2, 3], [1.0, 1.3, 1.7, 2.0], [1.0] * 4)  # the first depth without the note
+    post12 = LayerProfile("v", list(range(12)), [1.0 + i for i in range(12)], [1.0] * 12)
     pre3 = LayerProfile("s", [0, 1, 2], [1.0, 0.9, 0.85], [1.0, 1.5, 2.0])
     advised, reason = verdict([post3])
     assert advised is True and reason.endswith(SHALLOW_NOTE)
-    assert verdict([post6])[0] is True and SHALLOW_NOTE not in verdict([post6])[1]
+    assert verdict([post4])[0] is True and SHALLOW_NOTE not in verdict([post4])[1]
     assert verdict([pre3])[0] is False and SHALLOW_NOTE not in verdict([pre3])[1]
+    # a deep flagged stack beside a shallow one: the measurement at 3 layers does not speak for the model
+    advised, reason = verdict([post3, post12])
+    assert advised is True and SHALLOW_NOTE not in reason
+    # a shallow flagged stack beside a deep one that is not flagged: the note applies
+    pre12 = LayerProfile("w", list(range(12)), [1.0] * 12, [1.0 + i for i in range(12)])
+    assert verdict([post3, pre12])[1].endswith(SHALLOW_NOTE)
 
 
 def test_eight_layers_held_out_of_the_depth_calibration():

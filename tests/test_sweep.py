@@ -285,7 +285,6 @@ def test_warmup_truth_and_agreement():
     assert agreement["decided"] == 3 and agreement["agree"] == 2 and agreement["wrong"] == [("pre", 64)]
 
 
-
 def test_diagnose_table_shows_the_score_and_the_best_loss_gap():
     """The diagnose table keeps diagnose's S and threshold beside its verdict, and the best final loss of both arms:
     where the frontiers are equal (ground truth "not needed") but the warm-up arm ended more than the margin below
@@ -305,8 +304,15 @@ def test_diagnose_table_shows_the_score_and_the_best_loss_gap():
     head, table = _diagnose_rows(result)
     assert table == [["post", "64", "warm-up (S = 1.96, threshold 0.87)", "no warm-up", "NO",
                       "6.594 at 0.001 / 6.463 at 0.00215 (+0.131)"]]
-    assert "At post d=64 the frontiers are equal but the warm-up arm's best loss is more than the margin (0.1 nats)" \
-        in _diagnose_sentence(result)
+    sentence = _diagnose_sentence({**result, "config": {"seeds": 1}})
+    assert "At post d=64 the no-warm-up frontier is not below the warm-up one" in sentence
+    assert "more than the margin (0.1 nats) below" in sentence and "latter (one seed per cell). Pairs" in sentence
+    # the no-warm-up frontier above the warm-up one is "not needed" too, and named the same way
+    above = [row("none", 4.64e-3, 6.594, 1e-3), row("paper", 2.15e-3, 6.463, 2.15e-3)]
+    truth_above = warmup_truth(above)
+    assert truth_above == {("post", 64): False}
+    assert "At post d=64" in _diagnose_sentence({"frontier": above, "rules": {"margin": 0.1},
+                                                 "diagnose": diagnose_agreement({("post", 64): True}, truth_above)})
     # within the margin: not named; a table from before the scores were kept still renders
     result["frontier"][1]["best_loss"] = 6.55
     old = {**agreement, "table": [{k: v for k, v in agreement["table"][0].items() if k not in ("score", "threshold")}]}
@@ -442,16 +448,9 @@ def test_smoke_sweep_cli(tmp_path):
     assert row["missing_lrs"] == [gone["lr"]]
     md = (report / "SWEEP.md").read_text()
     assert f"Written with --report-only: 1 of the {n} runs had not finished" in md and f"{n - 1} completed" in md
-    assert data["diagnose"]["table"] == verdicts  # diagnose's verdicts of the last report: no model is built
-    assert "diagnose: warm-up verdicts" not in partial.stderr
-    # with no earlier report, --report-only measures them (models at initialisation only: seconds)
-    (report / "sweep.json").unlink()
-    fresh = normlab("sweep", "--scale", "smoke", "--out", str(out), "--report-only")
-    assert fresh.returncode == 0 and "diagnose: warm-up verdicts" in fresh.stderr, fresh.stderr[-3000:]
-    table = json.loads((report / "sweep.json").read_text())["diagnose"]["table"]
-    assert [(r["scheme"], r["width"], r["diagnose"]) for r in table] == \
-        [(r["scheme"], r["width"], r["diagnose"]) for r in verdicts] and all("score" in r for r in table)
-    assert "diagnose: warm-up verdicts" not in partial.stderr
+    # diagnose is measured again (models at initialisation only: seconds), with the same verdicts and scores
+    assert "diagnose: warm-up verdicts" in partial.stderr
+    assert data["diagnose"]["table"] == verdicts and all(r["score"] is not None for r in verdicts)
     assert "*" in partial.stderr.split("max stable lr")[1]  # the terminal's table marks the incomplete curve
     assert "1 finished run(s) of another grid" in partial.stderr  # the folder holds a run this grid does not read
     # another preset on this folder: said so, not "run it without --report-only" (which would start that sweep)

@@ -574,7 +574,8 @@ def diagnose_agreement(verdicts: dict[tuple[str, int], bool | None], truth: dict
 
 def diagnoses(cfg: SweepConfig, *, steps: int = 4) -> dict[tuple[str, int], Any]:
     """``diagnose`` at initialisation (a :class:`~normlab.analysis.diagnose.Diagnosis`) for each scheme x width of
-    the sweep: the model of the cells (seed 1), synthetic batches (seconds per model)."""
+    the sweep: the cells' model configuration, initialised by diagnose with its own seed 0 (the cells train from
+    seed 1: another draw of the same initialisation), on synthetic batches (seconds per model)."""
     from normlab.analysis.diagnose import diagnose_config
 
     ctx = Context(translation_updates_per_epoch=1)
@@ -761,12 +762,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     rows = analyze(cells, margin=cfg.margin, unigram=baseline["unigram_loss"])
     truth = warmup_truth(rows)
     agreement = None
-    # diagnose's verdicts depend on the models at initialisation only: --report-only reuses those of the last report
-    # of this configuration, and measures them (seconds per model) when there is none
-    previous = _previous_verdicts(out / "report" / "sweep.json", cfg) if diagnose and not train else None
-    if previous is not None:
-        agreement = diagnose_agreement(previous[0], truth, previous[1])
-    elif diagnose:
+    if diagnose:  # models at initialisation only (seconds each): measured again by --report-only too, so the
+        # verdicts always follow the present rule, not the rule of whichever version wrote the last report
         say("diagnose: warm-up verdicts at initialisation for each scheme x width")
         found = diagnoses(cfg)
         agreement = diagnose_agreement({k: d.warmup_advised for k, d in found.items()}, truth,
@@ -809,22 +806,6 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     for line in table_lines(result):
         say(line)
     return result
-
-
-def _previous_verdicts(path: Path, cfg: SweepConfig) -> tuple[dict[tuple[str, int], bool | None],
-                                                           dict[tuple[str, int], tuple[float | None, float | None]]
-                                                           ] | None:  # fmt: skip
-    """diagnose's verdicts and (S, threshold) from an earlier sweep.json of the same configuration (they depend on
-    the models at initialisation only, not on the runs), or None."""
-    try:
-        previous = json.loads(path.read_text(encoding="utf-8"))
-        if previous.get("config") != json.loads(json.dumps(cfg.to_dict())) or not previous.get("diagnose"):
-            return None
-        table = previous["diagnose"]["table"]
-        return ({(r["scheme"], int(r["width"])): r["diagnose"] for r in table},
-                {(r["scheme"], int(r["width"])): (r.get("score"), r.get("threshold")) for r in table})
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def table_lines(result: dict[str, Any]) -> list[str]:

@@ -209,13 +209,14 @@ def _diagnose_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] 
     word = {True: "warm-up", False: "no warm-up", None: "–"}
 
     def said(r: dict[str, Any]) -> str:
-        score, threshold = r.get("score"), r.get("threshold")  # absent in a sweep.json from before stop 26
+        score, threshold = r.get("score"), r.get("threshold")  # absent in a sweep.json written before they were kept
         if score is None:
             return word[r["diagnose"]]
-        return f"{word[r['diagnose']]} (S = {score:.2f}" + (f", threshold {threshold:.2f})" if threshold else ")")
+        return f"{word[r['diagnose']]} (S = {score:.2f}" + (f", threshold {threshold:.2f})" if threshold is not None
+                                                           else ")")
 
     head = ["scheme", "width", "diagnose (at initialisation)", "sweep (no-warm-up frontier below warm-up's?)", "agree",
-            "best final loss, no warm-up / warm-up (gap, nats)"]
+            "best final loss (at lr), no warm-up / warm-up (gap: no warm-up minus warm-up; + = warm-up better)"]
     rows = [[r["scheme"], str(r["width"]), said(r), word[r["sweep"]], {True: "yes", False: "NO", None: "–"}[r["agree"]],
              _best_gap(result, r["scheme"], r["width"])] for r in d["table"]]  # fmt: skip
     return head, rows
@@ -258,9 +259,12 @@ def _diagnose_sentence(result: dict[str, Any]) -> str:
                 and paper.get("best_loss") is not None and none["best_loss"] - paper["best_loss"] > margin):
             hidden.append(f"{r['scheme']} d={r['width']}")
     if hidden:
-        s += (f". At {', '.join(hidden)} the frontiers are equal but the warm-up arm's best loss is more than the "
-              f"margin ({margin:g} nats) below the no-warm-up arm's best (last column): warm-up helped there without "
-              "moving the largest stable learning rate, which the ground truth (the frontier) does not count")
+        seeds = result.get("config", {}).get("seeds", 1)
+        s += (f". At {', '.join(hidden)} the no-warm-up frontier is not below the warm-up one, so the ground truth "
+              f"says \"not needed\", yet the warm-up arm's best loss is more than the margin ({margin:g} nats) below the "
+              "no-warm-up arm's best (last column): there warm-up lowered the loss without raising the largest stable "
+              "learning rate, and the ground truth counts only the latter"
+              + (" (one seed per cell)" if seeds < 2 else ""))
     plateau = " or left the unigram plateau" if result.get("baseline") else ""
     return s + f". Pairs where neither arm trained{plateau} have no ground truth (–)."
 
