@@ -266,7 +266,8 @@ def _diagnose_sentence(result: dict[str, Any]) -> str:
               "learning rate, and the ground truth counts only the latter"
               + (" (one seed per cell)" if seeds < 2 else ""))
     plateau = " or left the unigram plateau" if result.get("baseline") else ""
-    return s + f". Pairs where neither arm trained{plateau} have no ground truth (–)."
+    return s + (f". Pairs without a ground truth (–): neither arm trained{plateau}, or both frontiers are the top of "
+                "the grid (two lower bounds).")
 
 
 _SECTIONS = [
