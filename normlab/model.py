@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from normlab.config import ModelConfig, Placement
+from normlab.device import attention_upcast
 
 __all__ = [
     "NORM_SLOTS",
@@ -537,10 +538,21 @@ class Sublayer(nn.Module):
         return out, z_next
 
 
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float) -> Tensor:
+    """``F.scaled_dot_product_attention``, in fp32 where the device's bf16 kernel is the slower one
+    (:func:`normlab.device.attention_upcast`); the output has the query's dtype."""
+    if attention_upcast(q):
+        dtype = q.dtype
+        with torch.autocast("cpu", enabled=False):
+            o = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout,
+                                               is_causal=is_causal)  # fmt: skip
+        return o.to(dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
+
+
 def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float) -> Tensor:
     """SDPA on (B, H, T, hd) tensors; returns (B, T, H*hd)."""
-    o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
-    return o.transpose(1, 2).flatten(2)
+    return _sdpa(q, k, v, mask, is_causal, dropout).transpose(1, 2).flatten(2)
 
 
 class SelfAttention(Sublayer):
@@ -646,7 +658,7 @@ class CrossAttention(Sublayer):
             raise ValueError(f"{B} decoder rows cannot share {M} memory rows")
         g, T = B // M, q.shape[2]
         q = q.unflatten(0, (M, g)).transpose(1, 2).flatten(2, 3)  # (M, H, g*T, hd)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        o = _sdpa(q, k, v, mask, False, p)
         return self.out(o.unflatten(2, (g, T)).permute(0, 2, 3, 1, 4).reshape(B, T, -1))
 
 

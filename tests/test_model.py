@@ -316,6 +316,33 @@ def test_bf16_autocast_close_to_fp32(placement):
     assert (out.float() - ref).abs().max() < 0.1 * ref.abs().max()
 
 
+@pytest.mark.parametrize("upcast", [True, False])
+def test_cpu_attention_upcast_is_fp32_attention_of_the_bf16_inputs(monkeypatch, upcast):
+    # normlab.device.attention_upcast: on a CPU without AMX, attention inside a bf16 autocast region runs on
+    # fp32 copies of its bf16 q/k/v (PyTorch's bf16 CPU kernel is the slower there) and returns bf16; both
+    # settings are exercised whatever CPU runs the test
+    import normlab.device
+    from normlab.model import _sdpa
+
+    monkeypatch.setattr(normlab.device, "_CPU_UPCAST", upcast)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 5, 8).bfloat16().requires_grad_() for _ in range(3))
+    mask = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+    mask[1, ..., 3:] = False
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        o = _sdpa(q, k, v, mask, False, 0.0)
+    assert o.dtype == torch.bfloat16
+    qf, kf, vf = (x.detach().float().requires_grad_() for x in (q, k, v))
+    ref = F.scaled_dot_product_attention(qf, kf, vf, attn_mask=mask)
+    # upcast: fp32 attention rounded once to bf16 at the end; native: a bf16 kernel, within bf16 rounding
+    tol = dict(atol=0, rtol=0) if upcast else dict(atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(o, ref.bfloat16(), **tol)
+    o.float().square().sum().backward()
+    ref.bfloat16().float().square().sum().backward()
+    assert q.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(q.grad.float(), qf.grad, atol=5e-2, rtol=5e-2)
+
+
 def test_backward_reaches_every_parameter():
     m = Seq2Seq(tiny_config(placement="peri", share_embeddings="none"))
     src, tgt = _batch()
