@@ -520,6 +520,22 @@ def _rank(row: dict[str, Any]) -> int:
     return 2 if row["max_stable_lr"] is not None else 1 if row.get("plateau") else 0
 
 
+def arms(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, int], tuple[dict[str, Any] | None, dict[str, Any] | None]]:
+    """The frontier rows paired per scheme x width: (no-warm-up row, warm-up row), None for an arm not run."""
+    by = {(r["scheme"], r["warmup"], r["width"]): r for r in rows}
+    return {(scheme, width): (by.get((scheme, "none", width)), by.get((scheme, "paper", width)))
+            for scheme, width in sorted({(r["scheme"], r["width"]) for r in rows})}  # fmt: skip
+
+
+def best_loss_gap(none: dict[str, Any] | None, paper: dict[str, Any] | None) -> float | None:
+    """The no-warm-up arm's best final loss minus the warm-up arm's (+: warm-up better), None without both. Each
+    arm's frontier is counted from its own best loss, so this is what the frontiers do not show: a warm-up that
+    lowers the best loss without moving the largest learning rate within the margin of it."""
+    if not none or not paper or none.get("best_loss") is None or paper.get("best_loss") is None:
+        return None
+    return none["best_loss"] - paper["best_loss"]
+
+
 def warmup_truth(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, int], bool | None]:
     """The sweep's ground truth per scheme x width: does the no-warm-up arm do worse than the warm-up arm?
 
@@ -534,10 +550,8 @@ def warmup_truth(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, int], bool |
     * Both arms equally far without a frontier (both on the plateau, both never trained), or one arm not run or
       incomplete (a grid point failed or has not finished: the hole could hold the frontier): None, no evidence
       either way."""
-    by = {(r["scheme"], r["warmup"], r["width"]): r for r in rows}
     out: dict[tuple[str, int], bool | None] = {}
-    for scheme, width in sorted({(r["scheme"], r["width"]) for r in rows}):
-        none, paper = by.get((scheme, "none", width)), by.get((scheme, "paper", width))
+    for (scheme, width), (none, paper) in arms(rows).items():
         if none is None or paper is None or none.get("missing_lrs") or paper.get("missing_lrs"):
             out[(scheme, width)] = None  # an arm not run, or with holes in its grid (failed or unfinished runs)
             continue

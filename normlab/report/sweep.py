@@ -15,6 +15,7 @@ import matplotlib.ticker
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from normlab.experiments.sweep import arms, best_loss_gap  # noqa: E402
 from normlab.report.html import _CSS, _e, _img, format_number  # noqa: E402
 from normlab.rundir import write_atomic  # noqa: E402
 
@@ -190,14 +191,11 @@ def _width_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def _best_gap(result: dict[str, Any], scheme: str, width: int) -> str:
-    """The best final loss of the no-warm-up arm beside the warm-up arm's, and the gap: what the frontier does not
-    show. Each arm's frontier is counted from its own best loss, so a warm-up that lowers the best loss without
-    moving the largest learning rate within ``margin`` of it leaves the frontiers equal."""
-    by = {(r["scheme"], r["warmup"], r["width"]): r for r in result.get("frontier", [])}
-    none, paper = by.get((scheme, "none", width)), by.get((scheme, "paper", width))
-    if not none or not paper or none.get("best_loss") is None or paper.get("best_loss") is None:
+    """The best final loss of the no-warm-up arm beside the warm-up arm's, and the gap (sweep.best_loss_gap)."""
+    none, paper = arms(result.get("frontier", [])).get((scheme, width), (None, None))
+    gap = best_loss_gap(none, paper)
+    if gap is None:
         return "–"
-    gap = none["best_loss"] - paper["best_loss"]
     return (f"{none['best_loss']:.3f} at {_lr(none['best_lr'])} / {paper['best_loss']:.3f} at "
             f"{_lr(paper['best_lr'])} ({gap:+.3f})")
 
@@ -250,13 +248,12 @@ def _diagnose_sentence(result: dict[str, Any]) -> str:
         s += "; it is wrong at " + ", ".join(f"{sc} d={w}" for sc, w in d["wrong"])
     # the frontier of each arm is counted from that arm's own best loss: name the pairs where the sweep says "not
     # needed" and yet the warm-up arm ended better than the other arm's best by more than the margin
-    by = {(r["scheme"], r["warmup"], r["width"]): r for r in result.get("frontier", [])}
+    pairs = arms(result.get("frontier", []))
     margin = result.get("rules", {}).get("margin")
     hidden = []
     for r in d["table"]:
-        none, paper = by.get((r["scheme"], "none", r["width"])), by.get((r["scheme"], "paper", r["width"]))
-        if (r["sweep"] is False and margin is not None and none and paper and none.get("best_loss") is not None
-                and paper.get("best_loss") is not None and none["best_loss"] - paper["best_loss"] > margin):
+        gap = best_loss_gap(*pairs.get((r["scheme"], r["width"]), (None, None)))
+        if r["sweep"] is False and margin is not None and gap is not None and gap > margin:
             hidden.append(f"{r['scheme']} d={r['width']}")
     if hidden:
         seeds = result.get("config", {}).get("seeds", 1)
