@@ -9,9 +9,11 @@ import re
 import shutil
 
 import pytest
+import torch
 from torch.testing import assert_close
 
 from normlab.config import ConfigError
+from normlab.device import autocast_dtype
 from normlab.experiments.figures import Context
 from normlab.experiments.sweep import (
     MARGIN,
@@ -430,6 +432,10 @@ def test_smoke_sweep_cli(tmp_path):
         assert text in page, text
     md = (report / "SWEEP.md").read_text()
     assert "| scheme | warm-up |" in md
+    # the arithmetic the runs trained in, as each run's trainer resolved precision "auto" on this machine
+    want = "bf16" if autocast_dtype("auto", torch.device("cpu")) else "fp32"
+    assert {c["precision"] for c in data["cells"]} == {want} and data["meta"]["precision"] == want
+    assert f"precision {want};" in md
     assert all((report / link).is_file() for link in re.findall(r"\]\(([^)]+\.png)\)", md))
     again = normlab("sweep", "--scale", "smoke", "--out", str(out), "--no-estimate")
     assert again.returncode == 0 and f"{n} of {n} runs already finished" in again.stderr

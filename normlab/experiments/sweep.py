@@ -631,11 +631,13 @@ def read_cell(spec: RunSpec, run_dir: Path, status: str, scheme: str, warmup: st
                 l0 if _finite(l0) else None, status)  # fmt: skip
     stride = max(1, len(train) // 100)
     curve = [[r["update"], r["nll"] if _finite(r.get("nll")) else None] for r in train[::stride]]
-    # the run's own training time (trainer summary): a later invocation that only re-reads the runs still knows
-    # what they cost
-    elapsed = RunDir(run_dir).summary().get("elapsed_s")
+    # the run's own training time and precision (trainer summary: "auto" resolved on the machine that trained it),
+    # so that a later invocation that only re-reads the runs, maybe elsewhere, still knows what they cost and in
+    # which arithmetic
+    summary = RunDir(run_dir).summary()
     rec = {**dataclasses.asdict(cell), "name": spec.name, "diverged": diverged(cell.final, cell.l0, status),
-           "valid": [[r["update"], r.get("nll")] for r in valid], "train": curve, "elapsed_s": elapsed}  # fmt: skip
+           "valid": [[r["update"], r.get("nll")] for r in valid], "train": curve,
+           "elapsed_s": summary.get("elapsed_s"), "precision": summary.get("precision")}  # fmt: skip
     return cell, rec
 
 
@@ -803,6 +805,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
             # understate the grid's cost without saying so
             "train_time_s": None if any(r["elapsed_s"] is None for r in records) else
             math.fsum(r["elapsed_s"] for r in records),
+            # what the runs trained in (bf16 autocast or fp32; both named when the runs were mixed)
+            "precision": ", ".join(sorted({r["precision"] for r in records if r.get("precision")})) or None,
             "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "runs": len(specs),
             "outcomes": {k: sum(o.status == k for o in outcomes.values())
                          for k in ("completed", "diverged", "failed", "skipped", "cached")} if train else

@@ -230,7 +230,8 @@ def _cell_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 def _meta_line(result: dict[str, Any]) -> str:
     m = result["meta"]
     return (f"Scale {m['scale']}: {m['description']}. normlab {m['normlab_version']}, torch {m['torch']}, {m['device']}, "
-            f"{m['threads']}; {m['runs']} runs ({', '.join(f'{v} {k}' for k, v in m['outcomes'].items() if v)}); "
+            f"{m['threads']}" + (f", precision {m['precision']}" if m.get("precision") else "")
+            + f"; {m['runs']} runs ({', '.join(f'{v} {k}' for k, v in m['outcomes'].items() if v)}); "
             f"wall time {m['wall_time_s'] / 60:.1f} min"
             + (f" (this invocation; the runs' training steps took {m['train_time_s'] / 60:.1f} min summed over runs)"
                if m.get("train_time_s") else "")
