@@ -6,13 +6,14 @@ it imports nothing of normlab but the config error).
   (None: fp32, no autocast);
 * :func:`autocast` is the one autocast context of the package (training, evaluation, decoding, analysis and
   the budget probe all use it): a no-op for None / ``float32``;
-* :func:`attention_upcast` says whether attention runs in fp32 inside a bf16 autocast region (CPUs whose bf16
-  attention kernel is slower than the fp32 one).
+* :func:`attention_upcast` says whether attention on bf16/fp16 inputs runs in fp32 (CPUs whose bf16 attention
+  kernel is slower than the fp32 one).
 """
 
 from __future__ import annotations
 
 import contextlib
+import platform
 
 import torch
 
@@ -60,12 +61,20 @@ def autocast(device: torch.device | str, dtype: torch.dtype | str | None) -> con
 # PyTorch's CPU flash-attention kernel in bf16 is slower than in fp32 on a CPU with AVX-512 BF16 but no AMX:
 # forward + backward of (42, 4, 24, 16) q/k/v, the sweep's d=64 shape, 12.0 ms in bf16 against 2.3 ms for the
 # same call on fp32 copies (1.2 ms in fp32 throughout); (16, 8, 64, 64): 27.7 ms against 11.3 ms (AMD EPYC
-# Zen 4, torch 2.13, 1 thread). Attention is a small share of an update's FLOPs at these sequence lengths
-# (4 n^2 d against 24 n d^2 per layer), so running it in fp32 costs little where bf16 would be fast, and it
-# keeps the softmax's precision. AMX CPUs (not measured) and CUDA keep the native bf16 kernel.
-_CPU_UPCAST = not torch.cpu._is_amx_tile_supported()
+# Zen 4, torch 2.13, 1 thread): 2.5-5x. On an x86 CPU without AVX-512 BF16 bf16 is emulated (autocast runs it
+# only on request), and the fp32 kernel is native there: upcast too (reasoned, not measured). Attention is a
+# small share of an update's FLOPs at these sequence lengths (4 n^2 d against 8 n d^2 + 4 n d d_ffn per layer),
+# so running it in fp32 costs little, and it keeps the softmax's precision. AMX CPUs, non-x86 CPUs (neither
+# measured) and CUDA keep the native kernel.
+_CPU_UPCAST = platform.machine().lower() in ("x86_64", "amd64") and not torch.cpu._is_amx_tile_supported()
+_LOW = (torch.bfloat16, torch.float16)
 
 
-def attention_upcast(x: torch.Tensor) -> bool:
-    """True when attention on ``x`` (a bf16/fp16 query) should run in fp32: a CPU without AMX."""
-    return x.device.type == "cpu" and x.dtype in (torch.bfloat16, torch.float16) and _CPU_UPCAST
+def attention_upcast(*xs: torch.Tensor) -> torch.dtype | None:
+    """The low-precision dtype (bf16/fp16) attention on ``xs`` (q, k, v) would run in, when it should run in
+    fp32 instead (an x86 CPU without AMX); None otherwise. Any of the three counts: a norm with an fp32
+    parameter (DyT's qk-norm) leaves q and k in fp32 and v in bf16, which autocast would send to the bf16
+    kernel."""
+    if not _CPU_UPCAST or xs[0].device.type != "cpu":
+        return None
+    return next((x.dtype for x in xs if x.dtype in _LOW), None)

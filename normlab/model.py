@@ -540,9 +540,9 @@ class Sublayer(nn.Module):
 
 def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float) -> Tensor:
     """``F.scaled_dot_product_attention``, in fp32 where the device's bf16 kernel is the slower one
-    (:func:`normlab.device.attention_upcast`); the output has the query's dtype."""
-    if attention_upcast(q):
-        dtype = q.dtype
+    (:func:`normlab.device.attention_upcast`); the output then has the low-precision dtype of the inputs, as
+    the kernel's would."""
+    if (dtype := attention_upcast(q, k, v)) is not None:
         with torch.autocast("cpu", enabled=False):
             o = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout,
                                                is_causal=is_causal)  # fmt: skip

@@ -317,29 +317,45 @@ def test_bf16_autocast_close_to_fp32(placement):
 
 
 @pytest.mark.parametrize("upcast", [True, False])
-def test_cpu_attention_upcast_is_fp32_attention_of_the_bf16_inputs(monkeypatch, upcast):
-    # normlab.device.attention_upcast: on a CPU without AMX, attention inside a bf16 autocast region runs on
+@pytest.mark.parametrize("fp32_q", [False, True])
+def test_cpu_attention_upcast_is_fp32_attention_of_the_bf16_inputs(monkeypatch, upcast, fp32_q):
+    # normlab.device.attention_upcast: on an x86 CPU without AMX, attention inside a bf16 autocast region runs on
     # fp32 copies of its bf16 q/k/v (PyTorch's bf16 CPU kernel is the slower there) and returns bf16; both
-    # settings are exercised whatever CPU runs the test
+    # settings are exercised whatever CPU runs the test. fp32_q: q and k in fp32, v in bf16 (DyT's qk-norm has
+    # an fp32 parameter), which must be upcast too.
     import normlab.device
+    import normlab.model
     from normlab.model import _sdpa
 
     monkeypatch.setattr(normlab.device, "_CPU_UPCAST", upcast)
+    seen = []
+    kernel = F.scaled_dot_product_attention
+
+    def spy(q, k, v, **kw):
+        seen.append((q.dtype, k.dtype, v.dtype, torch.is_autocast_enabled("cpu")))
+        return kernel(q, k, v, **kw)
+
+    monkeypatch.setattr(normlab.model.F, "scaled_dot_product_attention", spy)
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 4, 5, 8).bfloat16().requires_grad_() for _ in range(3))
+    if fp32_q:
+        q, k = (x.detach().float().requires_grad_() for x in (q, k))
     mask = torch.ones(2, 1, 1, 5, dtype=torch.bool)
     mask[1, ..., 3:] = False
     with torch.autocast("cpu", dtype=torch.bfloat16):
         o = _sdpa(q, k, v, mask, False, 0.0)
+    # upcast: the kernel sees fp32 tensors outside autocast; native: the tensors as given, under autocast
+    f32, b16 = torch.float32, torch.bfloat16
+    assert seen == ([(f32, f32, f32, False)] if upcast else [(q.dtype, k.dtype, v.dtype, True)])
     assert o.dtype == torch.bfloat16
     qf, kf, vf = (x.detach().float().requires_grad_() for x in (q, k, v))
-    ref = F.scaled_dot_product_attention(qf, kf, vf, attn_mask=mask)
+    ref = kernel(qf, kf, vf, attn_mask=mask)
     # upcast: fp32 attention rounded once to bf16 at the end; native: a bf16 kernel, within bf16 rounding
     tol = dict(atol=0, rtol=0) if upcast else dict(atol=2e-2, rtol=2e-2)
-    torch.testing.assert_close(o, ref.bfloat16(), **tol)
+    torch.testing.assert_close(o, ref.to(b16), **tol)
     o.float().square().sum().backward()
-    ref.bfloat16().float().square().sum().backward()
-    assert q.grad.dtype == torch.bfloat16
+    ref.to(b16).float().square().sum().backward()
+    assert q.grad.dtype == q.dtype and v.grad.dtype == torch.bfloat16
     torch.testing.assert_close(q.grad.float(), qf.grad, atol=5e-2, rtol=5e-2)
 
 

@@ -9,11 +9,10 @@ import re
 import shutil
 
 import pytest
-import torch
 from torch.testing import assert_close
 
 from normlab.config import ConfigError
-from normlab.device import autocast_dtype
+from normlab.device import autocast_dtype, pick_device
 from normlab.experiments.figures import Context
 from normlab.experiments.sweep import (
     MARGIN,
@@ -433,7 +432,7 @@ def test_smoke_sweep_cli(tmp_path):
     md = (report / "SWEEP.md").read_text()
     assert "| scheme | warm-up |" in md
     # the arithmetic the runs trained in, as each run's trainer resolved precision "auto" on this machine
-    want = "bf16" if autocast_dtype("auto", torch.device("cpu")) else "fp32"
+    want = "bf16" if autocast_dtype("auto", pick_device("auto")) else "fp32"  # the runs' device (auto)
     assert {c["precision"] for c in data["cells"]} == {want} and data["meta"]["precision"] == want
     assert f"precision {want};" in md
     assert all((report / link).is_file() for link in re.findall(r"\]\(([^)]+\.png)\)", md))
@@ -473,3 +472,16 @@ def test_diagnose_verdicts_give_no_verdict_for_rezero():
     cfg = SweepConfig(schemes=("rezero", "post"), widths=(16,), n_heads=2, layers=2, vocab_size=300, max_tokens=256)
     verdicts = diagnose_verdicts(cfg, steps=1)
     assert verdicts[("rezero", 16)] is None and verdicts[("post", 16)] is not None
+
+
+def test_meta_line_names_what_set_changed_from_the_preset():
+    from normlab.report.sweep import _meta_line
+
+    meta = {"scale": "quick", "description": "the preset's words", "normlab_version": "0", "torch": "2", "device": "CPU",
+            "threads": "2 job(s) x 1 thread(s)", "precision": "bf16", "runs": 84, "outcomes": {"completed": 84},
+            "wall_time_s": 60.0, "finished": "now", "overrides": {"schemes": ["post"], "seeds": 2}}
+    line = _meta_line({"meta": meta})
+    assert line.startswith("Scale quick with --set schemes=['post'], seeds=2 (the preset's description follows): the "
+                           "preset's words.")
+    assert "precision bf16;" in line
+    assert _meta_line({"meta": {**meta, "overrides": {}}}).startswith("Scale quick: the preset's words.")

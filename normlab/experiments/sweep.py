@@ -237,14 +237,16 @@ SWEEP_SCALES: dict[str, SweepConfig] = {
     #                                                    without, 6.893 6.831 6.635 6.728 with its 48-update
     #                                                    warm-up; 1.09 s per update, fp32, 1 thread, 2 jobs)
     # The run length is the least at which Post-LN *with* warm-up, the arm the paper says trains, has left the
-    # plateau at every width: 300. At 400 the d=256 run at 1e-3 had gone back up to 6.728, 0.01 above the rule's
+    # plateau at every width: 300. (That d=256 run at 1e-3 rests on one fp32 seed: in bf16 the same cell ended at
+    # 6.791 and, with a second seed, 6.732, on the plateau; but in every sweep since, fp32 and bf16, two seeds,
+    # each Post-LN curve's best run (at 2.15e-4 or 4.64e-4 for d=256) is below it, so every curve has a frontier.) At 400 the d=256 run at 1e-3 had gone back up to 6.728, 0.01 above the rule's
     # line, so a longer run buys no clearer reading at that rate (its frontier may lie below 1e-3, which is
     # what the sweep measures). Cost, measured end to end at 300 updates (docs/results/sweep-quick):
     #   2-core AMD EPYC, AVX2 only, fp32:                 4.1 h wall (454 min of training summed over runs)
     #   2-core AMD EPYC Zen 4, AVX-512 BF16 (no AMX), bf16: 80 min wall (148 min of training summed over runs;
     #                                                      the estimate printed at the start: 70 min)
-    # Both are over the issue's 30 minutes on a CPU with native bf16 (2.7x on the second, which has no AMX; an
-    # AMX CPU, 5x its bf16 matmul rate, is not measured). Kept: 30 minutes buy about 110 updates per run at
+    # The second is a CPU with native bf16, and 2.7x the issue's 30 minutes on one (an AMX CPU, 5x its bf16
+    # matmul rate, is not measured). Kept: 30 minutes buy about 110 updates per run at
     # this shape, fewer than the 150 at which no Post-LN run left the plateau, i.e. a sweep that cannot measure
     # Post-LN at all; the other ways to cut 2.7x (dropping Peri-LN, two points per decade, 512-token batches)
     # each remove what the issue asks for or change the measurement without a calibration run.
@@ -253,8 +255,8 @@ SWEEP_SCALES: dict[str, SweepConfig] = {
         max_tokens=1024, eval_every=100,
         description="3 schemes x 2 warm-ups x 7 learning rates (1e-4..1e-2) x 3 widths (64-256), 3-3 layers, 300 "
         "updates of 1,024 tokens: 126 runs, measured 4.1 h on a 2-core AVX2 CPU in fp32 and 80 min on a 2-core "
-        "CPU with AVX-512 BF16 (no AMX) in bf16. 300 updates: measured at lr 1e-3, Post-LN with warm-up has "
-        "left the unigram plateau by then at every width; at 150 no Post-LN run had",
+        "CPU with AVX-512 BF16 (no AMX) in bf16. 300 updates: every Post-LN curve of the preset then has a run "
+        "below the unigram plateau (measured in fp32 and bf16, two seeds); at 150 no Post-LN run had",
     ),  # fmt: skip
     "full": SweepConfig(
         scale="full", schemes=("post", "pre", "peri"), widths=(64, 128, 256, 512), layers=6, updates=500,
@@ -804,6 +806,9 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         "cells": records,
         "meta": {
             "scale": cfg.scale, "description": cfg.description, "normlab_version": __version__,
+            # what --set changed from the preset: the description is the preset's, not this grid's
+            "overrides": {k: v for k, v in cfg.to_dict().items()
+                          if cfg.scale in SWEEP_SCALES and v != SWEEP_SCALES[cfg.scale].to_dict().get(k)},
             "torch": torch.__version__, "python": platform.python_version(),
             "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.processor() or platform.machine()}, "
             f"{cores} cores)", "threads": f"{jobs} job(s) x {threads} thread(s)", "wall_time_s": wall,
@@ -861,7 +866,7 @@ def add_arguments(p: Any) -> None:
 
     p.add_argument("--scale", default="quick", choices=list(SWEEP_SCALES),
                    help="smoke (seconds, tests), quick (126 runs of 300 updates at d=64-256, 3-3 layers: 4.1 h on 2 "
-                   "AVX2 cores in fp32, 80 min on 2 AVX-512 BF16 cores in bf16), full (widths 64-512 at the paper's depth and batch; "
+                   "AVX2 cores in fp32, 80 min on 2 AVX-512 BF16 cores), full (widths 64-512 at the paper's depth and batch; "
                    "a GPU)")  # fmt: skip
     p.add_argument("--out", help="output directory (default: sweep/SCALE)")
     add_set_argument(p, SweepConfig, note="the defaults shown are before --scale, which sets most of them")

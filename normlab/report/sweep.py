@@ -229,7 +229,9 @@ def _cell_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 def _meta_line(result: dict[str, Any]) -> str:
     m = result["meta"]
-    return (f"Scale {m['scale']}: {m['description']}. normlab {m['normlab_version']}, torch {m['torch']}, {m['device']}, "
+    changed = ", ".join(f"{k}={v}" for k, v in (m.get("overrides") or {}).items())
+    scale = f"Scale {m['scale']}" + (f" with --set {changed} (the preset's description follows)" if changed else "")
+    return (f"{scale}: {m['description']}. normlab {m['normlab_version']}, torch {m['torch']}, {m['device']}, "
             f"{m['threads']}" + (f", precision {m['precision']}" if m.get("precision") else "")
             + f"; {m['runs']} runs ({', '.join(f'{v} {k}' for k, v in m['outcomes'].items() if v)}); "
             f"wall time {m['wall_time_s'] / 60:.1f} min"
