@@ -237,19 +237,20 @@ SWEEP_SCALES: dict[str, SweepConfig] = {
     #                                                    without, 6.893 6.831 6.635 6.728 with its 48-update
     #                                                    warm-up; 1.09 s per update, fp32, 1 thread, 2 jobs)
     # The run length is the least at which Post-LN *with* warm-up, the arm the paper says trains, has left the
-    # plateau at every width: 300. (That d=256 run at 1e-3 rests on one fp32 seed: in bf16 the same cell ended at
-    # 6.791 and, with a second seed, 6.732, on the plateau; but in every sweep since, fp32 and bf16, two seeds,
-    # each Post-LN curve's best run (at 2.15e-4 or 4.64e-4 for d=256) is below it, so every curve has a frontier.) At 400 the d=256 run at 1e-3 had gone back up to 6.728, 0.01 above the rule's
-    # line, so a longer run buys no clearer reading at that rate (its frontier may lie below 1e-3, which is
-    # what the sweep measures). Cost, measured end to end at 300 updates (docs/results/sweep-quick):
+    # plateau at every width: 300. (That d=256 run at 1e-3 rests on one fp32 seed: in bf16 the same cell ended
+    # at 6.791 and, with a second seed, 6.732, on the plateau; but in every sweep since, fp32 and bf16, two
+    # seeds, each Post-LN curve's best run (at 2.15e-4 or 4.64e-4 for d=256) is below it, so every curve has a
+    # frontier.) At 400 the d=256 run at 1e-3 had gone back up to 6.728, 0.01 above the rule's line, so a
+    # longer run buys no clearer reading at that rate (its frontier may lie below 1e-3, which is what the
+    # sweep measures). Cost, measured end to end at 300 updates (docs/results/sweep-quick):
     #   2-core AMD EPYC, AVX2 only, fp32:                 4.1 h wall (454 min of training summed over runs)
     #   2-core AMD EPYC Zen 4, AVX-512 BF16 (no AMX), bf16: 80 min wall (148 min of training summed over runs;
     #                                                      the estimate printed at the start: 70 min)
     # The second is a CPU with native bf16, and 2.7x the issue's 30 minutes on one (an AMX CPU, 5x its bf16
-    # matmul rate, is not measured). Kept: 30 minutes buy about 110 updates per run at
-    # this shape, fewer than the 150 at which no Post-LN run left the plateau, i.e. a sweep that cannot measure
-    # Post-LN at all; the other ways to cut 2.7x (dropping Peri-LN, two points per decade, 512-token batches)
-    # each remove what the issue asks for or change the measurement without a calibration run.
+    # matmul rate, is not measured). Kept: 30 minutes buy about 110 updates per run at this shape, fewer than
+    # the 150 at which no Post-LN run left the plateau, i.e. a sweep that cannot measure Post-LN at all; the
+    # other ways to cut 2.7x (dropping Peri-LN, two points per decade, 512-token batches) each remove what the
+    # issue asks for or change the measurement without a calibration run.
     "quick": SweepConfig(
         scale="quick", schemes=("post", "pre", "peri"), widths=(64, 128, 256), layers=3, updates=300,
         max_tokens=1024, eval_every=100,
@@ -866,8 +867,8 @@ def add_arguments(p: Any) -> None:
 
     p.add_argument("--scale", default="quick", choices=list(SWEEP_SCALES),
                    help="smoke (seconds, tests), quick (126 runs of 300 updates at d=64-256, 3-3 layers: 4.1 h on 2 "
-                   "AVX2 cores in fp32, 80 min on 2 AVX-512 BF16 cores), full (widths 64-512 at the paper's depth and batch; "
-                   "a GPU)")  # fmt: skip
+                   "AVX2 cores in fp32, 80 min on 2 AVX-512 BF16 cores), full (widths 64-512 at the paper's depth "
+                   "and batch; a GPU)")  # fmt: skip
     p.add_argument("--out", help="output directory (default: sweep/SCALE)")
     add_set_argument(p, SweepConfig, note="the defaults shown are before --scale, which sets most of them")
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA)")
