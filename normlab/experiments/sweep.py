@@ -794,6 +794,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         agreement = diagnose_agreement({k: d.warmup_advised for k, d in found.items()}, truth,
                                        {k: (d.score, d.threshold) for k, d in found.items()})
     wall = time.perf_counter() - t0
+    preset = SWEEP_SCALES[cfg.scale].to_dict() if cfg.scale in SWEEP_SCALES else None
     result = {
         "config": cfg.to_dict(),
         "lrs": list(cfg.lrs),
@@ -808,8 +809,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         "meta": {
             "scale": cfg.scale, "description": cfg.description, "normlab_version": __version__,
             # what --set changed from the preset: the description is the preset's, not this grid's
-            "overrides": {k: v for k, v in cfg.to_dict().items()
-                          if cfg.scale in SWEEP_SCALES and v != SWEEP_SCALES[cfg.scale].to_dict().get(k)},
+            "overrides": {k: v for k, v in cfg.to_dict().items() if v != preset.get(k)} if preset else {},
             "torch": torch.__version__, "python": platform.python_version(),
             "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.processor() or platform.machine()}, "
             f"{cores} cores)", "threads": f"{jobs} job(s) x {threads} thread(s)", "wall_time_s": wall,
