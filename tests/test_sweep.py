@@ -84,6 +84,28 @@ def test_config_is_strict():
             assert SweepConfig(lr_min=1e-4, lr_max=point, per_decade=per_decade).lrs == grid[: k + 1]
 
 
+def test_the_adam_warmup_arm_is_two_over_one_minus_beta2():
+    """The adam arm: 2/(1 - beta2) updates of the task's Adam (Ma & Yarats 2021), whatever the run's length, and
+    refused when it is not shorter than the run; its cells train with that warm-up and the task's betas."""
+    cfg = SweepConfig(warmups=("none", "paper", "adam"), updates=300)
+    assert [cfg.warmup_length(w) for w in cfg.warmups] == [0, 36, 100]  # beta2 = 0.98: 2 / 0.02
+    assert SweepConfig(warmups=("adam",), updates=1000).warmup_length("adam") == 100  # not a share of the run
+    assert SweepConfig(task="mlm", warmups=("adam",), updates=2001).warmup_length("adam") == 2000  # beta2 = 0.999
+    with pytest.raises(ConfigError, match="adam warm-up takes 100 updates, not fewer than the run's updates=100"):
+        SweepConfig(warmups=("none", "adam"), updates=100)
+    with pytest.raises(ConfigError, match="adam warm-up takes 2000 updates"):
+        SweepConfig(task="mlm", warmups=("adam",), updates=300)
+    with pytest.raises(ConfigError, match="each once"):
+        SweepConfig(warmups=("adam", "adam"))
+    with pytest.raises(ValueError, match="unknown warm-up arm"):
+        cfg.warmup_length("cosine")
+    specs = sweep_runs(SweepConfig(schemes=("post",), widths=(32,), per_decade=1, warmups=("none", "adam"),
+                                   updates=150), Context(translation_updates_per_epoch=1))  # fmt: skip
+    assert {s.name.split("-")[1]: s.config.schedule.warmup_updates for s in specs} == {"none": 0, "adam": 100}
+    assert {s.config.optim.betas for s in specs} == {(0.9, 0.98)}
+    assert all("warm-up 100" in s.label for s in specs if "-adam-" in s.name)
+
+
 def test_every_cell_sees_the_same_data_and_seed():
     cfg = SweepConfig(schemes=("post", "pre/rmsnorm"), widths=(32, 64), n_heads=4, per_decade=1, seeds=2, updates=33)
     specs = sweep_runs(cfg, Context(translation_updates_per_epoch=1))
@@ -286,6 +308,42 @@ def test_warmup_truth_and_agreement():
     assert agreement["decided"] == 3 and agreement["agree"] == 2 and agreement["wrong"] == [("pre", 64)]
 
 
+def test_warmup_truth_with_two_warmup_arms():
+    """Per arm, each warm-up held against none; combined, needed when any arm widens the range, else not needed
+    where an arm decides; the report's diagnose table names each arm's truth and best-loss gap."""
+    from normlab.report.sweep import _diagnose_rows, _diagnose_sentence
+
+    def row(scheme, warmup, width, lr, best=6.5):
+        return {"scheme": scheme, "warmup": warmup, "width": width, "max_stable_lr": lr, "best_loss": best,
+                "best_lr": lr}
+
+    rows = [row("post", "none", 64, 1e-3, 6.6), row("post", "paper", 64, 1e-3, 6.45),  # the short warm-up: equal
+            row("post", "adam", 64, 2.15e-3, 6.4),  # the longer one moves the frontier up: needed
+            row("pre", "none", 64, 4.64e-3), row("pre", "paper", 64, 4.64e-3), row("pre", "adam", 64, None),
+            row("peri", "none", 64, None), row("peri", "paper", 64, None), row("peri", "adam", 64, None)]
+    rows[5]["plateau"] = True  # the adam arm on the plateau beside a no-warm-up frontier: maybe late, no truth
+    assert warmup_truth(rows, "paper") == {("peri", 64): None, ("post", 64): False, ("pre", 64): False}
+    assert warmup_truth(rows, "adam") == {("peri", 64): None, ("post", 64): True, ("pre", 64): None}
+    assert warmup_truth(rows) == {("peri", 64): None, ("post", 64): True, ("pre", 64): False}
+    # an arm that was not run decides nothing, and rows of the paper arm alone read as before
+    assert warmup_truth([r for r in rows if r["warmup"] != "adam"]) == warmup_truth(rows, "paper")
+    truth = warmup_truth(rows)
+    agreement = diagnose_agreement({("post", 64): True, ("pre", 64): True, ("peri", 64): False}, truth)
+    assert agreement["decided"] == 2 and agreement["wrong"] == [("pre", 64)]
+    result = {"frontier": rows, "diagnose": agreement, "rules": {"margin": 0.1},
+              "warmup_lengths": {"none": 0, "paper": 36, "adam": 100},
+              "warmup_truth": [{"scheme": k[0], "width": k[1], "warmup_needed": v,
+                                "per_arm": {w: warmup_truth(rows, w)[k] for w in ("paper", "adam")}}
+                               for k, v in truth.items()]}  # fmt: skip
+    _, table = _diagnose_rows(result)
+    post = next(t for t in table if t[0] == "post")
+    assert post[3] == "warm-up (36 updates: no warm-up; 100 updates: warm-up)" and post[4] == "yes"
+    assert post[5] == ("36 updates: 6.600 at 0.001 / 6.450 at 0.001 (+0.150); "
+                       "100 updates: 6.600 at 0.001 / 6.400 at 0.00215 (+0.200)")
+    # the combined truth is "needed" at post: not a "not needed with a lower loss" pair, whatever the gaps
+    assert "At post d=64" not in _diagnose_sentence({**result, "config": {"seeds": 1}})
+
+
 def test_diagnose_table_shows_the_score_and_the_best_loss_gap():
     """The diagnose table keeps diagnose's S and threshold beside its verdict, and the best final loss of both arms:
     where the frontiers are equal (ground truth "not needed") but the warm-up arm ended more than the margin below
@@ -354,10 +412,11 @@ def test_beyond_the_paper_section_reads_the_sweep():
     # post without warm-up: 4.64e-4 at d=64, 2.15e-4 at d=128 (slope log(2.15/4.64)/log 2); with warm-up the
     # d=128 frontier is the top of the grid, a lower bound, and the sentence says so
     assert "post, no warm-up: log-log slope of the maximum stable learning rate against width -1.11 over d=64" in text
-    assert "post, warm-up: log-log slope of the maximum stable learning rate against width 1.11 over d=64, d=128 " \
+    assert "post, warm-up 36: log-log slope of the maximum stable learning rate against width 1.11 over d=64, d=128 " \
         "(Theorem 1 predicts -1.11 for Post-LN; at d=128 the frontier is the top of the grid, a lower bound)." in text
     assert "pre, no warm-up: log-log slope of the maximum stable learning rate against width 0.00" in text
     assert "One seed per cell" in text and "diagnose agrees with the sweep on 3 of 4" in text and "post d=64" in text
+    assert "or a linear warm-up of 36 updates (the paper's share of its run), lr_max kept after it." in text
     assert [t[0] for t in section["tables"]] == ["Maximum stable learning rate and LR sensitivity",
                                                  "Width law: Theorem 1", "diagnose held against the sweep"]
     absent = beyond_the_paper({"ran": False, "preset": "quick", "runs": 126, "description": "d"})

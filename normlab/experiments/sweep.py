@@ -49,8 +49,16 @@ and 4 heads at every width means that width is the only thing that changes along
 a statement about d; the attention logits are scaled by 1/sqrt(head size) either way).
 
 **Warm-up.** ``none``, or ``paper``: the paper's share of the run, 4,000 of its ~33,000 IWSLT updates
-(scales.PAPER: ~30 epochs x ~1,100 updates), 12.1%, linear from lr/T_warmup (eq. 1). After the warm-up the
-learning rate stays at lr_max: the frontier is a statement about lr_max, and in a run of a few hundred updates a
+(scales.PAPER: ~30 epochs x ~1,100 updates), 12.1%, linear from lr/T_warmup (eq. 1); or ``adam``: linear over
+2/(1 - beta2) updates, Ma & Yarats's untuned rule for Adam (2021, "On the adequacy of untuned warmup for adaptive
+optimization", AAAI: in Adam's first updates the update term is large in magnitude, until its second-moment
+average has seen about 1/(1 - beta2) gradients), 100 updates at the translation task's beta2 = 0.98. Why a second warm-up arm:
+the paper's share scales with the run, and in a short run it is shorter than that horizon: 36 of the quick
+preset's 300 updates against 1/(1 - 0.98) = 50, where the paper's own 4,000 updates were 80 times it. A
+warm-up that ends before Adam's second moment has settled cannot show what the paper's warm-up did, so a
+sweep whose only warm-up is the paper's share of a short run could miss the effect it is looking for. The
+``adam`` arm's length does not depend on the run (it is refused when it is not shorter than the run). After
+the warm-up the learning rate stays at lr_max: the frontier is a statement about lr_max, and in a run of a few hundred updates a
 decay would have most updates run well below the rate the cell is labelled with (the reproduce scales decay
 over 1,200 updates because there the question is whether the reference learns, scales.py). Both arms of every
 contrast have the same schedule apart from the warm-up.
@@ -97,7 +105,7 @@ from normlab.rundir import RunDir
 __all__ = [
     "MARGIN", "PAPER_WARMUP_FRACTION", "SweepConfig", "SWEEP_SCALES", "sweep_scale", "lr_grid", "sweep_runs",
     "Cell", "Curve", "diverged", "lr_sensitivity", "frontier", "analyze", "predicted_slope", "width_slope",
-    "read_cell", "warmup_truth", "diagnose_agreement", "diagnoses", "diagnose_verdicts",
+    "read_cell", "WARMUPS", "BETAS", "warm_arms", "arms", "best_loss_gap", "warmup_truth", "diagnose_agreement", "diagnoses", "diagnose_verdicts",
 ]  # fmt: skip
 
 PAPER_WARMUP_FRACTION = 4000 / (PAPER["iwslt_updates_per_epoch"] * PAPER["iwslt_epochs"])
@@ -116,7 +124,11 @@ frontier is noise. A relative margin (a share of l0 - l*) was rejected: the unig
 of l0 - l* (ln V down to the unigram entropy), so "within 10% of the improvement" can let a plateaued run through.
 """
 
-WARMUPS = ("none", "paper")
+WARMUPS = ("none", "paper", "adam")
+"""The warm-up arms (SweepConfig.warmup_length): none; the paper's share of the run; 2/(1 - beta2) updates."""
+
+BETAS = {"translation": (0.9, 0.98), "mlm": (0.9, 0.999)}
+"""Adam's betas per task: the paper's IWSLT optimizer (Section 3.2) and BERT's (figures._mlm's runs)."""
 
 
 @config
@@ -131,9 +143,11 @@ class SweepConfig(Strict):
         help="normalization schemes: a placement (" + ", ".join(p.value for p in Placement) + "), optionally with a "
         "norm function after a slash (pre/rmsnorm; norms: " + ", ".join(NORMS) + ")",
     )
-    warmups: tuple[Literal["none", "paper"], ...] = field(
-        WARMUPS, help="none, and/or paper: a linear warm-up over the paper's share of the run (4,000 of ~33,000 "
-        "IWSLT updates = 12.1%); lr_max is kept after it")  # fmt: skip
+    warmups: tuple[Literal["none", "paper", "adam"], ...] = field(
+        ("none", "paper"), help="none; paper: a linear warm-up over the paper's share of the run (4,000 of ~33,000 "
+        "IWSLT updates = 12.1%); adam: a linear warm-up over 2/(1 - beta2) updates (Ma & Yarats 2021's untuned rule "
+        "for Adam: 100 at the translation task's beta2 = 0.98, 2,000 at the mlm task's 0.999), whatever the run's "
+        "length; lr_max is kept after it")  # fmt: skip
     warmup_fraction: float = field(PAPER_WARMUP_FRACTION, help="the share of the run the `paper` warm-up takes")
     lr_min: float = field(1e-4, help="smallest learning rate of the log grid")
     lr_max: float = field(1e-2, help="largest learning rate of the log grid")
@@ -163,11 +177,16 @@ class SweepConfig(Strict):
             raise self.error("warmups", f"expected some of {list(WARMUPS)}, each once, got {list(self.warmups)}")
         if not 0 < self.warmup_fraction < 1:
             raise self.error("warmup_fraction", f"must be in (0, 1), got {self.warmup_fraction}")
-        if not 0 < self.lr_min <= self.lr_max:
-            raise self.error("lr_max", f"need 0 < lr_min <= lr_max, got {self.lr_min} and {self.lr_max}")
         for name in ("per_decade", "ffn_ratio", "n_heads", "layers", "updates", "seeds"):
             if getattr(self, name) < 1:
                 raise self.error(name, f"must be >= 1, got {getattr(self, name)}")
+        for arm in self.warmups:
+            # a warm-up as long as the run never reaches the learning rate its cells are labelled with
+            if arm != "none" and (t := self.warmup_length(arm)) >= self.updates:
+                raise self.error("warmups", f"the {arm} warm-up takes {t} updates, not fewer than the run's "
+                                 f"updates={self.updates}: its cells would never train at lr_max")
+        if not 0 < self.lr_min <= self.lr_max:
+            raise self.error("lr_max", f"need 0 < lr_min <= lr_max, got {self.lr_min} and {self.lr_max}")
         # an lr_max between two grid points would be dropped without a word (the grid is lr_min x 10^(k/n)), and
         # a last step shorter than the others would break the even log spacing the LR sensitivity averages over
         top = self.lrs[-1]
@@ -194,8 +213,19 @@ class SweepConfig(Strict):
 
     @property
     def warmup_updates(self) -> int:
-        """T_warmup of the `paper` arm: the paper's share of this run, at least 2 (1 would be no warm-up)."""
-        return max(2, round(self.warmup_fraction * self.updates))
+        """T_warmup of the `paper` arm (:meth:`warmup_length`)."""
+        return self.warmup_length("paper")
+
+    def warmup_length(self, arm: str) -> int:
+        """T_warmup of a warm-up arm: 0 for ``none``; ``paper``: the paper's share of this run, at least 2 (1 would
+        be no warm-up); ``adam``: 2/(1 - beta2) of the task's Adam (Ma & Yarats 2021), whatever the run's length."""
+        if arm == "none":
+            return 0
+        if arm == "paper":
+            return max(2, round(self.warmup_fraction * self.updates))
+        if arm == "adam":
+            return round(2 / (1 - BETAS[self.task][1]))
+        raise ValueError(f"unknown warm-up arm {arm!r}: expected one of {list(WARMUPS)}")
 
 
 def _grid_point(lo: float, k: int, per_decade: int) -> float:
@@ -290,7 +320,7 @@ def group_name(scheme: str, warmup: str, width: int, lr: float) -> str:
 def _train_config(cfg: SweepConfig, ctx: Context, *, scheme: str, warmup: str, width: int, lr: float,
                   seed: int) -> TrainConfig:  # fmt: skip
     placement, norm = parse_scheme(scheme)
-    schedule = ScheduleConfig(warmup_updates=cfg.warmup_updates if warmup == "paper" else 0, decay="constant")
+    schedule = ScheduleConfig(warmup_updates=cfg.warmup_length(warmup), decay="constant")
     common = dict(max_epochs=10_000, max_updates=cfg.updates, eval_every=cfg.eval_every, keep_last=1, seed=seed,
                   device=ctx.device, precision=ctx.precision, log_every=max(1, cfg.updates // 4))  # fmt: skip
     if cfg.task == "translation":
@@ -300,7 +330,7 @@ def _train_config(cfg: SweepConfig, ctx: Context, *, scheme: str, warmup: str, w
         data = DataConfig(task="translation", corpus=ctx.corpus, vocab_size=cfg.vocab_size, train_subset=cfg.train_subset,
                           valid_subset=cfg.valid_subset, max_tokens=cfg.max_tokens, cache_dir=ctx.cache_dir)  # fmt: skip
         # Section 3.2: Adam, beta = (0.9, 0.98); label smoothing 0.1 (the loss trained; the reported loss is the NLL)
-        return TrainConfig(model=model, data=data, optim=OptimConfig(name="adam", lr=lr, betas=(0.9, 0.98)),
+        return TrainConfig(model=model, data=data, optim=OptimConfig(name="adam", lr=lr, betas=BETAS["translation"]),
                            schedule=schedule, label_smoothing=0.1, **common)  # fmt: skip
     # BERT-shaped, as Figure 5's runs (figures._mlm), with the paper's Adam betas for all schemes alike
     model = ModelConfig(placement=placement, norm=norm, d_model=width, d_ffn=cfg.ffn_ratio * width, n_heads=cfg.n_heads,
@@ -310,7 +340,7 @@ def _train_config(cfg: SweepConfig, ctx: Context, *, scheme: str, warmup: str, w
     data = DataConfig(task="mlm", corpus=ctx.mlm_corpus, vocab_size=cfg.vocab_size, block_size=cfg.block_size,
                       train_subset=cfg.train_subset, valid_subset=cfg.valid_subset, max_tokens=cfg.max_tokens,
                       cache_dir=ctx.cache_dir)  # fmt: skip
-    return TrainConfig(model=model, data=data, optim=OptimConfig(name="adamw", lr=lr, betas=(0.9, 0.999),
+    return TrainConfig(model=model, data=data, optim=OptimConfig(name="adamw", lr=lr, betas=BETAS["mlm"],
                        weight_decay=0.01), schedule=schedule, label_smoothing=0.0, **common)  # fmt: skip
 
 
@@ -323,7 +353,7 @@ def sweep_runs(cfg: SweepConfig, ctx: Context) -> list[RunSpec]:
             for width in cfg.widths:
                 for lr in cfg.lrs:
                     group = group_name(scheme, warmup, width, lr)
-                    w = "w/o warm-up" if warmup == "none" else f"warm-up {cfg.warmup_updates}"
+                    w = "w/o warm-up" if warmup == "none" else f"warm-up {cfg.warmup_length(warmup)}"
                     for seed in range(1, cfg.seeds + 1):
                         tc = _train_config(cfg, ctx, scheme=scheme, warmup=warmup, width=width, lr=lr, seed=seed)
                         specs.append(RunSpec(f"{group}-s{seed}", ("sweep",), f"{scheme}, {w}, d={width}, lr {lr:.3g}",
@@ -529,23 +559,45 @@ def _rank(row: dict[str, Any]) -> int:
     return 2 if row["max_stable_lr"] is not None else 1 if row.get("plateau") else 0
 
 
-def arms(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, int], tuple[dict[str, Any] | None, dict[str, Any] | None]]:
-    """The frontier rows paired per scheme x width: (no-warm-up row, warm-up row), None for an arm not run."""
+def warm_arms(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The warm-up arms (not ``none``) that the frontier rows hold, in :data:`WARMUPS` order."""
+    present = {r["warmup"] for r in rows}
+    return [w for w in WARMUPS if w != "none" and w in present]
+
+
+def arms(rows: Sequence[dict[str, Any]], warmup: str = "paper"
+         ) -> dict[tuple[str, int], tuple[dict[str, Any] | None, dict[str, Any] | None]]:  # fmt: skip
+    """The frontier rows paired per scheme x width: (no-warm-up row, ``warmup`` arm's row), None for an arm not
+    run."""
     by = {(r["scheme"], r["warmup"], r["width"]): r for r in rows}
-    return {(scheme, width): (by.get((scheme, "none", width)), by.get((scheme, "paper", width)))
+    return {(scheme, width): (by.get((scheme, "none", width)), by.get((scheme, warmup, width)))
             for scheme, width in sorted({(r["scheme"], r["width"]) for r in rows})}  # fmt: skip
 
 
-def best_loss_gap(none: dict[str, Any] | None, paper: dict[str, Any] | None) -> float | None:
+def best_loss_gap(none: dict[str, Any] | None, warm: dict[str, Any] | None) -> float | None:
     """The no-warm-up arm's best final loss minus the warm-up arm's (+: warm-up better), None without both. Each
     arm's frontier is counted from its own best loss, so this is what the frontiers do not show: a warm-up that
     lowers the best loss without moving the largest learning rate within the margin of it."""
-    if not none or not paper or none.get("best_loss") is None or paper.get("best_loss") is None:
+    if not none or not warm or none.get("best_loss") is None or warm.get("best_loss") is None:
         return None
-    return none["best_loss"] - paper["best_loss"]
+    return none["best_loss"] - warm["best_loss"]
 
 
-def warmup_truth(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, int], bool | None]:
+def _pair_truth(none: dict[str, Any] | None, warm: dict[str, Any] | None) -> bool | None:
+    if none is None or warm is None or none.get("missing_lrs") or warm.get("missing_lrs"):
+        return None  # an arm not run, or with holes in its grid (failed or unfinished runs)
+    rn, rw = _rank(none), _rank(warm)
+    if rn == rw == 2:
+        both_top = bool(none.get("censored")) and bool(warm.get("censored"))
+        return None if both_top else none["max_stable_lr"] < warm["max_stable_lr"]
+    if rn < rw:
+        return True
+    if rn == 2 and rw == 0:
+        return False
+    return None
+
+
+def warmup_truth(rows: Sequence[dict[str, Any]], warmup: str | None = None) -> dict[tuple[str, int], bool | None]:
     """The sweep's ground truth per scheme x width: does the no-warm-up arm do worse than the warm-up arm?
 
     * Both arms have a frontier: warm-up is needed when the no-warm-up frontier is below the warm-up one; None
@@ -558,22 +610,19 @@ def warmup_truth(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, int], bool |
       spends its first updates at small learning rates, so in a short run it can be merely late.
     * Both arms equally far without a frontier (both on the plateau, both never trained), or one arm not run or
       incomplete (a grid point failed or has not finished: the hole could hold the frontier): None, no evidence
-      either way."""
+      either way.
+
+    ``warmup``: the warm-up arm to hold against ``none`` (``paper``, ``adam``). None: every warm-up arm the rows
+    hold, combined: needed (True) when any arm says needed (some warm-up widens the usable range of learning
+    rates, which is the question), else not needed (False) when an arm decides it, else None. With several arms
+    "any" has more chances to read a one-grid-step difference of noise as a need: seeds measure that."""
+    if warmup is not None:
+        return {key: _pair_truth(none, warm) for key, (none, warm) in arms(rows, warmup).items()}
+    per_arm = [warmup_truth(rows, w) for w in warm_arms(rows)]
     out: dict[tuple[str, int], bool | None] = {}
-    for (scheme, width), (none, paper) in arms(rows).items():
-        if none is None or paper is None or none.get("missing_lrs") or paper.get("missing_lrs"):
-            out[(scheme, width)] = None  # an arm not run, or with holes in its grid (failed or unfinished runs)
-            continue
-        rn, rp = _rank(none), _rank(paper)
-        if rn == rp == 2:
-            both_top = bool(none.get("censored")) and bool(paper.get("censored"))
-            out[(scheme, width)] = None if both_top else none["max_stable_lr"] < paper["max_stable_lr"]
-        elif rn < rp:
-            out[(scheme, width)] = True
-        elif rn == 2 and rp == 0:
-            out[(scheme, width)] = False
-        else:
-            out[(scheme, width)] = None
+    for key in sorted({(r["scheme"], r["width"]) for r in rows}):
+        said = [t[key] for t in per_arm]
+        out[key] = True if True in said else False if False in said else None
     return out
 
 
@@ -786,6 +835,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         records.append(rec)
     rows = analyze(cells, margin=cfg.margin, unigram=baseline["unigram_loss"])
     truth = warmup_truth(rows)
+    truth_per_arm = {w: warmup_truth(rows, w) for w in warm_arms(rows)}
     agreement = None
     if diagnose:  # models at initialisation only (seconds each): measured again by --report-only too, so the
         # verdicts always follow the present rule, not the rule of whichever version wrote the last report
@@ -798,12 +848,14 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     result = {
         "config": cfg.to_dict(),
         "lrs": list(cfg.lrs),
-        "warmup_updates": cfg.warmup_updates,
+        "warmup_updates": cfg.warmup_updates,  # the paper arm's (sweep.json before the adam arm had only it)
+        "warmup_lengths": {w: cfg.warmup_length(w) for w in cfg.warmups},
         "rules": {**RULES, "margin": cfg.margin},
         "baseline": baseline,
         "frontier": rows,
         "width_law": [width_slope(rows, s, w) for s in cfg.schemes for w in cfg.warmups],
-        "warmup_truth": [{"scheme": k[0], "width": k[1], "warmup_needed": v} for k, v in truth.items()],
+        "warmup_truth": [{"scheme": k[0], "width": k[1], "warmup_needed": v,
+                          "per_arm": {w: t.get(k) for w, t in truth_per_arm.items()}} for k, v in truth.items()],
         "diagnose": agreement,
         "cells": records,
         "meta": {

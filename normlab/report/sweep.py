@@ -15,7 +15,7 @@ import matplotlib.ticker
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from normlab.experiments.sweep import arms, best_loss_gap  # noqa: E402
+from normlab.experiments.sweep import arms, best_loss_gap, warm_arms  # noqa: E402
 from normlab.report.html import _CSS, _e, _img, format_number  # noqa: E402
 from normlab.rundir import write_atomic  # noqa: E402
 
@@ -27,13 +27,26 @@ _COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:
 
 def _style(result: dict[str, Any], scheme: str, warmup: str) -> dict[str, Any]:
     k = result["config"]["schemes"].index(scheme)
-    # as the reproduce figures: dashed without warm-up, solid with it
-    return {"color": _COLORS[k % len(_COLORS)], "linestyle": "--" if warmup == "none" else "-", "marker": "o",
-            "markersize": 3}  # fmt: skip
+    # as the reproduce figures: dashed without warm-up, solid with the paper's, dash-dot with the adam arm's
+    return {"color": _COLORS[k % len(_COLORS)], "linestyle": {"none": "--", "adam": "-."}.get(warmup, "-"),
+            "marker": "o", "markersize": 3}  # fmt: skip
 
 
-def _label(scheme: str, warmup: str, updates: int) -> str:
-    return f"{scheme}, " + ("w/o warm-up" if warmup == "none" else f"warm-up {updates}")
+def _warmup_length(result: dict[str, Any], warmup: str) -> int | None:
+    """T_warmup of an arm; a sweep.json from before the adam arm has the paper arm's alone (warmup_updates)."""
+    lengths = result.get("warmup_lengths") or {}
+    return lengths.get(warmup, result.get("warmup_updates") if warmup == "paper" else None)
+
+
+def _warmup_text(result: dict[str, Any], warmup: str) -> str:
+    """'none', '36 updates' (the paper's share of the run) or '100 updates (2/(1-beta2))' (the adam arm)."""
+    if warmup == "none":
+        return "none"
+    return f"{_warmup_length(result, warmup)} updates" + (" (2/(1-beta2))" if warmup == "adam" else "")
+
+
+def _label(scheme: str, warmup: str, result: dict[str, Any]) -> str:
+    return f"{scheme}, " + ("w/o warm-up" if warmup == "none" else f"warm-up {_warmup_length(result, warmup)}")
 
 
 def plot_loss_vs_lr(result: dict[str, Any], path: Path) -> Path:
@@ -51,7 +64,7 @@ def plot_loss_vs_lr(result: dict[str, Any], path: Path) -> Path:
             style = _style(result, r["scheme"], r["warmup"])
             xs = [lr for lr, f in zip(c["lrs"], c["finals"]) if f is not None]
             ys = [f for f in c["finals"] if f is not None]
-            ax.plot(xs, ys, label=_label(r["scheme"], r["warmup"], result["warmup_updates"]), **style)
+            ax.plot(xs, ys, label=_label(r["scheme"], r["warmup"], result), **style)
             if c["l0"] is not None:
                 l0s.append(c["l0"])
                 bad = [lr for lr, d in zip(c["lrs"], c["diverged"]) if d]
@@ -106,7 +119,7 @@ def plot_frontier(result: dict[str, Any], path: Path) -> Path:
         slope = _slope_text(s)
         style = _style(result, s["scheme"], s["warmup"])
         ax.plot([w for w, _ in pts], [lr for _, lr in pts], **style,
-                label=_label(s["scheme"], s["warmup"], result["warmup_updates"]) + (f", {slope}" if slope else ""))
+                label=_label(s["scheme"], s["warmup"], result) + (f", {slope}" if slope else ""))
         # a frontier at the top of the grid is a lower bound: an upward triangle, so that a flat line of them is
         # not read as a measured slope of 0
         up = [(w, lr) for w, lr in pts if w in s.get("censored", ())]
@@ -158,7 +171,7 @@ def _frontier_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     rows = []
     for scheme in result["config"]["schemes"]:
         for warmup in result["config"]["warmups"]:
-            cells = [scheme, "none" if warmup == "none" else f"{result['warmup_updates']} updates"]
+            cells = [scheme, _warmup_text(result, warmup)]
             for w in widths:
                 r = by.get((scheme, warmup, w))
                 if r is None:
@@ -191,13 +204,19 @@ def _width_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def _best_gap(result: dict[str, Any], scheme: str, width: int) -> str:
-    """The best final loss of the no-warm-up arm beside the warm-up arm's, and the gap (sweep.best_loss_gap)."""
-    none, paper = arms(result.get("frontier", [])).get((scheme, width), (None, None))
-    gap = best_loss_gap(none, paper)
-    if gap is None:
-        return "–"
-    return (f"{none['best_loss']:.3f} at {_lr(none['best_lr'])} / {paper['best_loss']:.3f} at "
-            f"{_lr(paper['best_lr'])} ({gap:+.3f})")
+    """The best final loss of the no-warm-up arm beside each warm-up arm's, and the gap (sweep.best_loss_gap);
+    with several warm-up arms, one per arm, named by its length."""
+    rows = result.get("frontier", [])
+    several = len(warm_arms(rows)) > 1
+    parts = []
+    for warmup in warm_arms(rows):
+        none, warm = arms(rows, warmup).get((scheme, width), (None, None))
+        gap = best_loss_gap(none, warm)
+        if gap is not None:
+            parts.append((f"{_warmup_length(result, warmup)} updates: " if several else "")
+                         + f"{none['best_loss']:.3f} at {_lr(none['best_lr'])} / {warm['best_loss']:.3f} at "
+                         f"{_lr(warm['best_lr'])} ({gap:+.3f})")  # fmt: skip
+    return "; ".join(parts) or "–"
 
 
 def _diagnose_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
@@ -213,9 +232,19 @@ def _diagnose_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] 
         return f"{word[r['diagnose']]} (S = {score:.2f}" + (f", threshold {threshold:.2f})" if threshold is not None
                                                            else ")")
 
-    head = ["scheme", "width", "diagnose (at initialisation)", "sweep (no-warm-up frontier below warm-up's?)", "agree",
-            "best final loss (at lr), no warm-up / warm-up (gap: no warm-up minus warm-up; + = warm-up better)"]
-    rows = [[r["scheme"], str(r["width"]), said(r), word[r["sweep"]], {True: "yes", False: "NO", None: "–"}[r["agree"]],
+    per_arm = {(t["scheme"], t["width"]): t.get("per_arm") or {} for t in result.get("warmup_truth") or []}
+
+    def truth(r: dict[str, Any]) -> str:
+        arms_said = per_arm.get((r["scheme"], r["width"]), {})
+        if len(arms_said) < 2:
+            return word[r["sweep"]]
+        return word[r["sweep"]] + " (" + "; ".join(f"{_warmup_length(result, w)} updates: {word[v]}"
+                                                   for w, v in arms_said.items()) + ")"  # fmt: skip
+
+    head = ["scheme", "width", "diagnose (at initialisation)", "sweep (no-warm-up frontier below a warm-up's?)",
+            "agree", "best final loss (at lr), no warm-up / warm-up (gap: no warm-up minus warm-up; + = warm-up "
+            "better)"]  # fmt: skip
+    rows = [[r["scheme"], str(r["width"]), said(r), truth(r), {True: "yes", False: "NO", None: "–"}[r["agree"]],
              _best_gap(result, r["scheme"], r["width"])] for r in d["table"]]  # fmt: skip
     return head, rows
 
@@ -251,17 +280,18 @@ def _diagnose_sentence(result: dict[str, Any]) -> str:
         s += "; it is wrong at " + ", ".join(f"{sc} d={w}" for sc, w in d["wrong"])
     # the frontier of each arm is counted from that arm's own best loss: name the pairs where the sweep says "not
     # needed" and yet the warm-up arm ended better than the other arm's best by more than the margin
-    pairs = arms(result.get("frontier", []))
+    rows = result.get("frontier", [])
+    pairs = [arms(rows, w) for w in warm_arms(rows)]
     margin = result.get("rules", {}).get("margin")
     hidden = []
     for r in d["table"]:
-        gap = best_loss_gap(*pairs.get((r["scheme"], r["width"]), (None, None)))
-        if r["sweep"] is False and margin is not None and gap is not None and gap > margin:
+        gaps = [best_loss_gap(*p.get((r["scheme"], r["width"]), (None, None))) for p in pairs]
+        if r["sweep"] is False and margin is not None and any(g is not None and g > margin for g in gaps):
             hidden.append(f"{r['scheme']} d={r['width']}")
     if hidden:
         seeds = result.get("config", {}).get("seeds", 1)
         s += (f". At {', '.join(hidden)} the no-warm-up frontier is not below the warm-up one, so the ground truth "
-              f"says \"not needed\", yet the warm-up arm's best loss is more than the margin ({margin:g} nats) below the "
+              f"says \"not needed\", yet a warm-up arm's best loss is more than the margin ({margin:g} nats) below the "
               "no-warm-up arm's best (last column): there warm-up lowered the loss without raising the largest stable "
               "learning rate, and the ground truth counts only the latter"
               + (" (one seed per cell)" if seeds < 2 else ""))
@@ -375,6 +405,10 @@ def _widths_text(widths: list[int]) -> str:
     return ", ".join(f"d={w}" for w in widths) or "none"
 
 
+_ARM_WHY = {"paper": "{} updates (the paper's share of its run)",
+            "adam": "{} updates (2/(1 - beta2), Ma & Yarats's untuned rule for Adam)"}
+
+
 def beyond_the_paper(summary: dict[str, Any] | None) -> dict[str, Any]:
     """The section from results.json's ``width_sweep`` (reproduce.py: the sweep's result without its cells):
     sentences that read the sweep, and its tables, shared by index.html and REPORT.md. No verdict: the sweep's
@@ -397,8 +431,9 @@ def beyond_the_paper(summary: dict[str, Any] | None) -> dict[str, Any]:
                  f"Each cell is {cfg['updates']} updates of {cfg['max_tokens']:,} tokens at {cfg['layers']}-"
                  f"{cfg['layers']} layers (FFN = {cfg['ffn_ratio']} d, {cfg['n_heads']} heads), learning rates "
                  f"{_lr(result['lrs'][0])}..{_lr(result['lrs'][-1])} ({cfg['per_decade']} per decade), with no warm-up "
-                 f"or a warm-up of {result['warmup_updates']} updates (the paper's share of its run), lr_max kept "
-                 "after it."]  # fmt: skip
+                 "or a linear warm-up of " + " or ".join(_ARM_WHY[w].format(_warmup_length(result, w))
+                                                       for w in cfg["warmups"] if w != "none")
+                 + ", lr_max kept after it."]  # fmt: skip
     if result.get("baseline"):
         sentences.append(_plateau_sentence(result))
     truth = result.get("warmup_truth") or []
@@ -421,7 +456,8 @@ def beyond_the_paper(summary: dict[str, Any] | None) -> dict[str, Any]:
     for s in result.get("width_law", []):
         if s["measured"] is None or _only_bounds(s):
             continue  # fewer than two frontiers, or only lower bounds: no slope to read
-        text = (f"{s['scheme']}, {'no warm-up' if s['warmup'] == 'none' else 'warm-up'}: log-log slope of the "
+        arm = "no warm-up" if s["warmup"] == "none" else f"warm-up {_warmup_length(result, s['warmup'])}"
+        text = (f"{s['scheme']}, {arm}: log-log slope of the "
                 f"maximum stable learning rate against width {s['measured']:.2f} over {_widths_text(s['widths'])} "
                 f"(Theorem 1 predicts {s['predicted_post_ln']:.2f} for Post-LN")
         if s["censored"]:
