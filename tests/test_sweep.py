@@ -315,7 +315,7 @@ def test_warmup_truth_with_two_warmup_arms():
 
     def row(scheme, warmup, width, lr, best=6.5):
         return {"scheme": scheme, "warmup": warmup, "width": width, "max_stable_lr": lr, "best_loss": best,
-                "best_lr": lr}
+                "best_lr": lr, "sensitivity": 0.1, "seeds": 1, "diverged_lrs": [], "missing_lrs": []}
 
     rows = [row("post", "none", 64, 1e-3, 6.6), row("post", "paper", 64, 1e-3, 6.45),  # the short warm-up: equal
             row("post", "adam", 64, 2.15e-3, 6.4),  # the longer one moves the frontier up: needed
@@ -337,11 +337,23 @@ def test_warmup_truth_with_two_warmup_arms():
                                for k, v in truth.items()]}  # fmt: skip
     _, table = _diagnose_rows(result)
     post = next(t for t in table if t[0] == "post")
-    assert post[3] == "warm-up (36 updates: no warm-up; 100 updates: warm-up)" and post[4] == "yes"
+    assert post[3] == "warm-up (36 updates: not needed; 100 updates: needed)" and post[4] == "yes"
     assert post[5] == ("36 updates: 6.600 at 0.001 / 6.450 at 0.001 (+0.150); "
                        "100 updates: 6.600 at 0.001 / 6.400 at 0.00215 (+0.200)")
     # the combined truth is "needed" at post: not a "not needed with a lower loss" pair, whatever the gaps
     assert "At post d=64" not in _diagnose_sentence({**result, "config": {"seeds": 1}})
+    # reproduce's section says which arm found the need
+    from normlab.report.sweep import beyond_the_paper
+
+    cfg = SweepConfig(schemes=("post", "pre", "peri"), warmups=("none", "paper", "adam"), widths=(64,), updates=300)
+    meta = {"scale": "custom", "description": "synthetic", "normlab_version": "0", "torch": "0", "device": "cpu",
+            "threads": "1", "runs": 9, "outcomes": {"completed": 9}, "wall_time_s": 60, "finished": "now"}
+    text = "\n".join(beyond_the_paper({**result, "ran": True, "config": cfg.to_dict(), "lrs": list(cfg.lrs),
+                                        "width_law": [], "meta": meta})["sentences"])  # fmt: skip
+    assert ("or a linear warm-up of 36 updates (the paper's share of its run) or 100 updates (2/(1 - beta2), Ma & "
+            "Yarats's untuned rule for Adam), lr_max kept after it.") in text
+    assert "post: warm-up needed (the no-warm-up frontier falls below a warm-up arm's) at d=64; per warm-up arm, " \
+        "needed at: 36 updates: none, 100 updates: d=64." in text
 
 
 def test_diagnose_table_shows_the_score_and_the_best_loss_gap():
@@ -407,7 +419,7 @@ def test_beyond_the_paper_section_reads_the_sweep():
     }  # fmt: skip
     section = beyond_the_paper(summary)
     text = "\n".join(section["sentences"])
-    assert "post: warm-up needed (the no-warm-up frontier falls below the warm-up one) at d=128; not needed at d=64" in text
+    assert "post: warm-up needed (the no-warm-up frontier falls below a warm-up arm's) at d=128; not needed at d=64" in text
     assert "pre: not needed at d=64, d=128" in text
     # post without warm-up: 4.64e-4 at d=64, 2.15e-4 at d=128 (slope log(2.15/4.64)/log 2); with warm-up the
     # d=128 frontier is the top of the grid, a lower bound, and the sentence says so

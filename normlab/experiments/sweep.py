@@ -48,20 +48,20 @@ in the paper). Keeping the head size at 128 instead is impossible below d=128 (d
 and 4 heads at every width means that width is the only thing that changes along the width axis (Theorem 1 is
 a statement about d; the attention logits are scaled by 1/sqrt(head size) either way).
 
-**Warm-up.** ``none``, or ``paper``: the paper's share of the run, 4,000 of its ~33,000 IWSLT updates
-(scales.PAPER: ~30 epochs x ~1,100 updates), 12.1%, linear from lr/T_warmup (eq. 1); or ``adam``: linear over
-2/(1 - beta2) updates, Ma & Yarats's untuned rule for Adam (2021, "On the adequacy of untuned warmup for adaptive
-optimization", AAAI: in Adam's first updates the update term is large in magnitude, until its second-moment
-average has seen about 1/(1 - beta2) gradients), 100 updates at the translation task's beta2 = 0.98. Why a second warm-up arm:
-the paper's share scales with the run, and in a short run it is shorter than that horizon: 36 of the quick
-preset's 300 updates against 1/(1 - 0.98) = 50, where the paper's own 4,000 updates were 80 times it. A
-warm-up that ends before Adam's second moment has settled cannot show what the paper's warm-up did, so a
-sweep whose only warm-up is the paper's share of a short run could miss the effect it is looking for. The
-``adam`` arm's length does not depend on the run (it is refused when it is not shorter than the run). After
-the warm-up the learning rate stays at lr_max: the frontier is a statement about lr_max, and in a run of a few hundred updates a
-decay would have most updates run well below the rate the cell is labelled with (the reproduce scales decay
-over 1,200 updates because there the question is whether the reference learns, scales.py). Both arms of every
-contrast have the same schedule apart from the warm-up.
+**Warm-up.** ``none``, or ``paper``: the paper's share of the run, 4,000 of its ~33,000 IWSLT updates (scales.PAPER:
+~30 epochs x ~1,100 updates), 12.1%, linear from lr/T_warmup (eq. 1); or ``adam``: linear over 2/(1 - beta2)
+updates, Ma & Yarats's untuned rule for Adam (2021, "On the adequacy of untuned warmup for adaptive optimization",
+AAAI: in Adam's first updates the update term is large in magnitude, until its second-moment average has seen about
+1/(1 - beta2) gradients), 100 updates at the translation task's beta2 = 0.98. Why a second warm-up arm: the paper's
+share scales with the run, and in a short run it is shorter than that horizon: 36 of the quick preset's 300 updates
+against 1/(1 - 0.98) = 50, where the paper's own 4,000 updates were 80 times it. A warm-up that ends before Adam's
+second moment has settled need not show what the paper's warm-up did, so a sweep whose only warm-up is the paper's
+share of a short run could miss the effect it is looking for. The ``adam`` arm's length does not depend on the run
+(it is refused when it is not shorter than the run). After the warm-up the learning rate stays at lr_max: the
+frontier is a statement about lr_max, and in a run of a few hundred updates a decay would have most updates run well
+below the rate the cell is labelled with (the reproduce scales decay over 1,200 updates because there the question
+is whether the reference learns, scales.py). Both arms of every contrast have the same schedule apart from the
+warm-up.
 
 **Theorem 1's width law.** The Post-LN gradient of the last FFN layer is O(d sqrt(ln d)) at initialisation. If
 the largest stable step is inversely proportional to that gradient (the paper's argument in Section 3.4 for
@@ -105,7 +105,8 @@ from normlab.rundir import RunDir
 __all__ = [
     "MARGIN", "PAPER_WARMUP_FRACTION", "SweepConfig", "SWEEP_SCALES", "sweep_scale", "lr_grid", "sweep_runs",
     "Cell", "Curve", "diverged", "lr_sensitivity", "frontier", "analyze", "predicted_slope", "width_slope",
-    "read_cell", "WARMUPS", "BETAS", "warm_arms", "arms", "best_loss_gap", "warmup_truth", "diagnose_agreement", "diagnoses", "diagnose_verdicts",
+    "read_cell", "WARMUPS", "BETAS", "warm_arms", "arms", "best_loss_gap", "warmup_truth", "diagnose_agreement",
+    "diagnoses", "diagnose_verdicts",
 ]  # fmt: skip
 
 PAPER_WARMUP_FRACTION = 4000 / (PAPER["iwslt_updates_per_epoch"] * PAPER["iwslt_epochs"])
@@ -281,20 +282,29 @@ SWEEP_SCALES: dict[str, SweepConfig] = {
     # the 150 at which no Post-LN run left the plateau, i.e. a sweep that cannot measure Post-LN at all; the
     # other ways to cut 2.7x (dropping Peri-LN, two points per decade, 512-token batches) each remove what the
     # issue asks for or change the measurement without a calibration run.
+    # Warm-up arms: none, the paper's share (36 of 300 updates) and adam (2/(1 - beta2) = 100 updates, module
+    # doc). The paper's share of a 300-update run is shorter than Adam's second-moment horizon, 1/(1 - 0.98) = 50
+    # updates, and it moved no Post-LN frontier (fp32 and bf16, two seeds: 5 of 6 seed x width pairs unmoved).
+    # The adam arm was added (stop 28) with its length set from Ma & Yarats's rule before any run of it;
+    # measured on the same cells (bf16, docs/results/sweep-quick/three-arms) it raised Post-LN's seed-mean
+    # frontier by one grid step at every width. A sweep whose only warm-up cannot show the paper's effect would
+    # answer "is warm-up needed?" with "no" by construction, so the preset runs all three arms: 189 runs, the
+    # adam arm's 63 costing what each other arm's do (~40 of the ~120 min on the CPU below).
     "quick": SweepConfig(
-        scale="quick", schemes=("post", "pre", "peri"), widths=(64, 128, 256), layers=3, updates=300,
-        max_tokens=1024, eval_every=100,
-        description="3 schemes x 2 warm-ups x 7 learning rates (1e-4..1e-2) x 3 widths (64-256), 3-3 layers, 300 "
-        "updates of 1,024 tokens: 126 runs, measured 4.1 h on a 2-core AVX2 CPU in fp32 and 80 min on a 2-core "
-        "CPU with AVX-512 BF16 (no AMX) in bf16. 300 updates: every Post-LN curve of the preset then has a run "
-        "below the unigram plateau (measured in fp32 and bf16, two seeds); at 150 no Post-LN run had",
+        scale="quick", schemes=("post", "pre", "peri"), warmups=("none", "paper", "adam"), widths=(64, 128, 256),
+        layers=3, updates=300, max_tokens=1024, eval_every=100,
+        description="3 schemes x 3 warm-ups (none; 36 updates, the paper's 12.1% of the run; 100 updates, "
+        "2/(1 - beta2)) x 7 learning rates (1e-4..1e-2) x 3 widths (64-256), 3-3 layers, 300 updates of 1,024 "
+        "tokens: 189 runs, ~2 h on a 2-core CPU with AVX-512 BF16 (no AMX) in bf16 (the first two arms' 126 runs "
+        "measured 80 min, 4.1 h on a 2-core AVX2 CPU in fp32). 300 updates: every Post-LN curve of the preset then "
+        "has a run below the unigram plateau (measured in fp32 and bf16, two seeds); at 150 no Post-LN run had",
     ),  # fmt: skip
     "full": SweepConfig(
-        scale="full", schemes=("post", "pre", "peri"), widths=(64, 128, 256, 512), layers=6, updates=500,
-        max_tokens=4096, valid_subset=1000, eval_every=100,
-        description="widths 64-512 at the paper's depth and batch: 3 schemes x 2 warm-ups x 7 learning rates x "
-        "widths 64-512, 6-6 layers, 500 updates of 4,096 tokens (168 runs; sized for a GPU hour, not yet measured); "
-        "--set schemes=[...] adds the other schemes",
+        scale="full", schemes=("post", "pre", "peri"), warmups=("none", "paper", "adam"), widths=(64, 128, 256, 512),
+        layers=6, updates=500, max_tokens=4096, valid_subset=1000, eval_every=100,
+        description="widths 64-512 at the paper's depth and batch: 3 schemes x 3 warm-ups (none; 60 updates, the "
+        "paper's share; 100, 2/(1 - beta2)) x 7 learning rates x widths 64-512, 6-6 layers, 500 updates of 4,096 "
+        "tokens (252 runs; sized for a GPU, not yet measured); --set schemes=[...] adds the other schemes",
     ),  # fmt: skip
 }
 
@@ -918,8 +928,8 @@ def add_arguments(p: Any) -> None:
     from normlab.config import add_set_argument
 
     p.add_argument("--scale", default="quick", choices=list(SWEEP_SCALES),
-                   help="smoke (seconds, tests), quick (126 runs of 300 updates at d=64-256, 3-3 layers: 4.1 h on 2 "
-                   "AVX2 cores in fp32, 80 min on 2 AVX-512 BF16 cores), full (widths 64-512 at the paper's depth "
+                   help="smoke (seconds, tests), quick (189 runs of 300 updates at d=64-256, 3-3 layers, 3 warm-up "
+                   "arms: ~2 h on 2 AVX-512 BF16 cores), full (widths 64-512 at the paper's depth "
                    "and batch; a GPU)")  # fmt: skip
     p.add_argument("--out", help="output directory (default: sweep/SCALE)")
     add_set_argument(p, SweepConfig, note="the defaults shown are before --scale, which sets most of them")

@@ -219,6 +219,9 @@ def _best_gap(result: dict[str, Any], scheme: str, width: int) -> str:
     return "; ".join(parts) or "–"
 
 
+_NEEDED = {True: "needed", False: "not needed", None: "undecided"}
+
+
 def _diagnose_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
     d = result.get("diagnose")
     if not d:
@@ -238,7 +241,7 @@ def _diagnose_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] 
         arms_said = per_arm.get((r["scheme"], r["width"]), {})
         if len(arms_said) < 2:
             return word[r["sweep"]]
-        return word[r["sweep"]] + " (" + "; ".join(f"{_warmup_length(result, w)} updates: {word[v]}"
+        return word[r["sweep"]] + " (" + "; ".join(f"{_warmup_length(result, w)} updates: {_NEEDED[v]}"
                                                    for w, v in arms_said.items()) + ")"  # fmt: skip
 
     head = ["scheme", "width", "diagnose (at initialisation)", "sweep (no-warm-up frontier below a warm-up's?)",
@@ -444,7 +447,7 @@ def beyond_the_paper(summary: dict[str, Any] | None) -> dict[str, Any]:
         open_ = [t["width"] for t in rows if t["warmup_needed"] is None]
         parts = []
         if need:
-            parts.append(f"warm-up needed (the no-warm-up frontier falls below the warm-up one) at {_widths_text(need)}")
+            parts.append(f"warm-up needed (the no-warm-up frontier falls below a warm-up arm's) at {_widths_text(need)}")
         if free:
             parts.append(f"not needed at {_widths_text(free)}")
         if open_:
@@ -452,6 +455,12 @@ def beyond_the_paper(summary: dict[str, Any] | None) -> dict[str, Any]:
                    "arm is on the plateau beside a no-warm-up frontier (a warm-up can be merely late in a short run)"
                    if result.get("baseline") else "neither arm trained")
             parts.append(f"undecided at {_widths_text(open_)} ({why}, or both frontiers are the top of the grid)")
+        arm_names = sorted({w for t in rows for w in t.get("per_arm") or {}}, key=list(cfg["warmups"]).index)
+        if len(arm_names) > 1:  # which arm said what: a short warm-up can miss what a longer one shows
+            parts.append("per warm-up arm, needed at: " + ", ".join(
+                f"{_warmup_length(result, w)} updates: "
+                + (" ".join(f"d={t['width']}" for t in rows if (t.get("per_arm") or {}).get(w) is True) or "none")
+                for w in arm_names))  # fmt: skip
         sentences.append(f"{scheme}: " + "; ".join(parts or ["no width was run with both arms"]) + ".")
     for s in result.get("width_law", []):
         if s["measured"] is None or _only_bounds(s):
