@@ -419,7 +419,8 @@ def test_beyond_the_paper_section_reads_the_sweep():
     }  # fmt: skip
     section = beyond_the_paper(summary)
     text = "\n".join(section["sentences"])
-    assert "post: warm-up needed (the no-warm-up frontier falls below a warm-up arm's) at d=128; not needed at d=64" in text
+    assert ("post: warm-up needed (the no-warm-up frontier falls below a warm-up arm's) at d=128; not needed at "
+            "d=64") in text
     assert "pre: not needed at d=64, d=128" in text
     # post without warm-up: 4.64e-4 at d=64, 2.15e-4 at d=128 (slope log(2.15/4.64)/log 2); with warm-up the
     # d=128 frontier is the top of the grid, a lower bound, and the sentence says so

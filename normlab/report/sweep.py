@@ -447,7 +447,8 @@ def beyond_the_paper(summary: dict[str, Any] | None) -> dict[str, Any]:
         open_ = [t["width"] for t in rows if t["warmup_needed"] is None]
         parts = []
         if need:
-            parts.append(f"warm-up needed (the no-warm-up frontier falls below a warm-up arm's) at {_widths_text(need)}")
+            parts.append("warm-up needed (the no-warm-up frontier falls below a warm-up arm's) at "
+                         + _widths_text(need))
         if free:
             parts.append(f"not needed at {_widths_text(free)}")
         if open_:
