@@ -299,6 +299,19 @@ def test_the_wall_time_estimate():
     assert bert_only.text().startswith("estimate: not available")
 
 
+def test_the_probe_beside_competitors_as_the_grid_runs():
+    """budget.probe_update_seconds with competitors (normlab sweep's estimate: the grid's other jobs train beside
+    each run): a time per update comes back, and the competitor processes are gone after it."""
+    import multiprocessing
+
+    from normlab.experiments.budget import probe_update_seconds
+
+    cfg = fig6_small_lr(get_scale("smoke"), Context(translation_updates_per_epoch=9))[0].config
+    t = probe_update_seconds(cfg, threads=1, updates=1, competitors=1)
+    assert 0 < t < 60
+    assert not multiprocessing.active_children()
+
+
 def test_make_context_measures_every_epoch_the_grid_depends_on():
     """reproduce.make_context at the smoke scale with Figure 5: the translation, pre-training and fine-tuning
     epochs, each from its own prepared data (the estimate counts validation passes per epoch of each)."""

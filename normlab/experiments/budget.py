@@ -40,43 +40,85 @@ def native_bf16(device: torch.device) -> bool:
     return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
-def probe_update_seconds(cfg: TrainConfig, *, threads: int, updates: int = 3, sentence_len: int = 24) -> float:
+def probe_update_seconds(cfg: TrainConfig, *, threads: int, updates: int = 3, sentence_len: int = 24,
+                         competitors: int = 0) -> float:  # fmt: skip
     """Seconds per training update of ``cfg``'s translation model on a random batch of ``cfg.data.max_tokens``
     tokens (sentences of ``sentence_len``), with ``threads`` CPU threads: the median of ``updates`` timed
-    updates after one warm-up update."""
-    from normlab.model import build_model
-    from normlab.train.losses import translation_loss
-    from normlab.train.optim import build_optimizer
-    from normlab.device import autocast, autocast_dtype
+    updates after one warm-up update. ``competitors``: processes that train the same model beside the probe
+    (:func:`_compete`), as the grid's other jobs run beside each run: on 2 cores, 2 jobs of the quick sweep's
+    d=64 model took 0.125 s per update against 0.112 probed alone (memory bandwidth and caches are shared)."""
+    if competitors > 0:
+        import multiprocessing
 
-    device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
-                          else "cpu")  # fmt: skip
+        mp = multiprocessing.get_context("spawn")
+        stop, ready = mp.Event(), [mp.Event() for _ in range(competitors)]
+        procs = [mp.Process(target=_compete, args=(cfg, threads, sentence_len, r, stop), daemon=True) for r in ready]
+        for p in procs:
+            p.start()
+        try:
+            deadline = time.monotonic() + 180  # each competitor's first update (torch imports take seconds)
+            for r in ready:
+                r.wait(timeout=max(0.0, deadline - time.monotonic()))
+            return probe_update_seconds(cfg, threads=threads, updates=updates, sentence_len=sentence_len)
+        finally:
+            stop.set()
+            for p in procs:
+                p.join(timeout=30)
+                if p.is_alive():
+                    p.kill()
     before = torch.get_num_threads()
     torch.set_num_threads(max(1, threads))
     try:
-        gen = torch.Generator().manual_seed(0)
-        model = build_model(cfg.model).to(device)
-        opt = build_optimizer(model, cfg.optim)
-        amp = autocast_dtype(cfg.precision, device)
-        batch = max(1, cfg.data.max_tokens // sentence_len)
-        v = cfg.model.vocab_size
-        src = torch.randint(8, v, (batch, sentence_len), generator=gen).to(device)
-        tgt = torch.randint(8, v, (batch, sentence_len), generator=gen).to(device)
+        step = _updater(cfg, sentence_len)
         times = []
         for k in range(updates + 1):
             t0 = time.perf_counter()
-            with autocast(device, amp):
-                loss, _ = translation_loss(model, src, tgt, tgt, cfg.label_smoothing)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+            step()
             if k:
                 times.append(time.perf_counter() - t0)
         return sorted(times)[len(times) // 2]
     finally:
         torch.set_num_threads(before)
+
+
+def _updater(cfg: TrainConfig, sentence_len: int) -> Any:
+    """One training update of ``cfg``'s translation model on a fixed random batch of ``cfg.data.max_tokens`` tokens,
+    as a function (synchronised on CUDA, so that timing it times the update)."""
+    from normlab.device import autocast, autocast_dtype
+    from normlab.model import build_model
+    from normlab.train.losses import translation_loss
+    from normlab.train.optim import build_optimizer
+
+    device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+                          else "cpu")  # fmt: skip
+    gen = torch.Generator().manual_seed(0)
+    model = build_model(cfg.model).to(device)
+    opt = build_optimizer(model, cfg.optim)
+    amp = autocast_dtype(cfg.precision, device)
+    batch = max(1, cfg.data.max_tokens // sentence_len)
+    v = cfg.model.vocab_size
+    src = torch.randint(8, v, (batch, sentence_len), generator=gen).to(device)
+    tgt = torch.randint(8, v, (batch, sentence_len), generator=gen).to(device)
+
+    def step() -> None:
+        with autocast(device, amp):
+            loss, _ = translation_loss(model, src, tgt, tgt, cfg.label_smoothing)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    return step
+
+
+def _compete(cfg: TrainConfig, threads: int, sentence_len: int, ready: Any, stop: Any) -> None:
+    """A competitor of :func:`probe_update_seconds`: updates of the same model until ``stop`` is set."""
+    torch.set_num_threads(max(1, threads))
+    step = _updater(cfg, sentence_len)
+    while not stop.is_set():
+        step()
+        ready.set()
 
 
 @dataclasses.dataclass
@@ -175,9 +217,11 @@ def grid_work(specs: Sequence[RunSpec], ctx: Context, ref: TrainConfig) -> tuple
 
 
 def estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int,
-             budget_minutes: float | None = None) -> Estimate:  # fmt: skip
+             budget_minutes: float | None = None, compete: bool = False) -> Estimate:  # fmt: skip
     """The grid's wall time on this machine from a probe of its first translation run (see the module's doc);
-    pre-training and fine-tuning updates are weighted by their tokens and layers against the probed one."""
+    pre-training and fine-tuning updates are weighted by their tokens and layers against the probed one.
+    ``compete``: on a CPU, probe beside ``jobs - 1`` processes training the same model, as the grid will run
+    (``normlab sweep``; reproduce's probe already runs beside its Figure 3 analysis)."""
     from normlab.train.throughput import matmul_peak_flops
 
     trans = [s for s in specs if s.kind == "translation"]
@@ -199,7 +243,8 @@ def estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int,
         bf16 = matmul_peak_flops(torch.bfloat16, device, n=1024, budget_s=0.3, clock=clock) / 1e9
     finally:
         torch.set_num_threads(before)
-    per_update = probe_update_seconds(ref, threads=threads) if trans else 0.0
+    competitors = jobs - 1 if compete and cpu else 0
+    per_update = probe_update_seconds(ref, threads=threads, competitors=competitors) if trans else 0.0
     updates, work = grid_work(specs, ctx, ref)
     seconds = work * per_update / max(1, jobs)
     native = native_bf16(device)

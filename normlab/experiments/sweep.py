@@ -184,8 +184,11 @@ class SweepConfig(Strict):
         for arm in self.warmups:
             # a warm-up as long as the run never reaches the learning rate its cells are labelled with
             if arm != "none" and (t := self.warmup_length(arm)) >= self.updates:
+                others = [w for w in self.warmups if w != arm] or ["none"]
                 raise self.error("warmups", f"the {arm} warm-up takes {t} updates, not fewer than the run's "
-                                 f"updates={self.updates}: its cells would never train at lr_max")
+                                 f"updates={self.updates}: its cells would never train at lr_max; run longer "
+                                 f"(--set updates=N with N > {t}) or leave the arm out (--set "
+                                 f"'warmups=[{','.join(others)}]')")
         if not 0 < self.lr_min <= self.lr_max:
             raise self.error("lr_max", f"need 0 < lr_min <= lr_max, got {self.lr_min} and {self.lr_max}")
         # an lr_max between two grid points would be dropped without a word (the grid is lr_min x 10^(k/n)), and
@@ -741,7 +744,8 @@ _WORKER_START_S = 15.0  # measured: the first run of each worker took ~15 s (imp
 
 
 def sweep_estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int) -> str:
-    """budget.estimate per width (its probe times one model; the widths of a sweep differ in cost), summed."""
+    """budget.estimate per width (its probe times one model, beside jobs - 1 processes training it as the grid
+    will; the widths of a sweep differ in cost), summed."""
     from normlab.experiments.budget import estimate
 
     if specs and specs[0].kind != "translation":
@@ -751,7 +755,7 @@ def sweep_estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads
         by_width.setdefault(s.config.model.d_model, []).append(s)
     parts, seconds, updates, warning = [], 0.0, 0, ""
     for width, group in sorted(by_width.items()):
-        e = estimate(group, ctx, jobs=jobs, threads=threads)
+        e = estimate(group, ctx, jobs=jobs, threads=threads, compete=True)
         seconds += e.seconds
         updates += e.updates
         warning = warning or e.warning
