@@ -85,7 +85,7 @@ def test_the_verdict_uses_the_stacks_depth():
 
 
 def test_a_shallow_flagged_stack_carries_the_sweeps_caveat():
-    """The quick stability sweep found that 3-layer Post-LN models reached the same frontier without warm-up:
+    """The quick stability sweep measured 3-layer Post-LN models' need for warm-up and how long a warm-up it took:
     a flagged stack of 3 layers or fewer says so beside the verdict; a deeper one, or one not flagged, does not."""
     from normlab.analysis.diagnose import SHALLOW_NOTE
 

@@ -289,10 +289,11 @@ SWEEP_SCALES: dict[str, SweepConfig] = {
     # doc). The paper's share of a 300-update run is shorter than Adam's second-moment horizon, 1/(1 - 0.98) = 50
     # updates, and it moved no Post-LN frontier (fp32 and bf16, two seeds: 5 of 6 seed x width pairs unmoved).
     # The adam arm was added (stop 28) with its length set from Ma & Yarats's rule before any run of it;
-    # measured on the same cells (bf16, docs/results/sweep-quick/three-arms) it raised Post-LN's seed-mean
-    # frontier by one grid step at every width. A sweep whose only warm-up cannot show the paper's effect would
-    # answer "is warm-up needed?" with "no" by construction, so the preset runs all three arms: 189 runs, the
-    # adam arm's 63 costing what each other arm's do (~40 of the ~120 min on the CPU below).
+    # measured on the same cells (bf16, two seeds, docs/results/sweep-quick/three-arms) it raised Post-LN's
+    # seed-mean frontier by one grid step at every width and Pre-LN's at none. A sweep whose only warm-up cannot
+    # show the paper's effect would answer "is warm-up needed?" with "no" whatever the scheme, so the preset runs
+    # all three arms: 189 runs, the adam arm's 63 costing what each other arm's do (~40 of the ~120 min on the
+    # CPU below). `--set 'warmups=[none,paper]'` is the 126-run, 80-min sweep of before.
     "quick": SweepConfig(
         scale="quick", schemes=("post", "pre", "peri"), warmups=("none", "paper", "adam"), widths=(64, 128, 256),
         layers=3, updates=300, max_tokens=1024, eval_every=100,
