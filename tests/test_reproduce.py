@@ -307,8 +307,20 @@ def test_the_probe_beside_competitors_as_the_grid_runs():
     from normlab.experiments.budget import probe_update_seconds
 
     cfg = fig6_small_lr(get_scale("smoke"), Context(translation_updates_per_epoch=9))[0].config
-    t = probe_update_seconds(cfg, threads=1, updates=1, competitors=1)
-    assert 0 < t < 60
+    started = multiprocessing.get_context("spawn").Process.start
+    children = []
+
+    def spy(self):  # the competitors, to read their exit codes after the probe
+        children.append(self)
+        return started(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(multiprocessing.get_context("spawn").Process, "start", spy)
+        t0 = time.perf_counter()
+        t = probe_update_seconds(cfg, threads=1, updates=1, competitors=1)
+        took = time.perf_counter() - t0
+    assert 0 < t < 60 and took < 60  # not the 180 s wait for a competitor that never trained
+    assert len(children) == 1 and children[0].exitcode == 0  # it trained, was told to stop, and ended cleanly
     assert not multiprocessing.active_children()
 
 

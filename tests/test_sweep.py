@@ -328,6 +328,13 @@ def test_warmup_truth_with_two_warmup_arms():
     assert warmup_truth(rows) == {("peri", 64): None, ("post", 64): True, ("pre", 64): False}
     # an arm that was not run decides nothing, and rows of the paper arm alone read as before
     assert warmup_truth([r for r in rows if r["warmup"] != "adam"]) == warmup_truth(rows, "paper")
+    # an arm with holes (failed or unfinished runs: --report-only midway) could be the one that widens the range:
+    # "not needed" from the other arm alone would be a verdict on half the evidence
+    holed = [dict(r, missing_lrs=[1e-2]) if (r["scheme"], r["warmup"]) == ("post", "adam") else r for r in rows]
+    assert warmup_truth(holed)[("post", 64)] is None and warmup_truth(holed, "paper")[("post", 64)] is False
+    assert warmup_truth(holed)[("pre", 64)] is False  # the other pairs are unchanged
+    # an arm that says "needed" is enough, whatever the holes of another
+    assert warmup_truth([dict(r, missing_lrs=[1e-2]) if r["warmup"] == "paper" else r for r in rows])[("post", 64)]
     truth = warmup_truth(rows)
     agreement = diagnose_agreement({("post", 64): True, ("pre", 64): True, ("peri", 64): False}, truth)
     assert agreement["decided"] == 2 and agreement["wrong"] == [("pre", 64)]
@@ -343,6 +350,14 @@ def test_warmup_truth_with_two_warmup_arms():
                        "100 updates: 6.600 at 0.001 / 6.400 at 0.00215 (+0.200)")
     # the combined truth is "needed" at post: not a "not needed with a lower loss" pair, whatever the gaps
     assert "At post d=64" not in _diagnose_sentence({**result, "config": {"seeds": 1}})
+    # "not needed" overall, and only the adam arm's best is more than the margin below the no-warm-up best: named
+    flat = [row("post", "none", 64, 1e-3, 6.6), row("post", "paper", 64, 1e-3, 6.55),
+            row("post", "adam", 64, 1e-3, 6.4)]
+    flat_truth = warmup_truth(flat)
+    assert flat_truth == {("post", 64): False}
+    named = _diagnose_sentence({"frontier": flat, "rules": {"margin": 0.1}, "config": {"seeds": 1},
+                                "diagnose": diagnose_agreement({("post", 64): True}, flat_truth)})  # fmt: skip
+    assert "At post d=64 the no-warm-up frontier is not below a warm-up arm's" in named
     # reproduce's section says which arm found the need
     from normlab.report.sweep import beyond_the_paper
 
@@ -355,6 +370,10 @@ def test_warmup_truth_with_two_warmup_arms():
             "Yarats's untuned rule for Adam), lr_max kept after it.") in text
     assert "post: warm-up needed (the no-warm-up frontier falls below a warm-up arm's) at d=64; per warm-up arm, " \
         "needed at: 36 updates: none, 100 updates: d=64." in text
+    none_only = SweepConfig(warmups=("none",), widths=(64,), updates=300)
+    text = "\n".join(beyond_the_paper({**result, "ran": True, "config": none_only.to_dict(), "lrs": list(cfg.lrs),
+                                        "width_law": [], "meta": meta})["sentences"])  # fmt: skip
+    assert "(3 per decade), with no warm-up." in text and "a linear warm-up of ," not in text
 
 
 def test_diagnose_table_shows_the_score_and_the_best_loss_gap():
@@ -377,7 +396,7 @@ def test_diagnose_table_shows_the_score_and_the_best_loss_gap():
     assert table == [["post", "64", "warm-up (S = 1.96, threshold 0.87)", "no warm-up", "NO",
                       "6.594 at 0.001 / 6.463 at 0.00215 (+0.131)"]]
     sentence = _diagnose_sentence({**result, "config": {"seeds": 1}})
-    assert "At post d=64 the no-warm-up frontier is not below the warm-up one" in sentence
+    assert "At post d=64 the no-warm-up frontier is not below a warm-up arm's" in sentence
     assert "more than the margin (0.1 nats) below" in sentence and "latter (one seed per cell). Pairs" in sentence
     # the no-warm-up frontier above the warm-up one is "not needed" too, and named the same way
     above = [row("none", 4.64e-3, 6.594, 1e-3), row("paper", 2.15e-3, 6.463, 2.15e-3)]

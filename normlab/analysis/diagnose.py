@@ -163,8 +163,9 @@ SHALLOW_LAYERS = 3
 SHALLOW_NOTE = (
     "Measured at 3 layers (normlab sweep --scale quick: 3-3 layers, 300 updates, two seeds): a linear warm-up over "
     "2/(1 - beta2) updates (100 with Adam's beta2 = 0.98) raised the Post-LN models' largest stable learning rate by "
-    "one grid step (x2.15) at d = 64, 128 and 256, and Pre-LN's not at all; a warm-up of 36 updates, shorter than "
-    "Adam's 1/(1 - beta2) horizon, raised none. A warm-up much shorter than 2/(1 - beta2) updates may not help."
+    "one grid step (x2.15) at d = 64, 128 and 256 on the two-seed mean, and Pre-LN's not at all; a warm-up of 36 "
+    "updates, shorter than Adam's 1/(1 - beta2) horizon, raised none on that mean. A warm-up much shorter than "
+    "2/(1 - beta2) updates may not help."
 )
 """Held against the sweep (module docstring, "Held against the stability sweep"): the measurement behind a verdict
 on a shallow stack, where the calibration's margin is smallest, and the warm-up length it took."""

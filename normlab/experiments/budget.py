@@ -56,19 +56,24 @@ def probe_update_seconds(cfg: TrainConfig, *, threads: int, updates: int = 3, se
         stop, ready = mp.Event(), [mp.Event() for _ in range(competitors)]
         procs = [mp.Process(target=_compete, args=(cfg, threads, sentence_len, r, stop, os.getpid()), daemon=True)
                  for r in ready]  # fmt: skip
-        for p in procs:
-            p.start()
         try:
-            deadline = time.monotonic() + 180  # each competitor's first update (torch imports take seconds)
-            for r in ready:
-                r.wait(timeout=max(0.0, deadline - time.monotonic()))
+            for p in procs:
+                p.start()
+            # each competitor's first update (torch imports take seconds); one that died stops the wait for it
+            deadline = time.monotonic() + 180
+            for p, r in zip(procs, ready):
+                while not r.wait(timeout=0.5) and p.exitcode is None and time.monotonic() < deadline:
+                    pass
             return probe_update_seconds(cfg, threads=threads, updates=updates, sentence_len=sentence_len)
         finally:
             stop.set()
             for p in procs:
+                if p.pid is None:  # never started
+                    continue
                 p.join(timeout=30)
                 if p.is_alive():
                     p.kill()
+                    p.join()
     before = torch.get_num_threads()
     torch.set_num_threads(max(1, threads))
     try:

@@ -306,7 +306,7 @@ SWEEP_SCALES: dict[str, SweepConfig] = {
     "full": SweepConfig(
         scale="full", schemes=("post", "pre", "peri"), warmups=("none", "paper", "adam"), widths=(64, 128, 256, 512),
         layers=6, updates=500, max_tokens=4096, valid_subset=1000, eval_every=100,
-        description="widths 64-512 at the paper's depth and batch: 3 schemes x 3 warm-ups (none; 60 updates, the "
+        description="widths 64-512 at the paper's depth and batch: 3 schemes x 3 warm-ups (none; 61 updates, the "
         "paper's share; 100, 2/(1 - beta2)) x 7 learning rates x widths 64-512, 6-6 layers, 500 updates of 4,096 "
         "tokens (252 runs; sized for a GPU, not yet measured); --set schemes=[...] adds the other schemes",
     ),  # fmt: skip
@@ -628,15 +628,19 @@ def warmup_truth(rows: Sequence[dict[str, Any]], warmup: str | None = None) -> d
 
     ``warmup``: the warm-up arm to hold against ``none`` (``paper``, ``adam``). None: every warm-up arm the rows
     hold, combined: needed (True) when any arm says needed (some warm-up widens the usable range of learning
-    rates, which is the question), else not needed (False) when an arm decides it, else None. With several arms
-    "any" has more chances to read a one-grid-step difference of noise as a need: seeds measure that."""
+    rates, which is the question); else None when an arm is absent or incomplete at that scheme x width (the
+    missing arm could be the one that widens it); else not needed (False) when an arm decides it; else None.
+    With several arms "any" has more chances to read a one-grid-step difference of noise as a need: seeds
+    measure that."""
     if warmup is not None:
         return {key: _pair_truth(none, warm) for key, (none, warm) in arms(rows, warmup).items()}
-    per_arm = [warmup_truth(rows, w) for w in warm_arms(rows)]
+    pairs = [arms(rows, w) for w in warm_arms(rows)]
     out: dict[tuple[str, int], bool | None] = {}
     for key in sorted({(r["scheme"], r["width"]) for r in rows}):
-        said = [t[key] for t in per_arm]
-        out[key] = True if True in said else False if False in said else None
+        said = [_pair_truth(*p[key]) for p in pairs]
+        holes = any(none is None or warm is None or none.get("missing_lrs") or warm.get("missing_lrs")
+                    for none, warm in (p[key] for p in pairs))  # fmt: skip
+        out[key] = True if True in said else None if holes else False if False in said else None
     return out
 
 

@@ -15,7 +15,7 @@ import matplotlib.ticker
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from normlab.experiments.sweep import arms, best_loss_gap, warm_arms  # noqa: E402
+from normlab.experiments.sweep import WARMUPS, arms, best_loss_gap, warm_arms  # noqa: E402
 from normlab.report.html import _CSS, _e, _img, format_number  # noqa: E402
 from normlab.rundir import write_atomic  # noqa: E402
 
@@ -293,7 +293,7 @@ def _diagnose_sentence(result: dict[str, Any]) -> str:
             hidden.append(f"{r['scheme']} d={r['width']}")
     if hidden:
         seeds = result.get("config", {}).get("seeds", 1)
-        s += (f". At {', '.join(hidden)} the no-warm-up frontier is not below the warm-up one, so the ground truth "
+        s += (f". At {', '.join(hidden)} the no-warm-up frontier is not below a warm-up arm's, so the ground truth "
               f"says \"not needed\", yet a warm-up arm's best loss is more than the margin ({margin:g} nats) below the "
               "no-warm-up arm's best (last column): there warm-up lowered the loss without raising the largest stable "
               "learning rate, and the ground truth counts only the latter"
@@ -412,6 +412,17 @@ _ARM_WHY = {"paper": "{} updates (the paper's share of its run)",
             "adam": "{} updates (2/(1 - beta2), Ma & Yarats's untuned rule for Adam)"}
 
 
+def _arms_text(result: dict[str, Any]) -> str:
+    """The warm-up arms run, in words: 'with no warm-up or a linear warm-up of N updates (...), lr_max kept after
+    it.'"""
+    cfg = result["config"]
+    warm = [_ARM_WHY[w].format(_warmup_length(result, w)) for w in cfg["warmups"] if w != "none"]
+    if not warm:
+        return "with no warm-up."
+    lead = "with no warm-up or " if "none" in cfg["warmups"] else "with "
+    return lead + "a linear warm-up of " + " or ".join(warm) + ", lr_max kept after it."
+
+
 def beyond_the_paper(summary: dict[str, Any] | None) -> dict[str, Any]:
     """The section from results.json's ``width_sweep`` (reproduce.py: the sweep's result without its cells):
     sentences that read the sweep, and its tables, shared by index.html and REPORT.md. No verdict: the sweep's
@@ -433,10 +444,8 @@ def beyond_the_paper(summary: dict[str, Any] | None) -> dict[str, Any]:
     sentences = [_meta_line(result),
                  f"Each cell is {cfg['updates']} updates of {cfg['max_tokens']:,} tokens at {cfg['layers']}-"
                  f"{cfg['layers']} layers (FFN = {cfg['ffn_ratio']} d, {cfg['n_heads']} heads), learning rates "
-                 f"{_lr(result['lrs'][0])}..{_lr(result['lrs'][-1])} ({cfg['per_decade']} per decade), with no warm-up "
-                 "or a linear warm-up of " + " or ".join(_ARM_WHY[w].format(_warmup_length(result, w))
-                                                       for w in cfg["warmups"] if w != "none")
-                 + ", lr_max kept after it."]  # fmt: skip
+                 f"{_lr(result['lrs'][0])}..{_lr(result['lrs'][-1])} ({cfg['per_decade']} per decade), "
+                 + _arms_text(result)]  # fmt: skip
     if result.get("baseline"):
         sentences.append(_plateau_sentence(result))
     truth = result.get("warmup_truth") or []
@@ -456,7 +465,7 @@ def beyond_the_paper(summary: dict[str, Any] | None) -> dict[str, Any]:
                    "arm is on the plateau beside a no-warm-up frontier (a warm-up can be merely late in a short run)"
                    if result.get("baseline") else "neither arm trained")
             parts.append(f"undecided at {_widths_text(open_)} ({why}, or both frontiers are the top of the grid)")
-        arm_names = sorted({w for t in rows for w in t.get("per_arm") or {}}, key=list(cfg["warmups"]).index)
+        arm_names = sorted({w for t in rows for w in t.get("per_arm") or {}}, key=WARMUPS.index)
         if len(arm_names) > 1:  # which arm said what: a short warm-up can miss what a longer one shows
             parts.append("per warm-up arm, needed at: " + ", ".join(
                 f"{_warmup_length(result, w)} updates: "
