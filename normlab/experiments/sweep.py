@@ -597,9 +597,14 @@ def best_loss_gap(none: dict[str, Any] | None, warm: dict[str, Any] | None) -> f
     return none["best_loss"] - warm["best_loss"]
 
 
+def _incomplete(none: dict[str, Any] | None, warm: dict[str, Any] | None) -> bool:
+    """An arm not run, or with holes in its grid (failed or unfinished runs): the hole could hold the frontier."""
+    return none is None or warm is None or bool(none.get("missing_lrs")) or bool(warm.get("missing_lrs"))
+
+
 def _pair_truth(none: dict[str, Any] | None, warm: dict[str, Any] | None) -> bool | None:
-    if none is None or warm is None or none.get("missing_lrs") or warm.get("missing_lrs"):
-        return None  # an arm not run, or with holes in its grid (failed or unfinished runs)
+    if _incomplete(none, warm):
+        return None
     rn, rw = _rank(none), _rank(warm)
     if rn == rw == 2:
         both_top = bool(none.get("censored")) and bool(warm.get("censored"))
@@ -638,8 +643,7 @@ def warmup_truth(rows: Sequence[dict[str, Any]], warmup: str | None = None) -> d
     out: dict[tuple[str, int], bool | None] = {}
     for key in sorted({(r["scheme"], r["width"]) for r in rows}):
         said = [_pair_truth(*p[key]) for p in pairs]
-        holes = any(none is None or warm is None or none.get("missing_lrs") or warm.get("missing_lrs")
-                    for none, warm in (p[key] for p in pairs))  # fmt: skip
+        holes = any(_incomplete(*p[key]) for p in pairs)
         out[key] = True if True in said else None if holes else False if False in said else None
     return out
 

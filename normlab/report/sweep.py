@@ -203,14 +203,20 @@ def _width_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
-def _best_gap(result: dict[str, Any], scheme: str, width: int) -> str:
-    """The best final loss of the no-warm-up arm beside each warm-up arm's, and the gap (sweep.best_loss_gap);
-    with several warm-up arms, one per arm, named by its length."""
+def _arm_pairs(result: dict[str, Any]) -> dict[str, dict[tuple[str, int], tuple[Any, Any]]]:
+    """sweep.arms for each warm-up arm of the frontier rows: {arm: {(scheme, width): (no-warm-up row, arm's row)}}."""
     rows = result.get("frontier", [])
-    several = len(warm_arms(rows)) > 1
+    return {w: arms(rows, w) for w in warm_arms(rows)}
+
+
+def _best_gap(result: dict[str, Any], pairs: dict[str, dict[tuple[str, int], tuple[Any, Any]]], scheme: str,
+              width: int) -> str:  # fmt: skip
+    """The best final loss of the no-warm-up arm beside each warm-up arm's, and the gap (sweep.best_loss_gap);
+    with several warm-up arms, one per arm, named by its length. ``pairs``: :func:`_arm_pairs`."""
+    several = len(pairs) > 1
     parts = []
-    for warmup in warm_arms(rows):
-        none, warm = arms(rows, warmup).get((scheme, width), (None, None))
+    for warmup, by in pairs.items():
+        none, warm = by.get((scheme, width), (None, None))
         gap = best_loss_gap(none, warm)
         if gap is not None:
             parts.append((f"{_warmup_length(result, warmup)} updates: " if several else "")
@@ -247,8 +253,9 @@ def _diagnose_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] 
     head = ["scheme", "width", "diagnose (at initialisation)", "sweep (no-warm-up frontier below a warm-up's?)",
             "agree", "best final loss (at lr), no warm-up / warm-up (gap: no warm-up minus warm-up; + = warm-up "
             "better)"]  # fmt: skip
+    pairs = _arm_pairs(result)
     rows = [[r["scheme"], str(r["width"]), said(r), truth(r), {True: "yes", False: "NO", None: "–"}[r["agree"]],
-             _best_gap(result, r["scheme"], r["width"])] for r in d["table"]]  # fmt: skip
+             _best_gap(result, pairs, r["scheme"], r["width"])] for r in d["table"]]  # fmt: skip
     return head, rows
 
 
@@ -283,8 +290,7 @@ def _diagnose_sentence(result: dict[str, Any]) -> str:
         s += "; it is wrong at " + ", ".join(f"{sc} d={w}" for sc, w in d["wrong"])
     # the frontier of each arm is counted from that arm's own best loss: name the pairs where the sweep says "not
     # needed" and yet the warm-up arm ended better than the other arm's best by more than the margin
-    rows = result.get("frontier", [])
-    pairs = [arms(rows, w) for w in warm_arms(rows)]
+    pairs = _arm_pairs(result).values()
     margin = result.get("rules", {}).get("margin")
     hidden = []
     for r in d["table"]:
