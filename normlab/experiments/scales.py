@@ -318,7 +318,7 @@ SCALES: dict[str, Scale] = {
                                batch_sentences=32, train_subset=8000, valid_subset=1000),
         analysis="paper",
         figures=("fig2", "fig3", "fig4", "fig5", "fig6", "width"),
-        sweep="quick",
+        sweep="standard",
         seeds=3,
         description="every figure with the quick scale's gates and seeds: 6-6 at d=256 (FFN 512), 1,500 updates "
         "per translation run with a 500-update warm-up (the paper's shortest, standing for its 4,000) and one lr "
