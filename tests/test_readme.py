@@ -37,6 +37,7 @@ COVERED: dict[str, str] = {
     "make reproduce": "tests/test_reproduce.py::test_smoke_reproduce_writes_the_report",
     # the sweep: the smoke preset runs the same command end to end
     ".venv/bin/normlab sweep --scale quick --out runs/sweep-quick": "tests/test_sweep.py::test_smoke_sweep_cli",
+    ".venv/bin/normlab sweep --scale standard --out runs/sweep-standard": "tests/test_sweep.py::test_smoke_sweep_cli",
     ".venv/bin/normlab sweep --scale full --out runs/sweep-full": "tests/test_sweep.py::test_smoke_sweep_cli",
     ".venv/bin/normlab sweep --scale quick --out runs/sweep-more --set 'schemes=[post,pre,deepnorm,pre/rmsnorm]' --set seeds=3":
         "tests/test_sweep.py::test_smoke_sweep_cli",

@@ -124,6 +124,24 @@ def test_every_cell_sees_the_same_data_and_seed():
 # ---- the divergence rule ----
 
 
+def test_the_quick_preset_is_a_subset_of_the_standard_one():
+    """quick (the 30-minute preset) keeps standard's run shape and learning-rate grid and drops whole axes, so each
+    of its 56 cells is a cell of standard's 189 with the same name and training config: the committed standard runs
+    (docs/results/sweep-quick) check a quick run, and a quick run resumes into a standard folder."""
+    from normlab.experiments.sweep import SWEEP_SCALES
+
+    quick, standard = sweep_scale("quick"), sweep_scale("standard")
+    assert set(SWEEP_SCALES) == {"smoke", "quick", "standard", "full"}
+    assert all(cfg.scale == name for name, cfg in SWEEP_SCALES.items())
+    ctx = Context(translation_updates_per_epoch=1)
+    small, big = sweep_runs(quick, ctx), {s.name: s for s in sweep_runs(standard, ctx)}
+    assert len(small) == 2 * 2 * 7 * 2 == 56 and len(big) == 3 * 3 * 7 * 3 == 189
+    for s in small:
+        assert s.name in big and s.config == big[s.name].config, s.name
+    assert quick.lrs == standard.lrs == LRS  # the issue's grid: the LR sensitivity is a mean over it
+    assert quick.warmups == ("none", "adam") and quick.warmup_length("adam") == 100  # the arm that can find it
+
+
 def test_divergence_rule():
     assert not diverged(5.0, L0)
     assert not diverged(L0, L0)  # ending exactly where it started is not above it
@@ -289,6 +307,27 @@ def test_width_slope_recovers_a_power_law():
     assert width_slope(rows[:1], "post", "none")["measured"] is None
 
 
+def test_slope_resolution_is_what_one_grid_step_does_to_the_slope():
+    """A frontier is known to a grid step: moving the outermost width's frontier one step (x10^(1/3)) moves the
+    measured slope by exactly the resolution, 1.11 over d = 64 and 128 (Theorem 1's whole slope), 0.55 over
+    64-256; an inner width moves it less."""
+    from normlab.experiments.sweep import slope_resolution
+
+    step = 10 ** (1 / 3)
+    for widths, expected in (((64, 128), math.log(10) / 3 / math.log(2)), ((64, 128, 256), 0.5537)):
+        rows = [{"scheme": "post", "warmup": "none", "width": d, "max_stable_lr": 0.5 / d} for d in widths]
+        base = width_slope(rows, "post", "none", per_decade=3)
+        assert_close(base["resolution"], expected, atol=1e-4, rtol=0)
+        rows[-1] = {**rows[-1], "max_stable_lr": rows[-1]["max_stable_lr"] * step}
+        assert_close(width_slope(rows, "post", "none")["measured"] - base["measured"], base["resolution"])
+        if len(widths) > 2:
+            rows = [{**r, "max_stable_lr": r["max_stable_lr"] * (step if r["width"] == 128 else 1)} for r in rows[:2]]
+            rows.append({"scheme": "post", "warmup": "none", "width": 256, "max_stable_lr": 0.5 / 256})
+            assert width_slope(rows, "post", "none")["measured"] == pytest.approx(base["measured"])  # middle: 0
+    assert slope_resolution([64], 3) is None
+    assert_close(slope_resolution([64, 128], 1), 3 * slope_resolution([64, 128], 3))
+
+
 # ---- diagnose against the sweep ----
 
 
@@ -445,8 +484,9 @@ def test_beyond_the_paper_section_reads_the_sweep():
     # post without warm-up: 4.64e-4 at d=64, 2.15e-4 at d=128 (slope log(2.15/4.64)/log 2); with warm-up the
     # d=128 frontier is the top of the grid, a lower bound, and the sentence says so
     assert "post, no warm-up: log-log slope of the maximum stable learning rate against width -1.11 over d=64" in text
-    assert "post, warm-up 36: log-log slope of the maximum stable learning rate against width 1.11 over d=64, d=128 " \
-        "(Theorem 1 predicts -1.11 for Post-LN; at d=128 the frontier is the top of the grid, a lower bound)." in text
+    assert "post, warm-up 36: log-log slope of the maximum stable learning rate against width 1.11 over d=64, d=128, " \
+        "±1.11 for one grid step at one width (Theorem 1 predicts -1.11 for Post-LN; at d=128 the frontier is the " \
+        "top of the grid, a lower bound)." in text
     assert "pre, no warm-up: log-log slope of the maximum stable learning rate against width 0.00" in text
     assert "One seed per cell" in text and "diagnose agrees with the sweep on 3 of 4" in text and "post d=64" in text
     assert "or a linear warm-up of 36 updates (the paper's share of its run), lr_max kept after it." in text

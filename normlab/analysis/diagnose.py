@@ -53,9 +53,10 @@ ratio compounds less and Pre-LN's LayerNorm inputs grow less, so both placements
 the same three kinds of model and seeds 0-2 (:data:`DEPTH_CALIBRATION`), the largest Pre-LN S and the smallest
 Post-LN S are 0.971 / 0.947 at 2 layers (they overlap), 0.853 / 0.885 at 3, 0.712 / 0.848 at 4 and 0.461 /
 0.597 at 6: with 0.45, every Pre-LN reference at 2-4 layers was "warm-up advised", and so were the Pre-LN models
-of the quick stability sweep (3-3 layers, d = 64-256, S = 0.55-0.63 at seed 0). The threshold for L layers is the geometric mean of the two at that depth, interpolated in log-log
-between the measured depths (:func:`thresholds`); where they overlap (2 layers), an S inside the overlap gets
-no verdict and one outside it gets the side it is on. Held out of this table: 8-layer references (seeds 0-2:
+of the standard stability sweep (3-3 layers, d = 64-256, S = 0.55-0.63 at seed 0). The threshold for L layers
+is the geometric mean of the two at that depth, interpolated in log-log between the measured depths
+(:func:`thresholds`); where they overlap (2 layers), an S inside the overlap gets no verdict and one outside it
+gets the side it is on. Held out of this table: 8-layer references (seeds 0-2:
 every Post-LN above, every Pre-LN below the interpolated 0.49; tests/test_diagnose.py checks seed 0) and the
 sweep's cells (sweep.py holds diagnose against them).
 :data:`CALIBRATION` holds seed 0's numbers; ``tests/test_diagnose.py`` re-measures them and checks that every
@@ -66,7 +67,7 @@ without warm-up more easily;
 a Pre-LN model whose input embeddings dwarf its branches has LayerNorm inputs that barely grow and flat
 gradients, and may be flagged. The verdict follows the measurement, not the architecture's name.
 
-Held against the stability sweep (``normlab sweep --scale quick``, docs/results/sweep-quick: 3-3 layers, 300
+Held against the stability sweep (``normlab sweep --scale standard``, docs/results/sweep-quick: 3-3 layers, 300
 updates of 1,024 tokens at a constant learning rate, widths 64-256). diagnose tells the placements apart there:
 S = 1.9-2.8 for Post-LN, 0.55-0.69 for Pre-LN and 0.36-0.53 for Peri-LN (initialisation seeds 0-2, every width),
 against the 3-layer threshold 0.87. The sweep's ground truth is "is the no-warm-up frontier below a warm-up arm's?".
@@ -161,7 +162,7 @@ SHALLOW_LAYERS = 3
 (measured at 3 layers; 2-layer stacks are shallower still and get it too)."""
 
 SHALLOW_NOTE = (
-    "Measured at 3 layers (normlab sweep --scale quick: 3-3 layers, 300 updates, two seeds): a linear warm-up over "
+    "Measured at 3 layers (normlab sweep --scale standard: 3-3 layers, 300 updates, two seeds): a linear warm-up over "
     "2/(1 - beta2) updates (100 with Adam's beta2 = 0.98) raised the Post-LN models' largest stable learning rate by "
     "one grid step (x2.15) at d = 64, 128 and 256 on the two-seed mean, and Pre-LN's not at all; a warm-up of 36 "
     "updates, shorter than Adam's 1/(1 - beta2) horizon, raised none on that mean. A warm-up much shorter than "

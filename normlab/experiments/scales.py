@@ -7,10 +7,10 @@
 * ``full``: every figure, with the same gates and seeds (see FULL_BUDGET), and ``width``.
 * ``width`` (a figure name, beyond the paper): the stability sweep of ``normlab sweep`` (experiments/sweep.py)
   at the scale's preset (``Scale.sweep``): the maximum stable learning rate of each scheme with and without
-  warm-up across widths, i.e. whether the need for warm-up grows with d as Theorem 1 says. ``full`` and
-  ``paper`` run it by default; ``quick`` does not (its 189 runs of 300 updates would add about 2 hours on a
-  2-core CPU with AVX-512 BF16, where the 126 runs of its first two warm-up arms measured 80 minutes, to a job
-  already over its budget), and the report says how to add it
+  warm-up across widths, i.e. whether the need for warm-up grows with d as Theorem 1 says. ``full`` (the
+  ``standard`` sweep preset, 189 runs at d = 64-256) and ``paper`` (``full``, d = 64-512) run it by default;
+  ``quick`` does not: its sweep preset (56 runs of 300 updates at d = 64 and 128) would add about 25 minutes on
+  a 2-core CPU with AVX-512 BF16 to a job already over its budget, and the report says how to add it
   (``--figures fig2,fig3,fig4,width``).
 * ``paper``: the paper's own settings (Appendix A.1: 6-6, d=512, FFN 1024, 4 heads, 10k joint BPE, 4,096
   tokens per batch, beam 5, length penalty 1.2), for GPUs and the user's own IWSLT14 files.
@@ -152,7 +152,7 @@ QUICK_BUDGET = {
 FULL_BUDGET = {
     # Every figure with the quick scale's gates and 3 seeds: 14 translation groups (Figure 2's 10, Figure 4's 3
     # more, Figure 6's 1) x 3 seeds x 1,500 updates x 0.65 s = 22.8 h, plus 3 BERT groups x 3 x 2,000 updates
-    # and their fine-tuning, plus the width sweep (the quick sweep preset: 189 runs of 300 updates, ~2 h with
+    # and their fine-tuning, plus the width sweep (the standard sweep preset: 189 runs of 300 updates, ~2 h with
     # AVX-512 BF16, where 126 of them measured 80 min). The issue asked for 3 hours; that buys ~16,000 updates in
     # all, ~350 per run, fewer than the quick scale's own runs and far from "translates a little" (BLEU >= 5
     # needs thousands of updates at d=256). The full scale is therefore a long run for a machine with a GPU or a

@@ -105,8 +105,8 @@ from normlab.rundir import RunDir
 __all__ = [
     "MARGIN", "PAPER_WARMUP_FRACTION", "SweepConfig", "SWEEP_SCALES", "sweep_scale", "lr_grid", "sweep_runs",
     "Cell", "Curve", "diverged", "lr_sensitivity", "frontier", "analyze", "predicted_slope", "width_slope",
-    "read_cell", "WARMUPS", "BETAS", "warm_arms", "arms", "best_loss_gap", "warmup_truth", "diagnose_agreement",
-    "diagnoses", "diagnose_verdicts",
+    "slope_resolution", "read_cell", "WARMUPS", "BETAS", "warm_arms", "arms", "best_loss_gap", "warmup_truth",
+    "diagnose_agreement", "diagnoses", "diagnose_verdicts",
 ]  # fmt: skip
 
 PAPER_WARMUP_FRACTION = 4000 / (PAPER["iwslt_updates_per_epoch"] * PAPER["iwslt_epochs"])
@@ -308,9 +308,10 @@ SWEEP_SCALES: dict[str, SweepConfig] = {
     # The 30-minute preset (the issue's budget on 2 cores of a CPU with native bf16). Sized from measured compute,
     # not from the verdicts: the run's shape is `standard`'s (300 updates of 1,024 tokens, 3-3 layers: the
     # shortest run at which Post-LN leaves the unigram plateau, above), so only the grid can shrink. Per run, in
-    # the 2-job grid (bf16, 2-core EPYC Zen 4 with AVX-512 BF16; an AMX Xeon measured reproduce's d=256 update at
-    # about the same speed, 0.84 s against a median 0.86 s here: scales.QUICK_BUDGET): d=64 ~35 s, d=128 ~60 s, d=256 ~115 s, so
-    # 30 minutes of 2 jobs, less ~3 min of data preparation, probe, diagnose and report, hold ~3,200 run-seconds.
+    # the 2-job grid (bf16, 2-core EPYC Zen 4 with AVX-512 BF16; an AMX Xeon measured reproduce's d=256 update
+    # at about the same speed, 0.84 s against a median 0.86 s here: scales.QUICK_BUDGET): d=64 ~35 s, d=128 ~60 s,
+    # d=256 ~115 s, so 30 minutes of 2 jobs, less ~3 min of data preparation, probe, diagnose and report, hold
+    # ~3,200 run-seconds.
     # What goes, and why:
     # * the paper's share of the run (36 updates): shorter than Adam's second-moment horizon, 50 updates, it
     #   cannot show the effect the sweep looks for (theory, module doc; measured: 5 of 6 Post-LN seed x width
@@ -321,9 +322,14 @@ SWEEP_SCALES: dict[str, SweepConfig] = {
     #   still give the width law a slope (one doubling of d); `standard` adds d=256.
     # What stays whole: the issue's learning-rate grid (1e-4..1e-2, three per decade: the LR sensitivity is a
     # mean over it) and the run's shape. 2 x 2 x 2 x 7 = 56 runs: 2,610 run-seconds in standard's grid
-    # (docs/results/sweep-quick/quick-189), ~22 min of training on 2 jobs. One seed per cell: a frontier can
+    # (docs/results/sweep-quick/standard-189), ~22 min of training on 2 jobs. One seed per cell: a frontier can
     # move one grid step from seed noise (stop 28: on seed 1 alone diagnose agreed on 3 of 5 decided pairs, on
     # two seeds on 5 of 5); `--set seeds=2` doubles the cost, and the report says "one seed per cell".
+    # Measured end to end in one command (stop 29, same CPU, docs/results/sweep-quick/quick-56): 25.5 min against
+    # the 23.5 printed at the start; all 56 final losses equal to those of standard's runs of the same cells. What
+    # it gives up: with two widths one grid step at one width moves the slope by 1.11 (sweep.slope_resolution),
+    # as much as Theorem 1's whole predicted slope, so its width law is a reading, not a test; standard's three
+    # widths halve that.
     "quick": SweepConfig(
         scale="quick", schemes=("post", "pre"), warmups=("none", "adam"), widths=(64, 128),
         layers=3, updates=300, max_tokens=1024, eval_every=100,
@@ -578,10 +584,25 @@ def _ls_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
     return math.fsum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
 
 
-def width_slope(rows: Sequence[dict[str, Any]], scheme: str, warmup: str) -> dict[str, Any]:
+def slope_resolution(widths: Sequence[int], per_decade: int) -> float | None:
+    """How far the least-squares log-log slope over ``widths`` moves when one width's frontier moves by one grid
+    step (a factor 10^(1/per_decade)): the largest over the widths of ln(10)/per_decade x |x_i - mean| / Sxx, with
+    x = ln d. A frontier is only known to a grid step, so slopes closer than this cannot be told apart: over
+    d = 64 and 128 at three points per decade it is 1.11, the whole of Theorem 1's predicted slope; over 64-256,
+    0.55. None with fewer than two widths."""
+    if len(widths) < 2:
+        return None
+    xs = [math.log(w) for w in widths]
+    mx = _mean(xs)
+    sxx = math.fsum((x - mx) ** 2 for x in xs)
+    return math.log(10) / per_decade * max(abs(x - mx) for x in xs) / sxx
+
+
+def width_slope(rows: Sequence[dict[str, Any]], scheme: str, warmup: str, *, per_decade: int = 3) -> dict[str, Any]:
     """The measured log-log slope of the maximum stable learning rate against width for one scheme x warm-up
     (least squares over the widths that have a frontier and no missing grid point; None with fewer than two),
-    beside Theorem 1's."""
+    beside Theorem 1's, and its resolution (:func:`slope_resolution` on a grid of ``per_decade`` points per
+    decade)."""
     mine = [r for r in rows if r["scheme"] == scheme and r["warmup"] == warmup]
     # a curve with holes (failed or unfinished grid points) has no reliable frontier
     pts = sorted((r["width"], r["max_stable_lr"]) for r in mine if r["max_stable_lr"] and not r.get("missing_lrs"))
@@ -589,7 +610,8 @@ def width_slope(rows: Sequence[dict[str, Any]], scheme: str, warmup: str) -> dic
     measured = _ls_slope([math.log(w) for w, _ in pts], [math.log(lr) for _, lr in pts]) if len(pts) > 1 else None
     censored = sorted(r["width"] for r in mine if r.get("censored"))
     return {"scheme": scheme, "warmup": warmup, "widths": [w for w, _ in pts], "measured": measured, "censored": censored,
-            "predicted_post_ln": predicted_slope(widths) if len(widths) > 1 else None}  # fmt: skip
+            "predicted_post_ln": predicted_slope(widths) if len(widths) > 1 else None,
+            "resolution": slope_resolution([w for w, _ in pts], per_decade)}  # fmt: skip
 
 
 # -------------------------------------------------------------------------------------------------------------
@@ -767,7 +789,8 @@ RULES = {
     "the log grid, a diverged point counting as l0; with seeds, the mean (and sd) of the seeds' own values",
     "width_law": "Theorem 1: Post-LN's last-layer gradient is O(d sqrt(ln d)); a stable lr inversely proportional to "
     "it scales as 1/(d sqrt(ln d)); predicted slope = least-squares slope of log(1/(d sqrt(ln d))) against log d "
-    "over the widths run",
+    "over the widths run; resolution = how far one grid step at one width moves the measured slope (a frontier is "
+    "known to a grid step, so slopes closer than that are not told apart)",
 }
 
 
@@ -905,7 +928,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         "rules": {**RULES, "margin": cfg.margin},
         "baseline": baseline,
         "frontier": rows,
-        "width_law": [width_slope(rows, s, w) for s in cfg.schemes for w in cfg.warmups],
+        "width_law": [width_slope(rows, s, w, per_decade=cfg.per_decade) for s in cfg.schemes for w in cfg.warmups],
         "warmup_truth": [{"scheme": k[0], "width": k[1], "warmup_needed": v,
                           "per_arm": {w: t.get(k) for w, t in truth_per_arm.items()}} for k, v in truth.items()],
         "diagnose": agreement,
