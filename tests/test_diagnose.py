@@ -68,7 +68,7 @@ def test_the_threshold_follows_the_depth():
 
 
 def test_the_verdict_uses_the_stacks_depth():
-    """A 3-layer Pre-LN-like stack with S = 0.6 (the quick sweep's Pre-LN models) was "warm-up advised" under the
+    """A 3-layer Pre-LN-like stack with S = 0.6 (the standard sweep's Pre-LN models) was "warm-up advised" under the
     12-layer threshold 0.45; at its own depth (0.869) it is not. Where the references overlap (2 layers), an S
     inside the overlap gets no verdict, one outside it the side it is on; a given threshold applies everywhere."""
     pre3 = LayerProfile("s", [0, 1, 2], [1.0, 0.9, 0.85], [1.0, 1.5, 2.0])  # S = 0.85 / sqrt(2) = 0.60
@@ -85,7 +85,7 @@ def test_the_verdict_uses_the_stacks_depth():
 
 
 def test_a_shallow_flagged_stack_carries_the_sweeps_caveat():
-    """The quick stability sweep measured 3-layer Post-LN models' need for warm-up and how long a warm-up it took:
+    """The standard stability sweep measured 3-layer Post-LN models' need for warm-up and how long a warm-up it took:
     a flagged stack of 3 layers or fewer says so beside the verdict; a deeper one, or one not flagged, does not."""
     from normlab.analysis.diagnose import SHALLOW_NOTE
 

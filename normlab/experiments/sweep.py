@@ -53,7 +53,7 @@ a statement about d; the attention logits are scaled by 1/sqrt(head size) either
 updates, Ma & Yarats's untuned rule for Adam (2021, "On the adequacy of untuned warmup for adaptive optimization",
 AAAI: in Adam's first updates the update term is large in magnitude, until its second-moment average has seen about
 1/(1 - beta2) gradients), 100 updates at the translation task's beta2 = 0.98. Why a second warm-up arm: the paper's
-share scales with the run, and in a short run it is shorter than that horizon: 36 of the quick preset's 300 updates
+share scales with the run, and in a short run it is shorter than that horizon: 36 of the standard preset's 300 updates
 against 1/(1 - 0.98) = 50, where the paper's own 4,000 updates were 80 times it. A warm-up that ends before Adam's
 second moment has settled need not show what the paper's warm-up did, so a sweep whose only warm-up is the paper's
 share of a short run could miss the effect it is looking for. The ``adam`` arm's length does not depend on the run
@@ -282,11 +282,12 @@ SWEEP_SCALES: dict[str, SweepConfig] = {
     #   2-core AMD EPYC, AVX2 only, fp32:                 4.1 h wall (454 min of training summed over runs)
     #   2-core AMD EPYC Zen 4, AVX-512 BF16 (no AMX), bf16: 80 min wall (148 min of training summed over runs;
     #                                                      the estimate printed at the start: 70 min)
-    # The second is a CPU with native bf16, and 2.7x the issue's 30 minutes on one (an AMX CPU, 5x its bf16
-    # matmul rate, is not measured). Kept: 30 minutes buy about 110 updates per run at this shape, fewer than
-    # the 150 at which no Post-LN run left the plateau, i.e. a sweep that cannot measure Post-LN at all; the
-    # other ways to cut 2.7x (dropping Peri-LN, two points per decade, 512-token batches) each remove what the
-    # issue asks for or change the measurement without a calibration run.
+    # The second is a CPU with native bf16, and 2.7x the issue's 30 minutes on one. Kept at stop 23-28 (for the
+    # preset then named quick, now standard): 30 minutes buy about 110 updates per run at this shape, fewer than
+    # the 150 at which no Post-LN run left the plateau, i.e. a sweep that cannot measure Post-LN at all; two
+    # points per decade or 512-token batches change the measurement without a calibration run. That still holds
+    # for the run's shape; since stop 29 the 30-minute `quick` preset (below) keeps the shape and cuts whole axes
+    # of the grid instead (Peri-LN, the paper's warm-up share, d=256), which `standard` keeps.
     # Warm-up arms: none, the paper's share (36 of 300 updates) and adam (2/(1 - beta2) = 100 updates, module
     # doc). The paper's share of a 300-update run is shorter than Adam's second-moment horizon, 1/(1 - 0.98) = 50
     # updates, and it moved no Post-LN frontier (fp32 and bf16, two seeds: 5 of 6 seed x width pairs unmoved).
@@ -585,20 +586,22 @@ def _ls_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
 
 
 def slope_resolution(widths: Sequence[int], per_decade: int) -> float | None:
-    """How far the least-squares log-log slope over ``widths`` moves when one width's frontier moves by one grid
-    step (a factor 10^(1/per_decade)): the largest over the widths of ln(10)/per_decade x |x_i - mean| / Sxx, with
-    x = ln d. A frontier is only known to a grid step, so slopes closer than this cannot be told apart: over
-    d = 64 and 128 at three points per decade it is 1.11, the whole of Theorem 1's predicted slope; over 64-256,
-    0.55. None with fewer than two widths."""
+    """The half-width of the range of least-squares log-log slopes over ``widths`` that the measured frontiers
+    allow. A maximum stable learning rate f is the largest stable grid point, so the true frontier lies in
+    [f, f x 10^(1/per_decade)): each log-frontier is known to a step delta = ln(10)/per_decade. With x = ln d,
+    the slope is sum (x_i - mean) y_i / Sxx, so over that box of frontiers it ranges over
+    delta x sum |x_i - mean| / Sxx; half of it is returned. Slopes closer than this cannot be told apart: 1.11 over
+    d = 64 and 128 at three points per decade (Theorem 1's whole predicted slope), 0.55 over 64-256, 0.44 over
+    64-512. None with fewer than two widths."""
     if len(widths) < 2:
         return None
     xs = [math.log(w) for w in widths]
     mx = _mean(xs)
     sxx = math.fsum((x - mx) ** 2 for x in xs)
-    return math.log(10) / per_decade * max(abs(x - mx) for x in xs) / sxx
+    return math.log(10) / per_decade * math.fsum(abs(x - mx) for x in xs) / (2 * sxx)
 
 
-def width_slope(rows: Sequence[dict[str, Any]], scheme: str, warmup: str, *, per_decade: int = 3) -> dict[str, Any]:
+def width_slope(rows: Sequence[dict[str, Any]], scheme: str, warmup: str, *, per_decade: int) -> dict[str, Any]:
     """The measured log-log slope of the maximum stable learning rate against width for one scheme x warm-up
     (least squares over the widths that have a frontier and no missing grid point; None with fewer than two),
     beside Theorem 1's, and its resolution (:func:`slope_resolution` on a grid of ``per_decade`` points per
@@ -789,8 +792,8 @@ RULES = {
     "the log grid, a diverged point counting as l0; with seeds, the mean (and sd) of the seeds' own values",
     "width_law": "Theorem 1: Post-LN's last-layer gradient is O(d sqrt(ln d)); a stable lr inversely proportional to "
     "it scales as 1/(d sqrt(ln d)); predicted slope = least-squares slope of log(1/(d sqrt(ln d))) against log d "
-    "over the widths run; resolution = how far one grid step at one width moves the measured slope (a frontier is "
-    "known to a grid step, so slopes closer than that are not told apart)",
+    "over the widths run; resolution = +- half the range of slopes the measured frontiers allow, each known to one "
+    "grid step (slopes closer than that are not told apart)",
 }
 
 
@@ -884,8 +887,11 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         if len(todo) == len(specs):
             raise ConfigError(f"--report-only: no run of this sweep ({cfg.scale} preset) has finished in {out} yet."
                               + (others_note(specs, out / "runs") or " Run it without --report-only first."))
-        if todo and (note := others_note(specs, out / "runs")):  # its missing cells may be those runs, elsewhere
+        note = others_note(specs, out / "runs")
+        if todo and note:  # its missing cells may be those runs, elsewhere
             say(f"--report-only: {len(todo)} of this sweep's {len(specs)} runs have not finished (marked '*')." + note)
+        elif note:  # e.g. a folder of the 189-run preset (named quick before stop 29) read with --scale quick
+            say(f"--report-only: this report reads the {len(specs)} runs of this sweep only." + note)
     # the tokenizer and binarized splits, once, before the workers (they would race to build them); the unigram
     # loss of the validation targets from them (a curve must get below it to have a frontier: module doc)
     first = specs[0].config

@@ -195,11 +195,12 @@ def _frontier_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 def _width_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     head = ["scheme", "warm-up", "widths with a frontier", "of which at the top of the grid (lower bounds)",
-            "measured slope", "resolution (one grid step at one width)", "Theorem 1 (Post-LN) slope"]
+            "measured slope", "resolution (frontiers known to a grid step)", "Theorem 1 (Post-LN) slope"]
     rows = [[s["scheme"], s["warmup"], ", ".join(map(str, s["widths"])) or "none",
              ", ".join(map(str, s.get("censored", []))) or "none",
              _slope_text(s).removeprefix("slope ") or "–",
-             "±" + format_number(s["resolution"], ".2f") if s.get("resolution") is not None else "–",
+             "±" + format_number(s["resolution"], ".2f") if s.get("resolution") is not None and not _only_bounds(s)
+             else "–",
              format_number(s["predicted_post_ln"], ".2f")]
             for s in result["width_law"]]  # fmt: skip
     return head, rows
@@ -484,10 +485,11 @@ def beyond_the_paper(summary: dict[str, Any] | None) -> dict[str, Any]:
         if s["measured"] is None or _only_bounds(s):
             continue  # fewer than two frontiers, or only lower bounds: no slope to read
         arm = "no warm-up" if s["warmup"] == "none" else f"warm-up {_warmup_length(result, s['warmup'])}"
-        res = f", ±{s['resolution']:.2f} for one grid step at one width" if s.get("resolution") is not None else ""
+        res = (f" ±{s['resolution']:.2f}, each frontier known to one grid step," if s.get("resolution") is not None
+               else "")  # fmt: skip
         text = (f"{s['scheme']}, {arm}: log-log slope of the "
-                f"maximum stable learning rate against width {s['measured']:.2f} over {_widths_text(s['widths'])}"
-                f"{res} (Theorem 1 predicts {s['predicted_post_ln']:.2f} for Post-LN")
+                f"maximum stable learning rate against width {s['measured']:.2f}{res} over "
+                f"{_widths_text(s['widths'])} (Theorem 1 predicts {s['predicted_post_ln']:.2f} for Post-LN")
         if s["censored"]:
             text += f"; at {_widths_text(s['censored'])} the frontier is the top of the grid, a lower bound"
         sentences.append(text + ").")
