@@ -140,6 +140,10 @@ def test_the_quick_preset_is_a_subset_of_the_standard_one():
         assert s.name in big and s.config == big[s.name].config, s.name
     assert quick.lrs == standard.lrs == LRS  # the grid: the LR sensitivity is a mean over it
     assert quick.warmups == ("none", "adam") and quick.warmup_length("adam") == 100  # the arm that can find it
+    from normlab.experiments.scales import SCALES  # reproduce's `width` figure runs the preset its scale names
+
+    assert {name: s.sweep for name, s in SCALES.items()} == {"smoke": "smoke", "quick": "quick", "full": "standard",
+                                                             "paper": "full"}  # fmt: skip
 
 
 def test_divergence_rule():
