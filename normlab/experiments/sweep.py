@@ -330,7 +330,9 @@ SWEEP_SCALES: dict[str, SweepConfig] = {
     # the 23.5 printed at the start; all 56 final losses equal to those of standard's runs of the same cells. What
     # it gives up: with two widths one grid step at one width moves the slope by 1.11 (sweep.slope_resolution),
     # as much as Theorem 1's whole predicted slope, so its width law is a reading, not a test; standard's three
-    # widths halve that.
+    # widths halve that. At the paper's depth (`--set layers=6`) 300 updates are too short for Post-LN: every
+    # Post-LN curve stayed on the unigram plateau (docs/results/sweep-quick/depth-6), and at 600 updates (d=64,
+    # one seed) the warm-up arm's best was 0.002 nats past the plateau line (depth-6-600).
     "quick": SweepConfig(
         scale="quick", schemes=("post", "pre"), warmups=("none", "adam"), widths=(64, 128),
         layers=3, updates=300, max_tokens=1024, eval_every=100,
