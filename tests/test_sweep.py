@@ -121,13 +121,11 @@ def test_every_cell_sees_the_same_data_and_seed():
     assert {s.config.model.norm for s in specs if s.name.startswith("pre+rmsnorm")} == {"rmsnorm"}
 
 
-# ---- the divergence rule ----
-
-
 def test_the_quick_preset_is_a_subset_of_the_standard_one():
     """quick (the 30-minute preset) keeps standard's run shape and learning-rate grid and drops whole axes, so each
     of its 56 cells is a cell of standard's 189 with the same name and training config: the committed standard runs
     (docs/results/sweep-quick) check a quick run, and a quick run resumes into a standard folder."""
+    from normlab.experiments.scales import SCALES
     from normlab.experiments.sweep import SWEEP_SCALES
 
     quick, standard = sweep_scale("quick"), sweep_scale("standard")
@@ -140,10 +138,12 @@ def test_the_quick_preset_is_a_subset_of_the_standard_one():
         assert s.name in big and s.config == big[s.name].config, s.name
     assert quick.lrs == standard.lrs == LRS  # the issue's grid: the LR sensitivity is a mean over it
     assert quick.warmups == ("none", "adam") and quick.warmup_length("adam") == 100  # the arm that can find it
-    from normlab.experiments.scales import SCALES  # reproduce's `width` figure runs the preset its scale names
-
+    # reproduce's `width` figure runs the preset its scale names
     assert {name: s.sweep for name, s in SCALES.items()} == {"smoke": "smoke", "quick": "quick", "full": "standard",
                                                              "paper": "full"}  # fmt: skip
+
+
+# ---- the divergence rule ----
 
 
 def test_divergence_rule():
@@ -493,8 +493,8 @@ def test_beyond_the_paper_section_reads_the_sweep():
     assert "pre: not needed at d=64, d=128" in text
     # post without warm-up: 4.64e-4 at d=64, 2.15e-4 at d=128 (slope log(2.15/4.64)/log 2); with warm-up the
     # d=128 frontier is the top of the grid, a lower bound, and the sentence says so
-    assert "post, no warm-up: log-log slope of the maximum stable learning rate against width -1.11 ±1.11, each frontier " \
-        "known to one grid step, over d=64" in text
+    assert "post, no warm-up: log-log slope of the maximum stable learning rate against width -1.11 ±1.11, each " \
+        "frontier known to one grid step, over d=64" in text
     assert "post, warm-up 36: log-log slope of the maximum stable learning rate against width 1.11 ±1.11, each " \
         "frontier known to one grid step, over d=64, d=128 (Theorem 1 predicts -1.11 for Post-LN; at d=128 the " \
         "frontier is the top of the grid, a lower bound)." in text

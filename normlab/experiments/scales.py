@@ -322,8 +322,9 @@ SCALES: dict[str, Scale] = {
         seeds=3,
         description="every figure with the quick scale's gates and seeds: 6-6 at d=256 (FFN 512), 1,500 updates "
         "per translation run with a 500-update warm-up (the paper's shortest, standing for its 4,000) and one lr "
-        "curve for every run (lr_max to update 500, then lr_max sqrt(500 / t)), 2,000 BERT updates, 3 seeds; the standard stability sweep across widths 64-256 (beyond the paper); about a day on a 2-core CPU with native bf16 (see FULL_BUDGET), "
-        "hours on a GPU",
+        "curve for every run (lr_max to update 500, then lr_max sqrt(500 / t)), 2,000 BERT updates, 3 seeds; the "
+        "standard stability sweep across widths 64-256 (beyond the paper); about a day on a 2-core CPU with native "
+        "bf16 (see FULL_BUDGET), hours on a GPU",
     ),  # fmt: skip
     "paper": Scale(
         name="paper",

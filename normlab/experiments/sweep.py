@@ -1003,7 +1003,8 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--scale", default="quick", choices=list(SWEEP_SCALES),
                    help="smoke (seconds, tests), quick (Post-LN and Pre-LN, no warm-up or 100 updates, d=64 and 128, "
                    "3-3 layers: 56 runs of 300 updates, ~25 min on 2 AVX-512 BF16 cores), standard (3 schemes x 3 "
-                   "warm-ups x d=64-256: 189 runs, ~2 h), full (widths 64-512 at the paper's depth and batch; a GPU)")  # fmt: skip
+                   "warm-ups x d=64-256: 189 runs, ~2 h), full (widths 64-512 at the paper's depth and batch; "
+                   "a GPU)")  # fmt: skip
     p.add_argument("--out", help="output directory (default: sweep/SCALE)")
     add_set_argument(p, SweepConfig, note="the defaults shown are before --scale, which sets most of them")
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA)")
