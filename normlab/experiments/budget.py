@@ -47,8 +47,8 @@ def probe_update_seconds(cfg: TrainConfig, *, threads: int, updates: int = 3, se
     updates after one warm-up update. ``competitors``: processes that train the same model beside the probe
     (:func:`_compete`), as the grid's other jobs run beside each run (memory bandwidth and caches are shared).
     Measured on a 2-core EPYC Zen 4 in bf16, the sweep's model (quick and standard presets): 0.115 / 0.190 /
-    0.351 s at d = 64 / 128 / 256 beside one competitor, against 0.112 / 0.179 / 0.335 alone; in the 2-job grid a d=64 run took ~0.125 s
-    per update, validation and per-run costs included."""
+    0.351 s at d = 64 / 128 / 256 beside one competitor, against 0.112 / 0.179 / 0.335 alone; in the 2-job grid a
+    d=64 run took ~0.125 s per update, validation and per-run costs included."""
     if competitors > 0:
         import multiprocessing
 

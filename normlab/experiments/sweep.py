@@ -614,9 +614,10 @@ def width_slope(rows: Sequence[dict[str, Any]], scheme: str, warmup: str, *, per
     widths = sorted({r["width"] for r in mine})
     measured = _ls_slope([math.log(w) for w, _ in pts], [math.log(lr) for _, lr in pts]) if len(pts) > 1 else None
     censored = sorted(r["width"] for r in mine if r.get("censored"))
-    return {"scheme": scheme, "warmup": warmup, "widths": [w for w, _ in pts], "measured": measured, "censored": censored,
+    fitted = [w for w, _ in pts]
+    return {"scheme": scheme, "warmup": warmup, "widths": fitted, "measured": measured, "censored": censored,
             "predicted_post_ln": predicted_slope(widths) if len(widths) > 1 else None,
-            "resolution": slope_resolution([w for w, _ in pts], per_decade)}  # fmt: skip
+            "resolution": slope_resolution(fitted, per_decade)}  # fmt: skip
 
 
 # -------------------------------------------------------------------------------------------------------------
@@ -886,10 +887,10 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     todo = [s for s in specs if run_status(out / "runs" / s.name) not in FINISHED]
     if not train:
         check_not_stale(specs, out)  # runs of another preset or --set must not be read as this sweep's
+        note = others_note(specs, out / "runs")  # finished runs in OUT that are not this grid's, in words
         if len(todo) == len(specs):
             raise ConfigError(f"--report-only: no run of this sweep ({cfg.scale} preset) has finished in {out} yet."
-                              + (others_note(specs, out / "runs") or " Run it without --report-only first."))
-        note = others_note(specs, out / "runs")
+                              + (note or " Run it without --report-only first."))
         if todo and note:  # its missing cells may be those runs, elsewhere
             say(f"--report-only: {len(todo)} of this sweep's {len(specs)} runs have not finished (marked '*')." + note)
         elif note:  # e.g. a folder of the 189-run preset (named quick before stop 29) read with --scale quick
