@@ -66,7 +66,8 @@ from torch import Tensor, nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from normlab.config import ModelConfig, OptimConfig, TrainConfig  # noqa: E402
-from normlab.model import Seq2Seq, sinusoidal_table  # noqa: E402
+from normlab.model import ATTENTION_IMPLS, Seq2Seq, set_attention, sinusoidal_table  # noqa: E402
+from normlab.train.kernels import choose_attention  # noqa: E402
 from normlab.train.losses import LOSS_IMPLS, translation_loss  # noqa: E402
 from normlab.train.optim import build_optimizer  # noqa: E402
 from normlab.train.throughput import (  # noqa: E402
@@ -107,6 +108,15 @@ class Workload:
         )  # fmt: skip
 
 
+# The workloads: the paper's IWSLT model (4,096 target tokens) and the model `normlab reproduce --scale quick`
+# trains (normlab/experiments/scales.py: 6-6, d=256, FFN 512, 4 heads, an 8k vocabulary, 2,048 target tokens,
+# one thread per run as its 2-job grid runs on 2 cores, glibc tuned as `normlab train` does).
+SHAPES = {
+    "paper": dict(layers=6, batch=128),
+    "quick": dict(layers=6, batch=64, d_model=256, d_ffn=512, vocab=8_000),
+}
+
+
 @dataclasses.dataclass
 class Entry:
     name: str
@@ -117,6 +127,8 @@ class Entry:
     note: str = ""
     times: dict[str, list[float]] = dataclasses.field(default_factory=dict)
     peak: dict[str, int] = dataclasses.field(default_factory=dict)
+    attention: str | None = None  # normlab: "auto" (measured per dtype before the first update) or a kernel
+    chosen: dict[str, str] = dataclasses.field(default_factory=dict)  # dtype -> the kernel "auto" chose
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -139,15 +151,23 @@ def _adam(params, impl: str) -> torch.optim.Optimizer:
 def build_normlab(spec: str, w: Workload, device: torch.device, args: argparse.Namespace) -> Entry:
     base, _, opts_text = spec.partition(":")
     opts = dict(kv.split("=", 1) for kv in opts_text.split(",") if kv)
-    unknown = set(opts) - {"loss", "adam", "compile", "chunk"}
+    unknown = set(opts) - {"loss", "adam", "compile", "chunk", "attn"}
     if unknown:
-        raise SystemExit(f"{spec}: unknown option(s) {sorted(unknown)}; expected loss, adam, compile, chunk")
+        raise SystemExit(f"{spec}: unknown option(s) {sorted(unknown)}; expected loss, adam, compile, chunk, attn")
     placement = base.removeprefix("normlab-")
     loss_impl = opts.get("loss", args.normlab_loss)
     if loss_impl not in LOSS_IMPLS:
         raise SystemExit(f"{spec}: loss must be one of {LOSS_IMPLS}")
     chunk = int(opts["chunk"]) if "chunk" in opts else None
     model = Seq2Seq(w.model_config(placement)).to(device).train()
+    attn = opts.get("attn", args.normlab_attention)
+    if attn not in ("auto", *ATTENTION_IMPLS):
+        raise SystemExit(f"{spec}: attn must be auto or one of {ATTENTION_IMPLS}")
+    if attn == "auto":  # as the Trainer does at a run's start (normlab.train.kernels), per dtype: see update()
+        attn_note = "attn=auto"
+    else:
+        set_attention(model, attn)
+        attn_note = f"attn={attn}"
     adam = opts.get("adam", args.normlab_adam)
     # "trainer": the optimizer normlab's Trainer builds (normlab.train.optim: fused Adam where available)
     opt = build_optimizer(model, OptimConfig()) if adam == "trainer" else _adam(model.parameters(), adam)
@@ -159,8 +179,9 @@ def build_normlab(spec: str, w: Workload, device: torch.device, args: argparse.N
         total, _ = translation_loss(run, b["src"], b["tgt_in"], b["tgt_out"], w.epsilon, impl=loss_impl, chunk_size=chunk)
         return total / w.tokens  # the trainer divides the summed loss by the (global) token count
 
-    note = f"loss={loss_impl}, adam={opts.get('adam', args.normlab_adam)}" + (", compiled" if run is not model else "")
-    return Entry(spec, model, opt, loss, note=note)
+    note = f"loss={loss_impl}, adam={opts.get('adam', args.normlab_adam)}, {attn_note}" + (
+        ", compiled" if run is not model else "")
+    return Entry(spec, model, opt, loss, note=note, attention=attn)
 
 
 class TorchNNSeq2Seq(nn.Module):
@@ -274,7 +295,24 @@ def make_batch(w: Workload, device: torch.device, seed: int = 0) -> dict[str, Te
     return {k: v.to(device) for k, v in batch.items()}
 
 
+def choose_kernel(e: Entry, batch: dict[str, Tensor], dtype: torch.dtype, device: torch.device) -> None:
+    """attn=auto: the attention kernel the Trainer would choose for this dtype, measured on this batch."""
+    dname = next(k for k, v in DTYPES.items() if v == dtype)
+    if e.attention != "auto" or dname in e.chosen:
+        return
+    amp = lambda: torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)  # noqa: E731
+    choice = choose_attention(e.model, lambda: e.loss(batch), context=amp)
+    set_attention(e.model, choice.impl)
+    e.chosen[dname] = choice.impl
+    print(f"#   {e.name} {dname}: attention {choice.impl} (measured ms: "
+          + ", ".join(f"{k} {v:.1f}" for k, v in choice["ms"].items()) + ")", flush=True)
+
+
 def update(e: Entry, batch: dict[str, Tensor], dtype: torch.dtype, device: torch.device) -> None:
+    if e.attention == "auto":
+        choose_kernel(e, batch, dtype, device)
+        dname = next(k for k, v in DTYPES.items() if v == dtype)
+        set_attention(e.model, e.chosen[dname])
     e.optimizer.zero_grad(set_to_none=True)
     with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
         loss = e.loss(batch)
@@ -356,6 +394,31 @@ def report(entries: list[Entry], dname: str, w: Workload, flops: int, peak_flops
                 mem = f", mem {o.peak[dname] / p.peak[dname]:.2f}" if dname in o.peak and dname in p.peak else ""
                 cells.append(f"{p.name} {med_ratio:.2f}x [{paired:.2f}x]{mem}")
             print(f"  {o.name:32s} " + "; ".join(cells))
+
+
+def profile_updates(e: Entry, dname: str, w: Workload, device, n: int, flops: int, peak: float) -> None:
+    """The top operators of ``n`` updates by self time (torch.profiler), per update and as a share of it; the
+    matmuls' line beside the time they would take at the measured peak."""
+    from torch.profiler import ProfilerActivity, profile
+
+    batch = make_batch(w, device)
+    dtype = DTYPES[dname]
+    update(e, batch, dtype, device)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        for _ in range(n):
+            update(e, batch, dtype, device)
+        synchronize(device)
+    attr = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    events = sorted(prof.key_averages(), key=lambda ev: getattr(ev, attr), reverse=True)
+    total = sum(getattr(ev, attr) for ev in events)
+    print(f"\n## profile: {e.name} {dname}, {n} updates ({'device' if device.type == 'cuda' else 'CPU'} self "
+          f"time, under the profiler): {total / n / 1e3:.0f} ms an update; its matmuls at the measured peak "
+          f"{flops / peak * 1e3:.0f} ms")  # fmt: skip
+    print(f"{'operator':48s} {'ms/update':>10s} {'share':>7s} {'calls/update':>13s}")
+    for ev in events[:20]:
+        t = getattr(ev, attr)
+        print(f"{ev.key[:48]:48s} {t / n / 1e3:10.1f} {t / total:7.1%} {ev.count / n:13.0f}")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -467,6 +530,15 @@ def report_real_loop(results: dict[tuple[str, str], dict[str, float]], w: Worklo
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="2+2 layers, 1,024 target tokens, 1+3 updates (< 2 min)")
+    ap.add_argument("--shape", default="paper", choices=sorted(SHAPES),
+                    help="paper: the paper's IWSLT model, 4,096 target tokens; quick: the model `normlab reproduce "
+                    "--scale quick` trains (6-6, d=256, FFN 512, 8k vocabulary, 2,048 target tokens), by default "
+                    "on 1 thread with glibc tuned, as reproduce runs it")
+    ap.add_argument("--normlab-attention", default="auto", choices=["auto", *ATTENTION_IMPLS],
+                    help="normlab's attention kernel (default auto: measured at the start, as the Trainer does)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="after the timing, profile N updates of each normlab model (torch.profiler) and print its "
+                    "top operators by self CPU time, with their share of the update")
     ap.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated; normlab-<placement>[:k=v,...]")
     ap.add_argument("--dtypes", default="fp32,bf16", help="comma-separated: fp32, bf16 (autocast)")
     ap.add_argument("--force-dtypes", action="store_true", help="run bf16 even where its matmuls are slow")
@@ -490,6 +562,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="also run normlab-post/pre through the Trainer's real loop and print the gap (default on)")
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     args = ap.parse_args(argv)
+    shape = SHAPES[args.shape]
+    if args.shape == "quick":  # as reproduce runs it: one thread per job, glibc tuned (normlab/train/run.py)
+        args.threads = 1 if args.threads is None else args.threads
+        args.malloc = "tuned"
 
     if args.clock == "cpu":
         if args.device == "cuda" or (args.device is None and torch.cuda.is_available()):
@@ -504,7 +580,8 @@ def main(argv: list[str] | None = None) -> int:
         malloc_note = "glibc tuned (mmap off, no trim)" if tune_malloc() else "tuning unavailable (not glibc)"
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     quick = args.quick
-    w = Workload(layers=args.layers or (2 if quick else 6), batch=args.batch or (32 if quick else 128))
+    w = Workload(**{**shape, "layers": args.layers or (2 if quick else shape["layers"]),
+                    "batch": args.batch or (shape["batch"] // 4 if quick else shape["batch"])})
     args.warmup = args.warmup if args.warmup is not None else (1 if quick else 2)
     args.updates = args.updates if args.updates is not None else (3 if quick else 6)
     t_start = time.perf_counter()
@@ -569,6 +646,11 @@ def main(argv: list[str] | None = None) -> int:
     for dname in dtypes:
         report(entries, dname, w, flops, peaks[dname])
     report_real_loop(loops, w)
+    if args.profile:
+        for dname in dtypes:
+            for e in entries:
+                if e.name.startswith("normlab-") and dname in e.dtypes:
+                    profile_updates(e, dname, w, device, args.profile, flops, peaks[dname])
     print(f"\n# peers' Adam: {args.peer_adam}; memory: "
           f"{'torch.cuda.max_memory_allocated' if device.type == 'cuda' else 'peak live tensor storage (PeakMemory)'}; "
           f"load average {os.getloadavg()[0]:.1f} at the end; {time.perf_counter() - t_start:.0f} s in all")  # fmt: skip

@@ -823,6 +823,13 @@ class TrainConfig(Strict):
         "pass; the fastest, no (N, V) logits kept), recompute (chunks recomputed in backward; least memory) or "
         "plain (full logits); the same values and gradients (normlab/train/losses.py)",
     )
+    attention: Literal["auto", "sdpa", "sdpa-fp32", "matmul"] = field(
+        "auto",
+        help="attention kernel: auto (the fastest of the others, timed on the run's first batch at its start and "
+        "kept on resume; normlab/train/kernels.py), sdpa (torch's scaled_dot_product_attention), sdpa-fp32 (the "
+        "same on fp32 copies of bf16 inputs) or matmul (two batched matmuls around an fp32 softmax); the same "
+        "function to rounding",
+    )
     seed: int = field(1, help="seeds initialisation, data order, dropout and masking")
     precision: Literal["auto", "bf16", "fp32"] = field(
         "auto", help="auto: bf16 autocast where the device supports it (CUDA, CPUs with AVX-512 BF16/AMX), else fp32"

@@ -24,9 +24,10 @@ Parameter names are stable and readable (``decoder.layers.5.ffn.w2.weight``) so 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 import torch
@@ -41,6 +42,10 @@ __all__ = [
     "NormSlots",
     "Sublayer",
     "SelfAttention",
+    "ATTENTION_IMPLS",
+    "set_attention",
+    "trace_attention",
+    "default_attention",
     "CrossAttention",
     "FeedForward",
     "Block",
@@ -389,19 +394,38 @@ class StreamRule(nn.Module):
         return f"add={'z' if self.bypass else 0}, update={self.rule}"
 
 
+_DROP_BITS = 15  # random bits per dropout decision (see _keep_mask)
+
+
+def _keep_mask(shape: torch.Size, p: float, device: torch.device) -> Tensor:
+    """A bool mask, True with probability 1 - p' per element, p' = round(p * 2^15) / 2^15 (0.1 -> 0.1000061).
+
+    Each element takes 15 bits of one 64-bit draw of torch's generator instead of a whole fp32 uniform: the
+    CPU generator (mt19937) costs about the same per draw whatever its width, so four decisions per draw are
+    ~4x cheaper. Measured for a (64, 32, 256) activation on a 2-core AVX-512 EPYC, 1 thread: ``torch.rand``
+    2.55 ms, ``random_`` of a quarter as many int64 0.47 ms; the quick scale's model draws 32 such masks an
+    update. ``random_`` on int64 gives values in [0, 2^63), so of the four 16-bit lanes of each draw three are
+    uniform over 16 bits and the top one over 15: the low 15 bits of every lane are uniform, which is what is
+    compared with the threshold. Seeded by ``torch.manual_seed`` and saved in checkpoints like any other draw."""
+    n = math.prod(shape)
+    words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_()
+    lanes = words.view(torch.int16)[:n].view(shape)
+    return lanes.bitwise_and_(0x7FFF) >= round(p * (1 << _DROP_BITS))
+
+
 class _MaskDropout(torch.autograd.Function):
-    """Inverted dropout whose mask is one uniform draw per element, kept as bool for backward.
+    """Inverted dropout whose mask is drawn by :func:`_keep_mask` and kept as bool for backward.
 
     ``F.dropout`` on the CPU draws a float Bernoulli tensor, scales it, multiplies, and keeps the float mask
-    for backward. Measured on the development CPU for a (4096, 512) activation, forward + backward, 1 thread:
-    36 ms for ``F.dropout``, 22 ms here; the saved mask is 1 byte per element instead of 4 (the paper's model
-    has 32 dropouts per update). Uniforms are fp32 whatever the activation's dtype, so a bf16 activation
-    still drops with probability exactly p.
+    for backward (measured on the development CPU for a (4096, 512) activation, forward + backward, 1 thread:
+    36 ms for ``F.dropout``, 22 ms with an fp32 uniform per element, less again with :func:`_keep_mask`); the
+    saved mask is 1 byte per element instead of 4. The mask does not depend on the activation's dtype, so a
+    bf16 activation drops with the same probability as an fp32 one.
     """
 
     @staticmethod
     def forward(ctx, x: Tensor, p: float) -> Tensor:  # type: ignore[override]
-        keep = torch.rand(x.shape, device=x.device) >= p
+        keep = _keep_mask(x.shape, p, x.device)
         ctx.scale = 1.0 / (1.0 - p)
         ctx.save_for_backward(keep)
         return x.mul(keep).mul_(ctx.scale)
@@ -538,21 +562,103 @@ class Sublayer(nn.Module):
         return out, z_next
 
 
-def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float) -> Tensor:
-    """``F.scaled_dot_product_attention``, in fp32 where the device's bf16 kernel is the slower one
-    (:func:`normlab.device.attention_upcast`); the output then has the low-precision dtype of the inputs, as
-    the kernel's would."""
-    if (dtype := attention_upcast(q, k, v)) is not None:
-        with torch.autocast("cpu", enabled=False):
+# Attention kernels. Which one is fastest depends on the device, the dtype, the lengths and the mask (issue 31:
+# at the quick scale's (64, 4, 32, 64) on a 2-core AVX-512 BF16 EPYC, forward + backward: torch's bf16 flash
+# kernel 24.6 ms, the same on fp32 copies 11.6 ms, the explicit products below 4.9 ms; on an AMX Xeon bf16 flash
+# 49.8 ms against 4.0 ms), so a run measures them at its own shapes (normlab.train.kernels.choose_attention)
+# and sets the winner on every attention module (set_attention). All compute softmax(q k^T / sqrt(hd) + mask) v
+# with the softmax in fp32; tests/test_attention.py checks each against the others, forward and backward.
+ATTENTION_IMPLS: tuple[str, ...] = ("sdpa", "sdpa-fp32", "matmul")
+
+# (q, k, v, mask, is_causal) of every attention call while trace_attention() is active, for the measurement
+_TRACE: list[tuple[Tensor, Tensor, Tensor, Tensor | None, bool]] | None = None
+
+
+@contextlib.contextmanager
+def trace_attention() -> Iterator[list[tuple[Tensor, Tensor, Tensor, Tensor | None, bool]]]:
+    """Record the inputs of every attention call made inside the block (a list of ``(q, k, v, mask,
+    is_causal)``, detached): the shapes, strides, dtypes and masks a measurement of the kernels replays."""
+    global _TRACE
+    previous, _TRACE = _TRACE, []
+    try:
+        yield _TRACE
+    finally:
+        _TRACE = previous
+
+
+def default_attention(q: Tensor, k: Tensor, v: Tensor) -> str:
+    """The kernel of a model whose run did not measure one: SDPA, on fp32 copies of low-precision inputs where
+    PyTorch's bf16 CPU kernel is known to be the slower (:func:`normlab.device.attention_upcast`)."""
+    return "sdpa-fp32" if attention_upcast(q, k, v) is not None else "sdpa"
+
+
+def _matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float) -> Tensor:
+    """softmax(q k^T / sqrt(hd) + mask) v as two batched matmuls around an fp32 softmax.
+
+    The products run in the dtype autocast would give them (bf16 under bf16 autocast), the scores are scaled,
+    masked and normalised in fp32, and the probabilities go back to that dtype for the product with v. A key
+    masked out for a whole row gets the most negative fp32 instead of -inf, so such a row averages the values
+    uniformly instead of producing NaN (rows like that carry no loss)."""
+    dev = q.device.type
+    cd = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else q.dtype
+    with torch.autocast(dev, enabled=False):
+        q, k, v = q.to(cd), k.to(cd), v.to(cd)
+        s = torch.matmul(q, k.transpose(-2, -1)).float().mul_(q.shape[-1] ** -0.5)
+        if is_causal:
+            T, S = s.shape[-2:]
+            mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril_(S - T)
+        if mask is not None:
+            s = s.masked_fill_(~mask, torch.finfo(s.dtype).min)
+        p = torch.softmax(s, dim=-1)
+        if dropout > 0:
+            p = F.dropout(p, dropout, training=True)
+        return torch.matmul(p.to(cd), v)
+
+
+def _sdpa(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float, impl: str | None = None
+) -> Tensor:
+    """Attention on (B, H, T, hd) tensors with the kernel ``impl`` (:data:`ATTENTION_IMPLS`; None:
+    :func:`default_attention`): ``sdpa`` is ``F.scaled_dot_product_attention`` on the inputs as they are,
+    ``sdpa-fp32`` the same on fp32 copies of low-precision inputs (the output then has their dtype, as the
+    kernel's would), ``matmul`` :func:`_matmul_attention`. ``mask``: bool, True where a key may be attended."""
+    if _TRACE is not None:
+        _TRACE.append((q.detach(), k.detach(), v.detach(), mask, is_causal))
+    impl = impl or default_attention(q, k, v)
+    if impl == "matmul":
+        return _matmul_attention(q, k, v, mask, is_causal, dropout)
+    if impl == "sdpa-fp32" and (dtype := next((x.dtype for x in (q, k, v) if x.dtype in _LOW), None)) is not None:
+        with torch.autocast(q.device.type, enabled=False):
             o = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout,
                                                is_causal=is_causal)  # fmt: skip
         return o.to(dtype)
+    if impl not in ATTENTION_IMPLS:
+        raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {impl!r}")
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
 
 
-def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float) -> Tensor:
-    """SDPA on (B, H, T, hd) tensors; returns (B, T, H*hd)."""
-    return _sdpa(q, k, v, mask, is_causal, dropout).transpose(1, 2).flatten(2)
+_LOW = (torch.bfloat16, torch.float16)
+
+
+def _attend(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float, impl: str | None
+) -> Tensor:
+    """Attention on (B, H, T, hd) tensors; returns (B, T, H*hd)."""
+    return _sdpa(q, k, v, mask, is_causal, dropout, impl).transpose(1, 2).flatten(2)
+
+
+def set_attention(model: nn.Module, impl: str | None) -> int:
+    """Make every attention module of ``model`` use the kernel ``impl`` (None: :func:`default_attention`);
+    returns how many modules it set. The kernels compute the same function (to rounding): changing it never
+    changes what a checkpoint means."""
+    if impl is not None and impl not in ATTENTION_IMPLS:
+        raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {impl!r}")
+    n = 0
+    for m in model.modules():
+        if isinstance(m, (SelfAttention, CrossAttention)):
+            m.attention = impl
+            n += 1
+    return n
 
 
 class SelfAttention(Sublayer):
@@ -572,6 +678,7 @@ class SelfAttention(Sublayer):
         self.k_norm = _norm(cfg.qk_norm, cfg, cfg.head_dim)
         self.norm_inner = _norm(self.plan.slots.inner, cfg)
         self.out = nn.Linear(cfg.d_model, cfg.d_model)
+        self.attention: str | None = None  # the kernel (set_attention); None: default_attention
 
     def init_gain_weights(self) -> list[Tensor]:
         d = self.out.weight.shape[0]
@@ -607,7 +714,7 @@ class SelfAttention(Sublayer):
             keep = ~padding_mask[:, None, None, :]  # (B, 1, 1, S), True where a key may be attended
             mask = keep if mask is None else mask & keep
         p = self.attention_dropout if self.training else 0.0
-        return self.out(self.norm_inner(_attend(q, k, v, mask, is_causal, p)))
+        return self.out(self.norm_inner(_attend(q, k, v, mask, is_causal, p, self.attention)))
 
 
 class CrossAttention(Sublayer):
@@ -624,6 +731,7 @@ class CrossAttention(Sublayer):
         self.k_norm = _norm(cfg.qk_norm, cfg, cfg.head_dim)
         # Sub-LN has no inner norm in the cross-attention (torchscale 0.3.0: `subln and self.self_attention`)
         self.out = nn.Linear(cfg.d_model, cfg.d_model)
+        self.attention: str | None = None  # the kernel (set_attention); None: default_attention
 
     def init_gain_weights(self) -> list[Tensor]:
         d = self.out.weight.shape[0]
@@ -650,7 +758,7 @@ class CrossAttention(Sublayer):
         p = self.attention_dropout if self.training else 0.0
         B, M = q.shape[0], k.shape[0]
         if B == M:
-            return self.out(_attend(q, k, v, mask, False, p))
+            return self.out(_attend(q, k, v, mask, False, p, self.attention))
         # g consecutive decoder rows share one memory row (the beams of a sentence while decoding): their
         # queries attend as g*T query positions of that row, so the memory's keys/values are neither copied
         # per beam nor reordered after each step
@@ -658,7 +766,7 @@ class CrossAttention(Sublayer):
             raise ValueError(f"{B} decoder rows cannot share {M} memory rows")
         g, T = B // M, q.shape[2]
         q = q.unflatten(0, (M, g)).transpose(1, 2).flatten(2, 3)  # (M, H, g*T, hd)
-        o = _sdpa(q, k, v, mask, False, p)
+        o = _sdpa(q, k, v, mask, False, p, self.attention)
         return self.out(o.unflatten(2, (g, T)).permute(0, 2, 3, 1, 4).reshape(B, T, -1))
 
 

@@ -361,7 +361,7 @@ def test_a_full_disk_is_one_line_exit_2_loses_nothing_and_resumes_exactly(
                 "data.valid_subset=32", "model.d_model=32", "model.n_heads=2", "model.d_ffn=64",
                 "model.encoder_layers=1", "model.decoder_layers=1", "model.max_positions=128",
                 "max_updates=8", "save_every=2", "eval_every=4", "keep_last=1", "precision=fp32",
-                "device=cpu")  # fmt: skip
+                "device=cpu", "attention=sdpa")  # fmt: skip
     assert cli(capsys, "train", "--out", str(tmp_path / "ref"), "--quiet", *args)[0] == 0
 
     saves = []

@@ -34,6 +34,9 @@ def config(**top) -> dict:
         "max_epochs": 3,
         "device": "cpu",
         "precision": "fp32",
+        # a named kernel: these tests compare separate runs bit for bit, and "auto" picks by timing
+        # (tests/test_attention.py checks that a resumed run keeps the kernel it measured)
+        "attention": "sdpa",
     }  # fmt: skip
     for key, value in top.items():
         if isinstance(value, dict):

@@ -93,7 +93,8 @@ def _updater(cfg: TrainConfig, sentence_len: int) -> Any:
     """One training update of ``cfg``'s translation model on a fixed random batch of ``cfg.data.max_tokens`` tokens,
     as a function (synchronised on CUDA, so that timing it times the update)."""
     from normlab.device import autocast, autocast_dtype
-    from normlab.model import build_model
+    from normlab.model import build_model, set_attention
+    from normlab.train.kernels import choose_attention
     from normlab.train.losses import translation_loss
     from normlab.train.optim import build_optimizer
 
@@ -107,6 +108,12 @@ def _updater(cfg: TrainConfig, sentence_len: int) -> Any:
     v = cfg.model.vocab_size
     src = torch.randint(8, v, (batch, sentence_len), generator=gen).to(device)
     tgt = torch.randint(8, v, (batch, sentence_len), generator=gen).to(device)
+    # the attention kernel the run would train with (the trainer measures it the same way at its start)
+    impl = cfg.attention
+    if impl == "auto":
+        impl = choose_attention(model, lambda: translation_loss(model, src, tgt, tgt, cfg.label_smoothing),
+                                context=lambda: autocast(device, amp)).impl  # fmt: skip
+    set_attention(model, impl)
 
     def step() -> None:
         with autocast(device, amp):

@@ -41,10 +41,12 @@ from normlab.rundir import RunDir, write_atomic
 __all__ = ["RunOutcome", "run_grid", "run_status", "changed_settings", "FINISHED"]
 
 # What a run's result does not depend on: checkpoint and log cadence; the device (`auto` on one invocation and
-# `cpu` on the next are the same run; precision, which changes the numbers, does count); the paths run_grid
-# fills in for a fine-tuning run (its parent's checkpoint and tokenizer); the sizes the trainer fits to the data.
-_NOT_THE_RESULT = frozenset({"save_every", "keep_last", "keep_every", "log_every", "device", "init_from",
-                             "data.tokenizer", "model.vocab_size", "model.num_classes"})  # fmt: skip
+# `cpu` on the next are the same run; precision, which changes the numbers, does count); the attention kernel
+# (the kernels compute one function and differ in rounding only, as a run on another CPU does); the paths
+# run_grid fills in for a fine-tuning run (its parent's checkpoint and tokenizer); the sizes the trainer fits to
+# the data.
+_NOT_THE_RESULT = frozenset({"save_every", "keep_last", "keep_every", "log_every", "device", "attention",
+                             "init_from", "data.tokenizer", "model.vocab_size", "model.num_classes"})  # fmt: skip
 
 
 def changed_settings(spec: RunSpec, run_dir: Path) -> list[str]:

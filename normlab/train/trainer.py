@@ -43,10 +43,11 @@ from normlab import __version__
 from normlab.config import ConfigError, TrainConfig
 from normlab.data.batch import Batch
 from normlab.device import autocast, autocast_dtype
-from normlab.model import build_model
+from normlab.model import build_model, set_attention
 from normlab.rundir import RunDir
 from normlab.train import checkpoint as ckpt
 from normlab.train.distributed import Dist, all_reduce_sum, init_distributed
+from normlab.train.kernels import choose_attention
 from normlab.train.objectives import compute_loss
 from normlab.train.optim import build_optimizer, set_lr
 from normlab.train.schedules import Schedule, build_schedule
@@ -122,6 +123,10 @@ class TrainState:
     best_update: int | None = None
     last_finite_loss: float | None = None
     elapsed: float = 0.0  # training seconds, summed over resumes
+    # the attention kernel the run trains with (normlab.model.ATTENTION_IMPLS, or "default": the static rule of
+    # normlab.model.default_attention, which runs from before the kernel was measured have); chosen once at the
+    # start (normlab.train.kernels) and kept on resume, so that a resumed run is bit-identical
+    attention: str | None = None
 
 
 class Trainer:
@@ -236,6 +241,8 @@ class Trainer:
                 continue
             fields = {f.name for f in dataclasses.fields(TrainState)}
             self.state = TrainState(**{k: v for k, v in saved.items() if k in fields})
+            if "attention" not in saved:  # a checkpoint from before the kernel was chosen: keep its kernel
+                self.state.attention = "default"
             self._resumed_from = path
             if damaged:
                 self._say(f"resume: {len(damaged)} newer checkpoint(s) damaged; resuming from {path.name}, the newest "
@@ -434,6 +441,30 @@ class Trainer:
 
     # -------------------------------------------------------------------------------------------------- fit
 
+    def _set_attention(self, plan: list[np.ndarray], extra: dict[str, Any]) -> None:
+        """Choose the attention kernel (``cfg.attention``; ``auto``: the fastest measured on the run's first batch
+        of this epoch, :mod:`normlab.train.kernels`), set it on the model and record it in the summary. A
+        resumed run keeps the kernel it started with unless the configuration names another."""
+        cfg, s = self.cfg, self.state
+        if cfg.attention != "auto":
+            s.attention = cfg.attention
+        elif s.attention is None:
+            batch = self.train_data.collate(plan[0], rank=self.dist.rank, world=self.dist.world, seed=cfg.seed,
+                                            epoch=s.epoch, step=0).to(self.device)  # fmt: skip
+            choice = choose_attention(
+                self.model, lambda: compute_loss(self.model, batch, cfg.label_smoothing, cfg.loss_impl),
+                context=self._autocast,
+            )  # fmt: skip
+            impls = list(choice["ms"])
+            # every rank takes the same kernel: the one with the least time summed over ranks
+            totals = all_reduce_sum([choice["ms"][k] for k in impls], self.dist)
+            s.attention = impls[min(range(len(impls)), key=totals.__getitem__)]
+            extra["attention_ms"] = choice["ms"]
+            self._say(f"attention: {s.attention} (forward + backward of the {choice['calls']} attention calls of the "
+                      "first batch: " + ", ".join(f"{k} {v:.1f} ms" for k, v in choice["ms"].items()) + ")")
+        set_attention(self.model, None if s.attention == "default" else s.attention)
+        extra["attention"] = s.attention
+
     def _epoch_plan(self, epoch: int) -> list[np.ndarray]:
         d = self.cfg.data
         return self.train_data.epoch_batches(epoch, self.cfg.seed, d.max_tokens, max_sentences=d.max_sentences)
@@ -524,6 +555,8 @@ class Trainer:
         status = "completed"
         extra: dict[str, Any] = {"total_updates": total, "updates_per_epoch": per_epoch}
         try:
+            if s.update < total:
+                self._set_attention(self._epoch_plan(s.epoch), extra)
             self._summary("running", **extra)
             while s.update < total and s.epoch <= cfg.max_epochs:
                 plan = self._epoch_plan(s.epoch)

@@ -1,0 +1,130 @@
+"""Kernels chosen by measurement (issue 31): which attention implementation a run uses.
+
+The fastest attention kernel depends on the device, the dtype, the sequence lengths and the mask, and the
+differences are large: at the quick scale's shape (batch 64, 4 heads, 32 positions, head 64, bf16, one
+thread), forward + backward, PyTorch's CPU flash kernel took 24.6 ms on a 2-core AVX-512 BF16 EPYC and 49.8 ms
+on an AMX Xeon, where two batched matmuls around an fp32 softmax took 4.9 and 4.0 ms; at long sequences the
+flash kernel wins, as it does on a GPU. A CPU flag cannot say which is which, so :func:`choose_attention`
+times the candidates (:data:`normlab.model.ATTENTION_IMPLS`) on the run's own attention calls, recorded from
+one forward pass of the model on the run's first batch (the shapes, strides, dtypes and masks of every
+encoder self-, decoder self- and cross-attention call), and the trainer sets the fastest on the model
+(:func:`normlab.model.set_attention`) and records the choice and the timings in the run's summary. The
+kernels compute the same function; they differ in rounding (fp32: ~1e-7 relative, bf16: the bf16 products'
+rounding), so a resumed run keeps the kernel it started with (bit-exact resume) rather than measuring again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from normlab.model import ATTENTION_IMPLS, _sdpa, trace_attention
+
+__all__ = ["AttentionChoice", "record_attention_calls", "time_attention", "choose_attention"]
+
+Call = tuple[Tensor, Tensor, Tensor, "Tensor | None", bool]
+
+
+class AttentionChoice(dict):
+    """``{"impl": winner, "ms": {impl: ms per forward + backward of all the recorded calls}, "calls": n}``: a
+    dict so that it goes into summary.json as it is."""
+
+    @property
+    def impl(self) -> str:
+        return self["impl"]
+
+
+def record_attention_calls(forward: Callable[[], Any]) -> list[Call]:
+    """The inputs of every attention call ``forward()`` makes (run under no_grad: only shapes are needed)."""
+    with torch.no_grad(), trace_attention() as calls:
+        forward()
+    return list(calls)
+
+
+def _leaf_like(x: Tensor) -> Tensor:
+    """A fresh leaf with x's shape, strides and dtype (a permuted view of a fused QKV projection stays one)."""
+    t = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+    with torch.no_grad():
+        t.copy_(x)
+    return t.requires_grad_(True)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_attention(
+    calls: Sequence[Call],
+    impls: Sequence[str] = ATTENTION_IMPLS,
+    *,
+    context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    rounds: int = 5,
+    dropout: float = 0.0,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, float]:
+    """Milliseconds for forward + backward of all ``calls`` with each kernel of ``impls``: the median over
+    ``rounds`` timed rounds after one warm-up round, the kernels interleaved within each round (the starting
+    one rotating) so that load from other processes hits them alike. ``context`` is entered around each
+    forward (the run's autocast)."""
+    if not calls:
+        return {impl: 0.0 for impl in impls}
+    device = calls[0][0].device
+    leaves = [(_leaf_like(q), _leaf_like(k), _leaf_like(v), mask, causal) for q, k, v, mask, causal in calls]
+    grads = [None] * len(leaves)
+    gen = torch.Generator(device=device).manual_seed(0)  # its own generator: the run's draw nothing here
+
+    def run(impl: str) -> float:
+        _synchronize(device)
+        t0 = clock()
+        for i, (q, k, v, mask, causal) in enumerate(leaves):
+            with context():
+                o = _sdpa(q, k, v, mask, causal, dropout, impl)
+            if grads[i] is None or grads[i].dtype != o.dtype:
+                grads[i] = torch.randn(o.shape, generator=gen, dtype=o.dtype, device=o.device)
+            o.backward(grads[i])
+            q.grad = k.grad = v.grad = None
+        _synchronize(device)
+        return (clock() - t0) * 1e3
+
+    times: dict[str, list[float]] = {impl: [] for impl in impls}
+    for r in range(rounds + 1):
+        order = list(impls[r % len(impls):]) + list(impls[: r % len(impls)])
+        for impl in order:
+            ms = run(impl)
+            if r:  # round 0 warms every kernel up (first-call allocations, lazy initialisation)
+                times[impl].append(ms)
+    return {impl: statistics.median(ts) for impl, ts in times.items()}
+
+
+def choose_attention(
+    model: nn.Module,
+    forward: Callable[[], Any],
+    *,
+    context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    impls: Sequence[str] = ATTENTION_IMPLS,
+    rounds: int = 5,
+) -> AttentionChoice:
+    """Measure ``impls`` on the attention calls of ``forward()`` (one pass of ``model`` on a real batch, run
+    inside ``context``) and return the fastest with the timings. The model is left as it was: the caller sets
+    the winner (:func:`normlab.model.set_attention`)."""
+    was_training = model.training
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    # the measurement draws no number from the run's generators: a run's dropout masks and data order are the
+    # same whether or not (and whatever) it measured
+    with torch.random.fork_rng(devices=devices):
+        model.eval()  # shapes only: no dropout
+        try:
+            with context():
+                calls = record_attention_calls(forward)
+        finally:
+            model.train(was_training)
+        ms = time_attention(calls, impls, context=context, rounds=rounds)
+    best = min(impls, key=lambda impl: ms[impl])
+    return AttentionChoice(impl=best, ms={k: round(v, 3) for k, v in ms.items()}, calls=len(calls))
