@@ -160,7 +160,7 @@ def build_normlab(spec: str, w: Workload, device: torch.device, args: argparse.N
         raise SystemExit(f"{spec}: loss must be one of {LOSS_IMPLS}")
     chunk = int(opts["chunk"]) if "chunk" in opts else None
     model = Seq2Seq(w.model_config(placement)).to(device).train()
-    attn = opts.get("attn", args.normlab_attention)
+    attn = opts.get("attn", getattr(args, "normlab_attention", "auto"))
     if attn not in ("auto", *ATTENTION_IMPLS):
         raise SystemExit(f"{spec}: attn must be auto or one of {ATTENTION_IMPLS}")
     if attn == "auto":  # as the Trainer does at a run's start (normlab.train.kernels), per dtype: see update()

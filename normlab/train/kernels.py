@@ -66,13 +66,15 @@ def time_attention(
     *,
     context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     rounds: int = 5,
+    budget_s: float = 3.0,
     dropout: float = 0.0,
     clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, float]:
-    """Milliseconds for forward + backward of all ``calls`` with each kernel of ``impls``: the median over
+    """Milliseconds for forward + backward of all ``calls`` with each kernel of ``impls``: the median over up to
     ``rounds`` timed rounds after one warm-up round, the kernels interleaved within each round (the starting
-    one rotating) so that load from other processes hits them alike. ``context`` is entered around each
-    forward (the run's autocast)."""
+    one rotating) so that load from other processes hits them alike. Rounds stop early once ``budget_s``
+    seconds have gone into the measurement (at least one timed round: long sequences make a round take
+    seconds). ``context`` is entered around each forward (the run's autocast)."""
     if not calls:
         return {impl: 0.0 for impl in impls}
     device = calls[0][0].device
@@ -94,7 +96,10 @@ def time_attention(
         return (clock() - t0) * 1e3
 
     times: dict[str, list[float]] = {impl: [] for impl in impls}
+    start = time.perf_counter()
     for r in range(rounds + 1):
+        if r > 1 and time.perf_counter() - start > budget_s:
+            break
         order = list(impls[r % len(impls):]) + list(impls[: r % len(impls)])
         for impl in order:
             ms = run(impl)
@@ -111,8 +116,8 @@ def choose_attention(
     impls: Sequence[str] = ATTENTION_IMPLS,
     rounds: int = 5,
 ) -> AttentionChoice:
-    """Measure ``impls`` on the attention calls of ``forward()`` (one pass of ``model`` on a real batch, run
-    inside ``context``) and return the fastest with the timings. The model is left as it was: the caller sets
+    """Measure ``impls`` on the attention calls of ``forward()`` (a pass of ``model`` over one or more real
+    batches, run inside ``context``) and return the fastest with the timings. The model is left as it was: the caller sets
     the winner (:func:`normlab.model.set_attention`)."""
     was_training = model.training
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
