@@ -334,6 +334,21 @@ def with_seeds(spec: RunSpec, seeds: int) -> list[RunSpec]:
             for k in range(1, max(1, seeds) + 1)]  # fmt: skip
 
 
+def seeds_mapping(seeds: int) -> Mapping:
+    """The report's "seeds" row: how many, and the interval the verdicts read off them, with the numbers of the
+    rules in report/claims.py (computed here, so that the text cannot drift from the code that decides)."""
+    from normlab.report.claims import LEVEL, _noise_k
+
+    if seeds < 2:
+        here = f"{seeds} per training run: the seed noise is not measured, and every training claim is inconclusive"
+    else:
+        lo, hi = _noise_k(2 * seeds - 2), _noise_k(seeds - 1)
+        here = (f"{seeds} per training run; an effect is decided on the {100 * LEVEL:g}% t interval of the gap of "
+                f"the seed means (delta method, Welch-Satterthwaite df): {lo:.2f}-{hi:.2f} standard errors each way "
+                f"at {seeds} seeds a side (report/claims.py)")
+    return Mapping("seeds", "one run per setting (6 seeds for fine-tuning)", here)
+
+
 def mappings(scale: Scale, ctx: Context) -> list[Mapping]:
     """How the paper's schedule settings were translated to this scale (the report's table)."""
     total = _translation_total(scale, ctx)
@@ -345,8 +360,7 @@ def mappings(scale: Scale, ctx: Context) -> list[Mapping]:
     out = [
         Mapping("IWSLT run length", f"~{PAPER['iwslt_epochs']} epochs x ~{PAPER['iwslt_updates_per_epoch']:,} "
                 f"updates = {paper_total:,} updates (read off Figures 2, 4, 6)", length),
-        Mapping("seeds", "one run per setting (6 seeds for fine-tuning)",
-                f"{scale.seeds} per training run; effects counted beyond 2 standard errors of the seed means"),
+        seeds_mapping(scale.seeds),
     ]  # fmt: skip
     if t.runs:
         out.append(Mapping("runs", "every setting of Figures 2, 4, 6", "only " + ", ".join(t.runs) +

@@ -48,7 +48,7 @@ from normlab.report.markdown import write_markdown
 from normlab.report.plots import plot_all
 from normlab.rundir import write_atomic
 
-__all__ = ["reproduce", "add_arguments", "run", "make_context"]
+__all__ = ["reproduce", "add_arguments", "run", "make_context", "rerender"]
 
 ALL_FIGURES = ("fig2", "fig3", "fig4", "fig5", "fig6", "width")
 """The paper's figures, and ``width``: beyond the paper, the stability sweep across widths (scales.py)."""
@@ -64,6 +64,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-estimate", action="store_true", help="skip the probe that estimates the wall time")
     p.add_argument("--report-only", action="store_true", help="train nothing: write the report from the runs "
                    "finished so far in OUT (claims count only the finished seeds; the report names the others)")
+    p.add_argument("--rerender", default="", metavar="REPORT_DIR", help="train and read no run: decide the claims "
+                   "again from REPORT_DIR/results.json under the current rules and rewrite its results.json, REPORT.md "
+                   "(and index.html if there is one) in place")
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads per run (default: cores / jobs)")
     p.add_argument("--launcher", default="local", choices=["local", "torchrun"], help="how each run is started")
@@ -360,6 +363,35 @@ def reproduce(
     return results
 
 
+def rerender(report: Path | str) -> dict[str, Any]:
+    """Decide the claims again from ``report``/results.json (what a finished job wrote) under the current rules of
+    report/claims.py, without the runs: every number a verdict reads is in results.json. Rewrites results.json's
+    ``claims`` and the mapping table's "seeds" row (the rules' numbers), then REPORT.md and, if present,
+    index.html, with the figures already in the folder. Returns the new results."""
+    from normlab.experiments.figures import seeds_mapping
+    from normlab.experiments.results import group_runs
+
+    report = Path(report)
+    results = json.loads((report / "results.json").read_text(encoding="utf-8"))
+    meta = results.get("meta", {})
+    unfinished = meta.get("unfinished") or {}
+    pending = sorted({results["runs"][n]["group"] for n in unfinished if n in results["runs"]})
+    if any("fig5" in results["runs"][n].get("figures", []) for n in unfinished if n in results["runs"]):
+        pending.append("fine-tuning results")
+    if meta.get("analysis_missing"):
+        pending.append("analysis")
+    results["claims"] = evaluate_claims(results, pending=pending)
+    seeds = max((len(g) for g in group_runs(results.get("runs", {})).values()), default=0)
+    results["mappings"] = [seeds_mapping(seeds).__dict__ if m.get("what") == "seeds" else m
+                           for m in results.get("mappings", [])]  # fmt: skip
+    images = {png.stem: png for png in sorted(report.glob("*.png"))}
+    write_atomic(report / "results.json", json.dumps(results, indent=1, default=_json_default))
+    write_markdown(results, images, report / "REPORT.md")
+    if (report / "index.html").exists():
+        write_html(results, images, report / "index.html")
+    return results
+
+
 def _width_sweep(scale: Scale, out: Path, **kw: Any) -> dict[str, Any]:
     """The ``width`` figure: ``normlab sweep`` at the scale's preset into OUT/width (its own report there too)."""
     from normlab.experiments.sweep import run_sweep, sweep_scale
@@ -399,6 +431,10 @@ def _json_default(x: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.rerender:
+        for c in rerender(args.rerender)["claims"]:
+            _say(f"  {c['id']:>4} {c['verdict']:<22} {c['claim']}")
+        return 0
     figures = tuple(f.strip() for f in args.figures.split(",") if f.strip())
     if args.figures.strip() and not figures:
         raise ConfigError(f"--figures {args.figures!r} names no figure; expected some of {list(ALL_FIGURES)}")

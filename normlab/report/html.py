@@ -108,7 +108,7 @@ def progress_sentence(meta: dict[str, Any], names: int = 6) -> str:
 
 def baseline_lines(results: dict[str, Any]) -> list[str]:
     """The gates' reference numbers in words (shared with REPORT.md)."""
-    from normlab.report.claims import LEARN_MARGIN, NOISE_SE
+    from normlab.report.claims import LEARN_MARGIN, LEVEL, NOISE_SE, corrected
 
     base = results.get("baselines", {})
     out = []
@@ -119,13 +119,24 @@ def baseline_lines(results: dict[str, Any]) -> list[str]:
             out.append(f"{what}: unigram loss of the validation targets {h:.3f} nats per token (their cross-entropy "
                        f"under the training data's token frequencies; {base[kind]['tokens']:,} tokens"
                        + (f"; their own plug-in entropy {plug:.3f}" if plug is not None else "")
-                       + f"); a reference run learned if it ends at or below {h - LEARN_MARGIN:.3f} nats")
+                       + f"); a reference run learned if the {100 * LEVEL:g}% t interval of its seed mean lies at "
+                       f"or below {h - LEARN_MARGIN:.3f} nats ({LEARN_MARGIN:g} below it), did not learn if it lies "
+                       "above, and its claims are inconclusive when it straddles that line")
     for task, b in base.get("finetune", {}).items():
         out.append(f"fine-tuning {task}: majority class {100 * b['majority']:.1f}% of {b['examples']:,} validation "
                    "pairs; the reference must beat it beyond its 95% interval")
     if out:
-        out.append("an effect counts only beyond the 95% interval of the difference of seed means (Welch's t, "
-                   f"never narrower than {NOISE_SE:g} standard errors)")
+        out.append(f"an effect is the relative gap of two seed means with its {100 * LEVEL:g}% t interval (delta "
+                   "method with both means' variances, Welch-Satterthwaite degrees of freedom, never narrower than "
+                   f"{NOISE_SE:g} standard errors). A directional claim of size delta holds when the interval's low "
+                   "end lies above delta, does not hold when its high end lies below delta, and is inconclusive "
+                   f"between: each verdict errs at most about {100 * (1 - LEVEL) / 2:g}% of the time")
+        out.append("a claim made of several tests (layers, placements, learning rates, parts) that any one of them "
+                   "can decide (a union) reads that one at the Bonferroni-corrected level 1 - "
+                   f"{1 - LEVEL:.2g}/m (e.g. {100 * corrected(2):g}% for 2 tests, {100 * corrected(12):.4g}% for "
+                   "12); one that needs all of them (an intersection) reads each at "
+                   f"{100 * LEVEL:g}%: either way the claim's verdict errs at most about {100 * (1 - LEVEL) / 2:g}% of "
+                   "the time")
     return out
 
 
