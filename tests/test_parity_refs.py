@@ -9,8 +9,9 @@
 
 Both are the optional ``test-ref`` dependency group (pyproject.toml), which ``make test`` (and so CI) installs
 (``make install-ref``); there a reference that is absent fails its tests (NORMLAB_REQUIRE_REFS=1), and a bare
-``pytest`` skips them with the reason. torchscale imports timm for DropPath only (never built with drop_path_rate = 0), and
-timm needs torchvision, which would replace the CPU torch: a stub ``timm.models.layers`` stands in for it.
+``pytest`` skips them with the reason. torchscale imports timm for DropPath only (never built with
+drop_path_rate = 0), and timm needs torchvision, which would replace the CPU torch: a stub ``timm.models.layers``
+stands in for it.
 """
 
 from __future__ import annotations

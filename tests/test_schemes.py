@@ -211,7 +211,8 @@ def test_rezero_lines():
         if stack == "decoder" and name == "self_attn":
             kw = {"causal": True}
         with torch.no_grad():
-            torch.testing.assert_close(r["output"], r["input"] + a * sub.branch(r["input"], **kw), msg=f"{stack}{i}{name}")
+            want = r["input"] + a * sub.branch(r["input"], **kw)
+            torch.testing.assert_close(r["output"], want, msg=f"{stack}.{i}.{name}")
     # trained, the layer's one a moves by the sum of its sub-layers' gradients
     out = model(src, tgt)
     out.square().mean().backward()
@@ -558,9 +559,10 @@ def test_every_placement_and_norm_with_perturbed_norms(placement, norm):
                         continue
                     sub, r = getattr(block, name), layer[name]
                     mem = rec["encoder"]["final"] if name == "cross_attn" else None
-                    f = lambda h: _branch_formula(sub, norm, h, causal=stack == "decoder" and name == "self_attn",  # noqa: E731
-                                                  memory=mem)
-                    want = _scheme_formula(placement, norm, sub, r["input"], f, layer=i, n_layers=2, role=stack, x_l=x_l)
+                    causal = stack == "decoder" and name == "self_attn"
+                    f = lambda h: _branch_formula(sub, norm, h, causal=causal, memory=mem)  # noqa: E731
+                    want = _scheme_formula(placement, norm, sub, r["input"], f, layer=i, n_layers=2, role=stack,
+                                           x_l=x_l)
                     torch.testing.assert_close(r["output"], want, atol=2e-5, rtol=1e-4, msg=f"{stack}.{i}.{name}")
                     z = z + f(r["input"])
             last = rec[stack]["layers"][-1]["ffn"]["output"]
