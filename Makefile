@@ -1,5 +1,6 @@
 # The two commands of the README: `make reproduce` (the main job) and `make test`.
 # `make install` creates .venv and installs normlab with its test and hf extras; it is a no-op when nothing changed.
+# `make test` also installs the parity references (install-ref) and requires them.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -21,14 +22,23 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q -e '.[test,hf]'
 	touch $(STAMP)
 
-# The references of tests/test_parity_refs.py (pyproject's test-ref group) without their dependencies:
-# torchscale's timm pin would bring torchvision and another torch.
-install-ref: install
+# The references of tests/test_parity_refs.py (pyproject's test-ref group; x-transformers is also the peer of
+# the benchmark's test) without their dependencies: torchscale's timm pin would bring torchvision and another
+# torch. The import check fails here, naming the module, when one of them cannot be used.
+REF_STAMP := $(VENV)/.installed-ref
+
+install-ref: $(REF_STAMP)
+
+$(REF_STAMP): $(STAMP)
 	$(PY) -m pip install -q --no-deps torchscale==0.3.0 fairscale==0.4.0 'x-transformers>=2.0' 'einops>=0.8' \
 		'einx>=0.3' frozendict loguru 'torch-einops-utils>=0.1.41'
+	$(PY) -c 'import fairscale, x_transformers, torchscale.architecture.config'
+	touch $(REF_STAMP)
 
-test: install
-	$(PY) -m pytest -q
+# Every test runs: the references are installed and NORMLAB_REQUIRE_REFS=1 turns an absent one into a failure
+# (tests/conftest.py, require_reference) rather than a skip.
+test: install-ref
+	NORMLAB_REQUIRE_REFS=1 $(PY) -m pytest -q
 
 # The main job: the decisive contrasts at the quick scale (~2 h estimated on 2 cores with native bf16; it prints
 # its own estimate from a probe of this machine first) and the report

@@ -470,15 +470,18 @@ class Placement(enum.StrEnum):
     * ``peri``: N on both sides of each branch, plus a final N (Kim et al. 2025, "Peri-LN"):
       h <- h + N(F(N(h))).
     * ``deepnorm``: Post-LN with an up-weighted residual, h <- N(alpha h + F(h)), and the value, output and
-      FFN projections scaled by beta after Xavier (Wang et al. 2022, "DeepNet"; torchscale's constants).
+      FFN projections scaled by beta after Xavier (Wang et al. 2022, "DeepNet"): the paper's constants, which
+      are torchscale 0.3.0's except in the encoder of an encoder-decoder, where normlab has the paper's
+      beta = 0.87 (N^4 M)^(-1/16) (also Admin's code) and torchscale 1.15 (N^4 M)^(-1/16).
     * ``subln``: Pre-LN plus a norm before the attention output projection and before the second FFN
       projection, those projections scaled by gamma at init (Wang et al. 2022, "Magneto"; torchscale).
-    * ``mixln``: Post-LN for the first floor(mixln_alpha * L) layers of a stack, Pre-LN after, final N
-      (Li et al. 2024, "Mix-LN").
+    * ``mixln``: Post-LN for the first floor(mixln_alpha * L) layers of a stack, Pre-LN after, final N for
+      every mixln_alpha, 1 included, as the reference keeps it (Li et al. 2024, "Mix-LN").
     * ``lns``: Pre-LN with the branch norm's output scaled by 1/sqrt(l), l = 1..L (Sun et al. 2025,
       "The Curse of Depth", LayerNorm Scaling).
     * ``output``: N on the branch output only, plus a final N (OLMo 2, Team OLMo 2024): h <- h + N(F(h)).
-    * ``rezero``: no norm; h <- h + a F(h) with a learned scalar a = 0 at init (Bachlechner et al. 2020).
+    * ``rezero``: no norm; h <- h + a F(h) with a learned scalar a = 0 at init, one per layer shared by its
+      sub-layers as in the reference code (Bachlechner et al. 2020).
     * ``admin``: Post-LN with a learned per-channel weight on the residual, h <- N(omega * h + F(h)), omega set
       by a profiling pass on a batch before the first update (Liu et al. 2020, "Admin"; ``admin_profile``).
     * ``b2t``: Post-LN plus, in each layer, the layer's input added before its last norm, bypassing the
@@ -546,11 +549,14 @@ class ModelConfig(Strict):
     placement: Placement = field(
         Placement.POST,
         help="where the norms sit and how the residual is wired: " + ", ".join(p.value for p in Placement)
-        + " (normlab.config.Placement)",
+        + " (normlab.config.Placement). Where sources differ: deepnorm's encoder of an encoder-decoder has the "
+        "paper's beta 0.87 (N^4 M)^(-1/16), not torchscale's 1.15; rezero has one gate per layer, as the "
+        "reference; mixln keeps its final norm at mixln_alpha = 1, as the reference",
     )
     norm: Literal["layernorm", "rmsnorm", "dyt", "none"] = field(
         "layernorm",
-        help="the norm function of every slot the placement fills (and of embedding_norm): layernorm; "
+        help="the norm function of every slot the placement fills (and of embedding_norm and the masked LM's "
+        "head): layernorm; "
         "rmsnorm (Zhang & Sennrich 2019); dyt, Dynamic Tanh gamma * tanh(a x) + beta with a learned scalar a "
         "(Zhu et al. 2025); none (every slot the identity)",
     )
@@ -559,7 +565,8 @@ class ModelConfig(Strict):
         False, help="a norm (the `norm` function) on each head's queries and keys before attention (Dehghani et al. 2023)"
     )
     mixln_alpha: float = field(
-        0.25, help="Mix-LN: the share of each stack's layers, from the bottom, that are Post-LN (Li et al. 2024: 0.25)"
+        0.25, help="Mix-LN: the share of each stack's layers, from the bottom, that are Post-LN (Li et al. 2024: "
+        "0.25); the final norm stays at 1"
     )
     positional: Literal["sinusoidal", "learned"] = field(
         "sinusoidal", help="position embedding: fairseq's sinusoidal table, or learned (BERT)"

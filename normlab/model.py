@@ -128,8 +128,8 @@ NORM_SLOTS: dict[Placement, NormSlots] = {
     #   x --+--> N --> [q k v] --> attend --> N --> W^O --(+)--> out    FFN: N -> W^1 -> act -> N -> W^2
     Placement.SUBLN: NormSlots(branch_in=True, branch_out=False, after_add=False, final=True,
                                inner=True, init="subln"),
-    # Li et al. 2024 ("Mix-LN", arXiv 2412.13795): layers 1..floor(alpha L) Post-LN, the rest Pre-LN; the
-    # stack ends with Pre-LN layers, so it has Pre-LN's final N (a stack of only Post-LN layers does not).
+    # Li et al. 2024 ("Mix-LN", arXiv 2412.13795): layers 1..floor(alpha L) Post-LN, the rest Pre-LN, and
+    # Pre-LN's final N for every alpha, 1 included (the reference's LLaMA keeps its final norm).
     Placement.MIXLN: dataclasses.replace(_PRE, post_first=True),
     # Sun et al. 2025 ("The Curse of Depth in LLMs", arXiv 2502.05795, LayerNorm Scaling): Pre-LN whose
     # branch input is N(x) / sqrt(l) in layer l = 1..L (both sub-layers of the layer). Final N.
@@ -138,8 +138,9 @@ NORM_SLOTS: dict[Placement, NormSlots] = {
     # OLMo 2 (Team OLMo 2024, arXiv 2501.00656, "reordered norm"): x <- x + N(F(x)); final N.
     #   x --+--> F --> N --(+)--> out
     Placement.OUTPUT: NormSlots(branch_in=False, branch_out=True, after_add=False, final=True),
-    # Bachlechner et al. 2020 ("ReZero is all you need", arXiv 2003.04887): x <- x + a F(x), a scalar per
-    # sub-layer, a = 0 at init (every layer starts as the identity); no norm anywhere, no final norm.
+    # Bachlechner et al. 2020 ("ReZero is all you need", arXiv 2003.04887): x <- x + a F(x), one scalar a
+    # per layer shared by its sub-layers (the reference's `resweight`, Block), a = 0 at init (every layer
+    # starts as the identity); no norm anywhere, no final norm.
     #   x --+--> F --> x a --(+)--> out
     Placement.REZERO: NormSlots(branch_in=False, branch_out=False, after_add=False, final=False, gain="rezero"),
     # Liu et al. 2020 ("Understanding the Difficulty of Training Transformers", arXiv 2004.08249, Admin, Eq. 4-5;
@@ -250,12 +251,10 @@ def plan_layer(cfg: ModelConfig, role: str, index: int, n_layers: int) -> LayerP
 
 
 def stack_has_final_norm(cfg: ModelConfig, n_layers: int) -> bool:
-    """Whether a stack ends with a norm: the scheme's ``final``, except a Mix-LN stack whose layers are all
-    Post-LN (mixln_alpha = 1) ends as Post-LN does."""
-    slots = NORM_SLOTS[cfg.placement]
-    if slots.post_first and math.floor(cfg.mixln_alpha * n_layers) >= n_layers:
-        return False
-    return slots.final
+    """Whether a stack ends with a norm: the scheme's ``final``. A Mix-LN stack keeps its final norm for every
+    mixln_alpha, 1 (all layers Post-LN) included, as the reference does (github.com/pixeli99/MixLN: the
+    LLaMA model's final ``self.norm`` runs whatever the layers' split)."""
+    return NORM_SLOTS[cfg.placement].final
 
 
 class DyT(nn.Module):
@@ -317,7 +316,8 @@ class Scale(nn.Module):
 
 
 class ReZeroGain(nn.Module):
-    """ReZero's learned scalar on the branch output, 0 at init (Bachlechner et al. 2020, Eq. 4)."""
+    """ReZero's learned scalar on the branch output, 0 at init (Bachlechner et al. 2020, Eq. 4); one module per
+    layer, shared by the layer's sub-layers (:class:`Block`)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -801,6 +801,13 @@ class Block(nn.Module):
         self.self_attn = SelfAttention(cfg, plan)
         self.cross_attn = CrossAttention(cfg, plan) if cross_attention else None
         self.ffn = FeedForward(cfg, plan)
+        if plan.slots.gain == "rezero":
+            # ReZero's reference shares one a per layer between its sub-layers (github.com/majumderb/rezero,
+            # rezero/transformer/rztx.py: RZTXEncoderLayer and RZTXDecoderLayer multiply every branch by the
+            # layer's one `resweight`): the self-attention's gain is the layer's, the others take it
+            for sub in (self.cross_attn, self.ffn):
+                if sub is not None:
+                    sub.gain = self.self_attn.gain
 
     def forward(
         self,
@@ -1056,7 +1063,8 @@ class Seq2Seq(nn.Module):
 
 
 class MaskedLM(nn.Module):
-    """Encoder-only model with BERT's masked-LM head (dense, activation, LayerNorm, tied decoder + bias)."""
+    """Encoder-only model with BERT's masked-LM head (dense, activation, norm, tied decoder + bias); the head's
+    norm is ``cfg.norm`` (BERT: LayerNorm)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -1067,7 +1075,9 @@ class MaskedLM(nn.Module):
         )
         self.lm_dense = nn.Linear(cfg.d_model, cfg.d_model)
         self.lm_act = nn.ReLU() if cfg.activation == "relu" else nn.GELU()
-        self.lm_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        # BERT's head norm is the model's norm function (make_norm): none with norm=none, RMSNorm or DyT with
+        # those, so that a model "without normalisation" has none in its head either
+        self.lm_norm = make_norm(cfg)
         self.lm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         init_weights(self, cfg)
 
@@ -1315,7 +1325,7 @@ def describe(model: nn.Module) -> str:
             lines.append(f"  {stack_name} ({st.role}): residual weight alpha={p0.skip:.4g}, {which} "
                          f"x {p0.init_gain:.4g} at init")
         if p0 is not None and p0.slots.gain == "rezero":
-            lines.append(f"  {stack_name}: each branch output x a, a learned scalar, 0 at init (ReZero)")
+            lines.append(f"  {stack_name}: each branch output x a, one learned scalar per layer, 0 at init (ReZero)")
         if p0 is not None and p0.slots.skip == "admin":
             omegas = [float(sub.skip.omega.detach().mean()) for sub in st.modules() if isinstance(sub, Sublayer)]
             state = ("= 1, not profiled yet (admin_profile sets it from a batch)" if all(w == 1.0 for w in omegas)

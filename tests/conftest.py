@@ -16,6 +16,27 @@ import torch  # noqa: E402
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
+# `make test` (and so CI, .ci/run) installs the references of tests/test_parity_refs.py and the benchmark's
+# peers (pyproject's test-ref group, `make install-ref`) and sets NORMLAB_REQUIRE_REFS=1: there an absent one
+# fails the test that needs it, so a broken install cannot turn the parity tests into silent skips. A bare
+# `pytest` without the variable reports them as skipped, with the reason.
+REQUIRE_REFS = os.environ.get("NORMLAB_REQUIRE_REFS", "") == "1"
+
+
+def require_reference(module: str, hint: str):
+    """Import ``module`` (a reference or a peer of the tests), or skip (fail under NORMLAB_REQUIRE_REFS=1)
+    with ``hint``, the way to install it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        reason = f"{module} is not importable ({e}): {hint}"
+        if REQUIRE_REFS:
+            pytest.fail(f"NORMLAB_REQUIRE_REFS=1 (make test): {reason}", pytrace=False)
+        pytest.skip(reason)
+
+
 def tiny_config(**overrides):
     """The HF-style tiny config of the test tiers: hidden 32, 2 layers."""
     from normlab.config import ModelConfig

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from normlab.analysis.gradients import (
     GradientMoments,
@@ -170,10 +171,27 @@ def test_figure3cd_scans_any_scheme_and_says_when_the_slope_is_undefined():
         assert e["slope"] is None and e["slope_stderr"] is None and "is 0 at 4 of 4" in e["slope_undefined"]
     assert res["slopes"]["post"]["theory"] == 0.0 and res["slopes"]["pre/rmsnorm"]["theory"] is None
     json.dumps(res["slopes"], allow_nan=False)
-    # pre/rmsnorm is the Pre-LN model with RMSNorm: the same weight matrices, another norm function
-    torch.manual_seed(1)
-    model = Seq2Seq(base.replace(placement="pre", norm="rmsnorm"))
-    assert model.cfg.norm == "rmsnorm"
+    # pre/rmsnorm is the Pre-LN model with RMSNorm: the models figure3cd builds for it (seen through the class it
+    # instantiates) have RMSNorm modules in Pre-LN's slots and no LayerNorm
+    import normlab.model
+
+    built = []
+
+    class Recording(normlab.model.Seq2Seq):
+        def __init__(self, cfg):
+            super().__init__(cfg)
+            built.append(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(normlab.model, "Seq2Seq", Recording)
+        figure3cd(base, depths=(1,), schemes=("pre/rmsnorm",), seeds=(1,), batches_for_seed=batches.__getitem__,
+                  mode="eval")
+    assert built
+    for model in built:
+        assert not any(isinstance(m, nn.LayerNorm) for m in model.modules())
+        for st in (model.encoder, model.decoder):
+            assert isinstance(st.final_norm, nn.RMSNorm)
+            assert all(isinstance(layer.ffn.norm_in, nn.RMSNorm) for layer in st.layers)
 
 
 def test_paired_slope_removes_per_seed_levels():

@@ -106,7 +106,9 @@ def test_smoke_claims_carry_numbers(smoke_result):
 
 def test_c5_c6_seeds_recomputed_on_their_own_batches(smoke_result):
     """A further seed's C5 ratio and C6 delta, recomputed here from its own slice of the batch pool (after the
-    first seed's batches and the depth scan's), match the analysis' (which shares no code path with this)."""
+    first seed's batches and the depth scan's), match the analysis'. The measuring functions are the same ones
+    analysis/run.py calls (figure3ab, hidden_norms, concentration_delta): what this checks is run.py's share of
+    the pool per seed and its per-seed bookkeeping, not those functions' arithmetic."""
     from normlab.analysis.gradients import figure3ab
     from normlab.analysis.run import _batch_pool
     from normlab.analysis.theory import concentration_delta, hidden_norms

@@ -165,16 +165,23 @@ def test_unigram_entropy_and_majority_share():
 def test_unigram_plateau_is_the_one_gate_of_reproduce_and_sweep():
     """metrics.unigram_plateau: U against the training frequencies, the plug-in entropy beside it, and for the
     masked LM the copy-aware value with the all-masked one kept."""
-    from normlab.metrics import masked_lm_unigram_loss, unigram_entropy, unigram_plateau
+    from normlab.metrics import unigram_plateau
 
     valid, train = [5, 7, 7, 9], [5] * 50 + [7] * 30 + [9] * 20
     p = unigram_plateau(valid, train)
-    torch.testing.assert_close(p["unigram_loss"], unigram_entropy(valid, train))
-    torch.testing.assert_close(p["plugin_entropy"], unigram_entropy(valid))
+    # by hand: the training frequencies add-1/2 smoothed over the 3 ids seen, q = (50.5, 30.5, 20.5) / 101.5,
+    # on the validation tokens 5, 7, 7, 9
+    u = -(math.log(50.5 / 101.5) + 2 * math.log(30.5 / 101.5) + math.log(20.5 / 101.5)) / 4
+    torch.testing.assert_close(p["unigram_loss"], u)
+    torch.testing.assert_close(p["unigram_loss"], 1.1756, rtol=0, atol=1e-4)
+    # the validation tokens' own frequencies (1/4, 1/2, 1/4): 1.5 ln 2
+    torch.testing.assert_close(p["plugin_entropy"], 1.5 * math.log(2))
     assert p["tokens"] == 4 and "unigram_loss_all_masked" not in p and "token frequencies" in p["what"]
     m = unigram_plateau(valid, train, masked_lm=True)
-    torch.testing.assert_close(m["unigram_loss_all_masked"], p["unigram_loss"])
-    torch.testing.assert_close(m["unigram_loss"], masked_lm_unigram_loss(p["unigram_loss"]))
+    torch.testing.assert_close(m["unigram_loss_all_masked"], u)
+    # 80/10/10: 0.8 u at [MASK], 0.1 (-ln 1/2) where the token is kept, 0.1 (u - ln 1/2) where it is replaced
+    torch.testing.assert_close(m["unigram_loss"], 0.8 * u + 0.1 * math.log(2) + 0.1 * (u + math.log(2)))
+    torch.testing.assert_close(m["unigram_loss"], 1.1967, rtol=0, atol=1e-4)
     assert "[MASK]" in m["what"]
 
 

@@ -138,6 +138,8 @@ def test_peri_ln_wraps_each_branch():
             torch.testing.assert_close(r["branch_in"], _ln(r["input"]))
             # the branch output is normalised: zero mean, unit variance per position
             torch.testing.assert_close(r["branch_out"].mean(-1), torch.zeros(r["input"].shape[:-1]), atol=1e-5, rtol=0)
+            torch.testing.assert_close(r["branch_out"].var(-1, unbiased=False), torch.ones(r["input"].shape[:-1]),
+                                       atol=1e-3, rtol=0)  # eps = 1e-5 takes about eps / Var[F] off the 1
             torch.testing.assert_close(r["output"], r["input"] + r["branch_out"])
     torch.testing.assert_close(rec["encoder"]["final"], _ln(rec["encoder"]["layers"][-1]["ffn"]["output"]))
 

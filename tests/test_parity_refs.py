@@ -7,9 +7,11 @@
   (``use_dynamic_tanh``), ``rezero`` (x-transformers' LayerScale with one value in every channel and its norms
   removed) and ``qk_norm`` (``attn_qk_rmsnorm``).
 
-Both are the optional ``test-ref`` dependency group (pyproject.toml); each test skips with the reason when its
-reference is absent. torchscale imports timm for DropPath only (never built with drop_path_rate = 0), and
-timm needs torchvision, which would replace the CPU torch: a stub ``timm.models.layers`` stands in for it.
+Both are the optional ``test-ref`` dependency group (pyproject.toml), which ``make test`` (and so CI) installs
+(``make install-ref``); there a reference that is absent fails its tests (NORMLAB_REQUIRE_REFS=1), and a bare
+``pytest`` skips them with the reason. torchscale imports timm for DropPath only (never built with
+drop_path_rate = 0), and timm needs torchvision, which would replace the CPU torch: a stub ``timm.models.layers``
+stands in for it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch
 from torch import nn
 
 from normlab.model import TransformerStack, plan_layer
-from tests.conftest import tiny_config
+from tests.conftest import require_reference, tiny_config
 
 D, H, FFN, V = 32, 4, 64, 50
 
@@ -45,9 +47,9 @@ def _stub_timm() -> None:
 
 
 def _torchscale():
-    pytest.importorskip("fairscale", reason="torchscale needs fairscale: pip install -e '.[test-ref]'")
+    require_reference("fairscale", "torchscale needs it: make install-ref")
     _stub_timm()
-    return pytest.importorskip("torchscale.architecture.encoder", reason="pip install -e '.[test-ref]' (torchscale)")
+    return require_reference("torchscale.architecture.encoder", "make install-ref (torchscale)")
 
 
 def _randomize(module: nn.Module, seed: int) -> None:
@@ -252,7 +254,7 @@ def test_torchscale_init_constants(placement, arch):
 
 
 def _xt():
-    return pytest.importorskip("x_transformers", reason="pip install -e '.[test-ref]' (x-transformers)")
+    return require_reference("x_transformers", "make install-ref (x-transformers)")
 
 
 @torch.no_grad()

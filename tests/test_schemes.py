@@ -80,7 +80,11 @@ def test_dyt_formula():
         dyts[0].bias.normal_()
         x = torch.randn(4, 32)
         torch.testing.assert_close(dyts[0](x), dyts[0].weight * torch.tanh(2.0 * x) + dyts[0].bias)
-    assert tiny_config(norm="dyt", dyt_alpha=1.0).dyt_alpha == 1.0
+    # dyt_alpha reaches every DyT of a model, and init_weights (reset_parameters) restores it there
+    m = MaskedLM(tiny_config(placement="peri", norm="dyt", dyt_alpha=1.0))
+    dyts = [d for d in m.modules() if isinstance(d, DyT)]
+    assert len(dyts) == 2 * 2 * 2 + 1 + 1  # in and out of 4 sub-layers, the final one, the head's
+    assert [float(d.alpha.detach()) for d in dyts] == [1.0] * len(dyts)
 
 
 def test_norm_none_is_the_identity():
@@ -157,8 +161,11 @@ def test_mixln_lines(alpha, n_post):
         else:
             torch.testing.assert_close(r["branch_in"], _ln(r["input"]))
             torch.testing.assert_close(r["output"], r["input"] + r["branch_out"])
-    last = rec["encoder"]["layers"][-1]["ffn"]["output"]
-    torch.testing.assert_close(rec["encoder"]["final"], last if n_post == 4 else _ln(last))
+    # the final LN for every alpha, 1 (all Post-LN) included: the reference (github.com/pixeli99/MixLN, a LLaMA)
+    # keeps its final norm whatever the split
+    for stack in ("encoder", "decoder"):
+        torch.testing.assert_close(rec[stack]["final"], _ln(rec[stack]["layers"][-1]["ffn"]["output"]))
+        assert isinstance(getattr(model, stack).final_norm, nn.LayerNorm)
 
 
 def test_lns_lines():
@@ -176,25 +183,41 @@ def test_output_norm_lines():
     for _, _, _, r in _sublayers(rec):
         torch.testing.assert_close(r["branch_in"], r["input"])
         torch.testing.assert_close(r["branch_out"].mean(-1), torch.zeros(r["input"].shape[:-1]), atol=1e-5, rtol=0)
+        # and unit variance (gamma = 1 at init): a norm that lost its scaling keeps the zero mean
+        torch.testing.assert_close(r["branch_out"].var(-1, unbiased=False), torch.ones(r["input"].shape[:-1]),
+                                   atol=1e-3, rtol=0)
         torch.testing.assert_close(r["output"], r["input"] + r["branch_out"])
     torch.testing.assert_close(rec["decoder"]["final"], _ln(rec["decoder"]["layers"][-1]["ffn"]["output"]))
 
 
 def test_rezero_lines():
-    """ReZero: x <- x + a F(x), a = 0 at init: every layer is the identity and there is no norm at all."""
+    """ReZero: x <- x + a_l F(x), one a_l per layer shared by its sub-layers (the reference's `resweight`,
+    github.com/majumderb/rezero rztx.py), a = 0 at init: every layer is the identity; no norm at all."""
     model, rec = _records(placement="rezero")
     assert not any(isinstance(m, NORM_TYPES) for m in model.modules())
     for stack in ("encoder", "decoder"):
         torch.testing.assert_close(rec[stack]["final"], rec[stack]["embed"])
+    gates = [n for n, _ in model.named_parameters() if n.endswith("gain.alpha")]
+    assert gates == [f"{st}.layers.{i}.self_attn.gain.alpha" for st in ("encoder", "decoder") for i in range(2)]
     with torch.no_grad():
-        for i, m in enumerate(m for m in model.modules() if hasattr(m, "gain") and hasattr(m.gain, "alpha")):
-            m.gain.alpha.fill_(0.1 * (i + 1))
+        for i, layer in enumerate([*model.encoder.layers, *model.decoder.layers]):
+            layer.self_attn.gain.alpha.fill_(0.1 * (i + 1))  # a_l = 0.1, 0.2 (encoder), 0.3, 0.4 (decoder)
         src, tgt = _batch()
         _, rec = model(src, tgt, return_intermediates=True)
-    layer = model.encoder.layers[1].ffn
-    r = rec["encoder"]["layers"][1]["ffn"]
-    with torch.no_grad():
-        torch.testing.assert_close(r["output"], r["input"] + layer.gain.alpha * layer.branch(r["input"]))
+    for stack, i, name, r in _sublayers(rec):
+        a = 0.1 * (i + 1) + (0.2 if stack == "decoder" else 0.0)
+        sub = getattr(getattr(model, stack).layers[i], name)
+        kw = {"memory": rec["encoder"]["final"]} if name == "cross_attn" else {}
+        if stack == "decoder" and name == "self_attn":
+            kw = {"causal": True}
+        with torch.no_grad():
+            want = r["input"] + a * sub.branch(r["input"], **kw)
+            torch.testing.assert_close(r["output"], want, msg=f"{stack}.{i}.{name}")
+    # trained, the layer's one a moves by the sum of its sub-layers' gradients
+    out = model(src, tgt)
+    out.square().mean().backward()
+    g = model.decoder.layers[0].self_attn.gain.alpha.grad
+    assert g is not None and g.item() != 0.0 and model.decoder.layers[0].ffn.gain.alpha.grad is g
 
 
 def test_admin_lines():
@@ -407,3 +430,162 @@ def test_sweep_accepts_every_scheme():
     from normlab.experiments.sweep import SweepConfig
 
     assert SweepConfig(schemes=tuple(SCHEMES)).schemes == tuple(SCHEMES)
+
+
+# ---- every placement x every norm, with perturbed norm parameters ---------------------------------------
+# At initialisation gamma = 1 and beta = 0 (DyT: alpha = 0.5), so a formula test against a parameter-free norm
+# passes whichever norm module sits in a slot. Here every norm parameter (LayerNorm gamma and beta, RMSNorm g,
+# DyT alpha, gamma and beta), Admin's omega and ReZero's a are drawn at random, and each sub-layer's output is
+# recomputed from its input by the scheme's formula written out below, taking each norm's parameters from the
+# slot the formula names: a swapped, misplaced or mis-scaled norm gives another number.
+
+EPS = 1e-5  # tiny_config's layer_norm_eps
+
+
+def _norm_formula(kind: str, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The norm ``kind`` written out, with ``module``'s parameters; ``module`` must be that norm."""
+    expect = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm, "dyt": DyT, "none": nn.Identity}[kind]
+    assert type(module) is expect, (kind, module)
+    if kind == "layernorm":  # (x - mean) / sqrt(var + eps) * gamma + beta (Ba et al. 2016)
+        mu = x.mean(-1, keepdim=True)
+        return (x - mu) / torch.sqrt((x - mu).pow(2).mean(-1, keepdim=True) + EPS) * module.weight + module.bias
+    if kind == "rmsnorm":  # x / sqrt(mean(x^2) + eps) * g (Zhang & Sennrich 2019)
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * module.weight
+    if kind == "dyt":  # gamma * tanh(alpha x) + beta (Zhu et al. 2025)
+        return module.weight * torch.tanh(module.alpha * x) + module.bias
+    return x
+
+
+def _branch_formula(sub: nn.Module, kind: str, h: torch.Tensor, *, causal: bool, memory=None) -> torch.Tensor:
+    """F(h) written out: softmax(q k^T / sqrt(d_h)) v W^O per head (with Sub-LN's norm before W^O in the
+    self-attention), or W^2 [N] act(W^1 h) (Sub-LN's N over d_ffn)."""
+    if hasattr(sub, "w1"):
+        return F.linear(_norm_formula(kind if sub.plan.slots.inner else "none", sub.norm_inner,
+                                      torch.relu(F.linear(h, sub.w1.weight, sub.w1.bias))), sub.w2.weight, sub.w2.bias)
+    d = h.shape[-1]
+    heads = lambda t: t.unflatten(-1, (sub.n_heads, d // sub.n_heads)).transpose(1, 2)  # noqa: E731
+    if memory is None:
+        q, k, v = F.linear(h, sub.qkv.weight, sub.qkv.bias).split(d, -1)
+    else:
+        q = F.linear(h, sub.q.weight, sub.q.bias)
+        k, v = F.linear(memory, sub.kv.weight, sub.kv.bias).split(d, -1)
+    scores = heads(q) @ heads(k).transpose(-1, -2) / math.sqrt(d // sub.n_heads)
+    if causal:
+        T = h.shape[1]
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    o = (scores.softmax(-1) @ heads(v)).transpose(1, 2).flatten(2)
+    if memory is None:
+        o = _norm_formula(kind if sub.plan.slots.inner else "none", sub.norm_inner, o)
+    return F.linear(o, sub.out.weight, sub.out.bias)
+
+
+def _perturb(model: nn.Module, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    rnd = lambda p: torch.randn(p.shape, generator=g)  # noqa: E731
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, NORM_TYPES):
+                m.weight.copy_(1 + 0.4 * rnd(m.weight))
+                if getattr(m, "bias", None) is not None:
+                    m.bias.copy_(0.4 * rnd(m.bias))
+                if isinstance(m, DyT):
+                    m.alpha.fill_(0.3 + torch.rand((), generator=g).item())
+            elif isinstance(m, Omega):
+                m.omega.copy_(1.5 + 0.4 * rnd(m.omega))
+            elif hasattr(m, "alpha") and m.alpha.dim() == 0 and not isinstance(m, DyT):  # ReZero's a
+                m.alpha.fill_(0.2 + torch.rand((), generator=g).item())
+
+
+def _scheme_formula(placement: str, kind: str, sub, x, f, *, layer: int, n_layers: int, role: str, x_l):
+    """One sub-layer's output from its input ``x`` for ``placement``; ``f`` is F written out, ``x_l`` the
+    layer's input (B2T). The slots a placement leaves empty must be the identity."""
+    N = lambda slot, t: _norm_formula(kind, getattr(sub, slot), t)  # noqa: E731
+    empty = {"norm_in", "norm_out", "norm_add"}
+
+    def used(*slots):
+        for slot in empty - set(slots):
+            assert isinstance(getattr(sub, slot), nn.Identity), (placement, slot)
+
+    if placement == "mixln":  # Li et al. 2024: layers 1..floor(alpha L) Post-LN (alpha = 0.5 here)
+        placement = "post" if layer < math.floor(0.5 * n_layers) else "pre"
+    if placement in ("post", "resi_dual"):  # N(x + F(x)); ResiDual's x_a stream
+        used("norm_add")
+        return N("norm_add", x + f(x))
+    if placement in ("pre", "subln"):  # x + F(N(x)) (Sub-LN's inner norms are in f)
+        used("norm_in")
+        return x + f(N("norm_in", x))
+    if placement == "peri":  # x + N(F(N(x)))
+        used("norm_in", "norm_out")
+        return x + N("norm_out", f(N("norm_in", x)))
+    if placement == "lns":  # x + F(N(x) / sqrt(l))
+        used("norm_in")
+        return x + f(N("norm_in", x) / math.sqrt(layer + 1))
+    if placement == "output":  # x + N(F(x))
+        used("norm_out")
+        return x + N("norm_out", f(x))
+    if placement == "deepnorm":  # N(alpha x + F(x)); alpha: encoder 0.81 (N^4 M)^(1/16), decoder (3M)^(1/4)
+        used("norm_add")
+        alpha = 0.81 * (n_layers**4 * 2) ** (1 / 16) if role == "encoder" else (3 * n_layers) ** 0.25
+        return N("norm_add", alpha * x + f(x))
+    if placement == "admin":  # N(omega . x + F(x))
+        used("norm_add")
+        return N("norm_add", sub.skip.omega * x + f(x))
+    if placement == "rezero":  # x + a F(x), no norm
+        used()
+        return x + sub.gain.alpha * f(x)
+    if placement == "b2t":  # N(x + F(x)); the FFN adds the layer's input too
+        used("norm_add")
+        return N("norm_add", x + f(x) + (x_l if hasattr(sub, "w1") else 0))
+    raise AssertionError(f"no formula written for {placement}")
+
+
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("placement", SCHEMES)
+def test_every_placement_and_norm_with_perturbed_norms(placement, norm):
+    cfg = tiny_config(placement=placement, norm=norm, encoder_layers=2, decoder_layers=2, mixln_alpha=0.5)
+    torch.manual_seed(0)
+    model = Seq2Seq(cfg).eval()
+    _perturb(model, seed=SCHEMES.index(placement) * 10 + NORMS.index(norm))
+    src, tgt = _batch()
+    with torch.no_grad():
+        _, rec = model(src, tgt, return_intermediates=True)
+        for stack in ("encoder", "decoder"):
+            st = getattr(model, stack)
+            z = rec[stack]["embed"]  # ResiDual's x_d starts as the embedding
+            for i, (block, layer) in enumerate(zip(st.layers, rec[stack]["layers"])):
+                x_l = layer["self_attn"]["input"]
+                for name in ("self_attn", "cross_attn", "ffn"):
+                    if name not in layer:
+                        continue
+                    sub, r = getattr(block, name), layer[name]
+                    mem = rec["encoder"]["final"] if name == "cross_attn" else None
+                    causal = stack == "decoder" and name == "self_attn"
+                    f = lambda h: _branch_formula(sub, norm, h, causal=causal, memory=mem)  # noqa: E731
+                    want = _scheme_formula(placement, norm, sub, r["input"], f, layer=i, n_layers=2, role=stack,
+                                           x_l=x_l)
+                    torch.testing.assert_close(r["output"], want, atol=2e-5, rtol=1e-4, msg=f"{stack}.{i}.{name}")
+                    z = z + f(r["input"])
+            last = rec[stack]["layers"][-1]["ffn"]["output"]
+            if placement == "resi_dual":  # x_a + N(x_d), x_d the embedding plus every F(x_a)
+                want = last + _norm_formula(norm, st.final_norm, z)
+            elif placement in ("pre", "peri", "subln", "mixln", "lns", "output"):
+                want = _norm_formula(norm, st.final_norm, last)
+            else:
+                assert isinstance(st.final_norm, nn.Identity)
+                want = last
+            torch.testing.assert_close(rec[stack]["final"], want, atol=2e-5, rtol=1e-4, msg=f"{stack} final")
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_masked_lm_head_norm_is_the_models_norm(norm):
+    """BERT's head is dense, activation, LayerNorm, tied decoder; its norm is ``cfg.norm``: a masked LM with
+    norm=none has no norm anywhere, rmsnorm and dyt put theirs in the head too (written out, perturbed)."""
+    model = MaskedLM(tiny_config(placement="pre", norm=norm)).eval()
+    _perturb(model, seed=NORMS.index(norm))
+    if norm == "none":
+        assert not any(isinstance(m, NORM_TYPES) for m in model.modules())
+    h = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        hidden = torch.relu(F.linear(h, model.lm_dense.weight, model.lm_dense.bias))
+        want = F.linear(_norm_formula(norm, model.lm_norm, hidden), model.encoder.embed_tokens.weight, model.lm_bias)
+        torch.testing.assert_close(model.lm_logits(h), want)

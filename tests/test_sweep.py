@@ -7,12 +7,13 @@ import json
 import math
 import re
 import shutil
+from pathlib import Path
 
 import pytest
+import torch
 from torch.testing import assert_close
 
 from normlab.config import ConfigError
-from normlab.device import autocast_dtype, pick_device
 from normlab.experiments.figures import Context
 from normlab.experiments.sweep import (
     MARGIN,
@@ -577,8 +578,9 @@ def test_smoke_sweep_cli(tmp_path):
         assert text in page, text
     md = (report / "SWEEP.md").read_text()
     assert "| scheme | warm-up |" in md
-    # the arithmetic the runs trained in, as each run's trainer resolved precision "auto" on this machine
-    want = "bf16" if autocast_dtype("auto", pick_device("auto")) else "fp32"  # the runs' device (auto)
+    # the arithmetic the runs trained in: precision "auto" is bf16 where the hardware runs it natively, read
+    # here from the CPU's own flags (Linux: AVX-512 BF16 or AMX), not from the resolver the runs use
+    want = "bf16" if _native_bf16() else "fp32"
     assert {c["precision"] for c in data["cells"]} == {want} and data["meta"]["precision"] == want
     assert f"precision {want};" in md
     assert all((report / link).is_file() for link in re.findall(r"\]\(([^)]+\.png)\)", md))
@@ -636,3 +638,15 @@ def test_meta_line_names_what_set_changed_from_the_preset():
                            "preset's words.")
     assert "precision bf16;" in line
     assert _meta_line({"meta": {**meta, "overrides": {}}}).startswith("Scale quick: the preset's words.")
+
+
+def _native_bf16() -> bool:
+    """Whether the machine the smoke sweep ran on has native bf16: a CUDA device's own answer, else the CPU's
+    flags in /proc/cpuinfo (avx512_bf16, amx_tile), else (no /proc) torch's CPU probe."""
+    if torch.cuda.is_available():
+        return torch.cuda.is_bf16_supported()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        flags = {f for line in cpuinfo.read_text().splitlines() if line.startswith("flags") for f in line.split()}
+        return bool(flags & {"avx512_bf16", "amx_tile"})
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()

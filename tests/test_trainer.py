@@ -225,7 +225,7 @@ def test_warmup_longer_than_run_is_refused(tmp_path):
         Trainer(cfg, tmp_path / "r", ReverseTask(), None, progress=False).fit()
 
 
-def test_init_from_loads_matching_tensors_only_at_the_start(tmp_path):
+def test_init_from_loads_matching_tensors_only_at_the_start(tmp_path, monkeypatch):
     src = TrainConfig.from_dict(config(max_updates=2, schedule={"warmup_updates": 0}))
     Trainer(src, tmp_path / "a", ReverseTask(), None, progress=False).fit()
     ckpt_dir = list_checkpoints(tmp_path / "a" / "checkpoints")[-1]
@@ -233,10 +233,29 @@ def test_init_from_loads_matching_tensors_only_at_the_start(tmp_path):
     cfg = TrainConfig.from_dict(config(max_updates=2, schedule={"warmup_updates": 0}, init_from=str(ckpt_dir),
                                        model={"decoder_layers": 3}))  # fmt: skip
     t = Trainer(cfg, tmp_path / "b", ReverseTask(), None, progress=False)
+    before = {k: v.clone() for k, v in t.model.state_dict().items()}
     t._init_from(ckpt_dir)
     source = load_file(str(ckpt_dir / "model.safetensors"))
     own = t.model.state_dict()
-    assert torch.equal(own["encoder.layers.1.ffn.w2.weight"], source["encoder.layers.1.ffn.w2.weight"])
-    assert not torch.equal(own["decoder.layers.2.ffn.w2.weight"], source["decoder.layers.1.ffn.w2.weight"])
+    loaded = [k for k in own if k in source and own[k].shape == source[k].shape]
+    assert {k.split(".")[2] for k in loaded if k.startswith("decoder.layers.")} == {"0", "1"}
+    assert not any(k.startswith("decoder.layers.2.") for k in source)
+    for k, v in own.items():
+        if k in loaded:  # every tensor that fits, the encoder's and decoder layers 0-1, is the source's
+            torch.testing.assert_close(v, source[k], rtol=0, atol=0, msg=k)
+        elif v.data_ptr() not in {own[j].data_ptr() for j in loaded}:  # (a tied weight: loaded as its twin)
+            assert k.startswith("decoder.layers.2."), k  # the new layer 2 keeps its own initialisation
+            torch.testing.assert_close(v, before[k], rtol=0, atol=0, msg=k)
+    assert not torch.equal(before["decoder.layers.1.ffn.w2.weight"], source["decoder.layers.1.ffn.w2.weight"])
     with pytest.raises(ConfigError, match="not a checkpoint"):
         t._init_from(tmp_path)
+    # only at the start: a fresh run loads once, before its first update; its resume loads nothing
+    calls = []
+    original = Trainer._init_from
+    monkeypatch.setattr(Trainer, "_init_from", lambda self, path: (calls.append(path), original(self, path))[1])
+    Trainer(cfg, tmp_path / "c", ReverseTask(), None, progress=False).fit()
+    assert calls == [ckpt_dir]
+    more = cfg.replace(max_updates=3)
+    resumed = Trainer(more, tmp_path / "c", ReverseTask(), None, progress=False)
+    assert resumed.fit(resume=True)["update"] == 3
+    assert calls == [ckpt_dir]
