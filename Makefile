@@ -24,14 +24,15 @@ $(STAMP): pyproject.toml Makefile
 
 # The references of tests/test_parity_refs.py (pyproject's test-ref group; x-transformers is also the peer of
 # the benchmark's test) without their dependencies: torchscale's timm pin would bring torchvision and another
-# torch. The import check fails here, naming the module, when one of them cannot be used.
+# torch. Pinned to the versions the parity tests passed with, so that an upstream release cannot change CI's
+# result. The import check fails here, naming the module, when one of them cannot be used.
 REF_STAMP := $(VENV)/.installed-ref
 
 install-ref: $(REF_STAMP)
 
 $(REF_STAMP): $(STAMP)
-	$(PY) -m pip install -q --no-deps torchscale==0.3.0 fairscale==0.4.0 'x-transformers>=2.0' 'einops>=0.8' \
-		'einx>=0.3' frozendict loguru 'torch-einops-utils>=0.1.41'
+	$(PY) -m pip install -q --no-deps torchscale==0.3.0 fairscale==0.4.0 x-transformers==2.31.10 einops==0.8.2 \
+		einx==0.4.3 frozendict==2.5.1 loguru==0.7.3 torch-einops-utils==0.2.0
 	$(PY) -c 'import fairscale, x_transformers, torchscale.architecture.config'
 	touch $(REF_STAMP)
 

@@ -360,7 +360,8 @@ def _maybe(c: float) -> nn.Module:
 class StreamRule(nn.Module):
     """How one sub-layer treats the second stream ``z`` of B2T and ResiDual (no parameters).
 
-    ``add(z)`` is the term the sub-layer adds to its residual sum before ``norm_add``; ``update(z, x, y)``
+    ``add(s, z)`` is the residual sum ``s`` with the term the sub-layer adds to it before ``norm_add`` (``s``
+    itself, no operation, where that term is 0: an elementwise pass per sub-layer saved); ``update(z, x, y)``
     is the ``z`` it passes on (``x`` its input, ``y`` its dropped-out branch output). Decided once from the
     scheme and the sub-layer's place in its layer (:attr:`Sublayer.place`):
 
@@ -380,8 +381,8 @@ class StreamRule(nn.Module):
         self.bypass = stream == "b2t" and place == "last"
         self.rule = {"none": "keep", "dual": "accumulate"}.get(stream) or ("input" if place == "first" else "keep")
 
-    def add(self, z: Tensor | None) -> Tensor | float:
-        return z if self.bypass else 0.0
+    def add(self, s: Tensor, z: Tensor | None) -> Tensor:
+        return s + z if self.bypass else s
 
     def update(self, z: Tensor | None, x: Tensor, y: Tensor) -> Tensor | None:
         if self.rule == "input":
@@ -507,7 +508,7 @@ class EncoderOut:
 
 class Sublayer(nn.Module):
     """A residual sub-layer ``(x, z) -> (norm_add(skip(x) + dropout(gain(norm_out(branch(scale_in(norm_in(x))))))
-    + stream.add(z)), stream.update(z, x, dropout(...)))``.
+    + [z: stream.add]), stream.update(z, x, dropout(...)))``.
 
     The only place where the normalisation scheme acts: the slots and factors are chosen here, once, from
     the layer's :class:`LayerPlan` (:data:`NORM_SLOTS` resolved by :func:`plan_layer`); an unused one is
@@ -552,7 +553,7 @@ class Sublayer(nn.Module):
         h = self.scale_in(self.norm_in(x))
         y = self.gain(self.norm_out(self.branch(h, **kwargs)))
         yd = self.drop(y)
-        s = self.skip(x) + yd + self.stream.add(z)  # the residual carries the raw x, never the normalised h
+        s = self.stream.add(self.skip(x) + yd, z)  # the residual carries the raw x, never the normalised h
         out = self.norm_add(s)
         z_next = self.stream.update(z, x, yd)
         if record is not None:
