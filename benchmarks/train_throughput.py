@@ -527,7 +527,8 @@ def report_real_loop(results: dict[tuple[str, str], dict[str, float]], w: Worklo
           "the Trainer itself logs, which times collate + step but not logging)")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_readme.py parses the README's benchmark lines with it)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="2+2 layers, 1,024 target tokens, 1+3 updates (< 2 min)")
     ap.add_argument("--shape", default="paper", choices=sorted(SHAPES),
@@ -561,6 +562,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--real-loop", action=argparse.BooleanOptionalAction, default=True,
                     help="also run normlab-post/pre through the Trainer's real loop and print the gap (default on)")
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
     shape = SHAPES[args.shape]
     if args.shape == "quick":  # as reproduce runs it: one thread per job, glibc tuned (normlab/train/run.py)

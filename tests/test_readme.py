@@ -46,6 +46,8 @@ COVERED: dict[str, str] = {
     ".venv/bin/pip install -e '.[bench]'": "tests/test_throughput.py::test_benchmark_runs_end_to_end_at_tiny_size",
     ".venv/bin/python benchmarks/train_throughput.py --quick": "tests/test_throughput.py::test_benchmark_runs_end_to_end_at_tiny_size",
     ".venv/bin/python benchmarks/train_throughput.py": "tests/test_throughput.py::test_benchmark_runs_end_to_end_at_tiny_size",
+    ".venv/bin/python benchmarks/train_throughput.py --shape quick --models normlab-pre,normlab-pre:attn=sdpa "
+    "--dtypes bf16 --clock cpu --profile 2": "tests/test_throughput.py::test_benchmark_runs_end_to_end_at_tiny_size",
     ".venv/bin/normlab reproduce --scale quick": "tests/test_reproduce.py::test_smoke_reproduce_writes_the_report",
     ".venv/bin/normlab reproduce --scale full --out reproduce/full": "tests/test_reproduce.py::test_smoke_reproduce_writes_the_report",
     ".venv/bin/normlab reproduce --scale paper --corpus ~/iwslt14-de-en":
@@ -112,10 +114,24 @@ def test_python_blocks_run(code, capsys):
 
 
 def _parses(line: str) -> None:
-    """A normlab command line (after a pipe, or after ``-m normlab``) parses with normlab's own parser."""
+    """A normlab command line (after a pipe, or after ``-m normlab``) parses with normlab's own parser, a
+    benchmark's (``python benchmarks/NAME.py ...``) with that benchmark's ``build_parser``."""
     from normlab.cli import build_parser
 
     argv = shlex.split(line.split("|")[-1].split("&&")[-1])
+    script = next((a for a in argv[1:2] if a.startswith("benchmarks/") and a.endswith(".py")), None)
+    if argv and argv[0].endswith("python") and script:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(Path(script).stem, ROOT / script)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # its dataclasses look their module up
+        spec.loader.exec_module(module)
+        try:
+            module.build_parser().parse_args(argv[2:])
+        except SystemExit as e:
+            pytest.fail(f"README command does not parse with {script}'s parser ({e.code}): {line}")
+        return
     if "normlab" in argv and argv[0] != "make" and not argv[0].endswith("normlab"):
         argv = argv[argv.index("normlab") :]  # torchrun ... -m normlab train ...
     if not argv or not argv[0].endswith("normlab"):

@@ -326,19 +326,30 @@ def test_the_probe_beside_competitors_as_the_grid_runs():
     assert not multiprocessing.active_children()
 
 
-def test_make_context_measures_every_epoch_the_grid_depends_on():
+def test_make_context_measures_every_epoch_the_grid_depends_on(tmp_path):
     """reproduce.make_context at the smoke scale with Figure 5: the translation, pre-training and fine-tuning
-    epochs, each from its own prepared data (the estimate counts validation passes per epoch of each)."""
-    from normlab.data import prepare
-    from normlab.experiments.budget import updates_per_epoch
-    from normlab.experiments.figures import fig5_bert
+    epochs, each from its own prepared data (the estimate counts validation passes per epoch of each). The
+    expected counts are the trainer's own: the ``updates_per_epoch`` its summary records after one update of
+    each run, which it computes from its epoch plan, not through budget.updates_per_epoch."""
+    import dataclasses
+
+    from normlab.experiments.figures import _translation, fig5_bert
     from normlab.experiments.reproduce import make_context
+    from normlab.train.run import train
 
     smoke = get_scale("smoke")
     ctx = make_context(smoke, ("fig2", "fig5"))
     bert = fig5_bert(smoke, ctx)[0].config
-    assert ctx.mlm_updates_per_epoch == updates_per_epoch(prepare(bert.data, bert.model.max_positions), bert) > 0
-    assert ctx.translation_updates_per_epoch > 0 and ctx.translation_updates_per_epoch != ctx.mlm_updates_per_epoch
+    from normlab.config import OptimConfig, ScheduleConfig
+
+    translation = _translation(smoke, ctx, placement="post", optim=OptimConfig(), schedule=ScheduleConfig())
+    for name, cfg, want in (("mlm", bert, ctx.mlm_updates_per_epoch),
+                            ("translation", translation, ctx.translation_updates_per_epoch)):  # fmt: skip
+        one = dataclasses.replace(cfg, max_updates=1, device="cpu", precision="fp32", attention="sdpa",
+                                  schedule=ScheduleConfig(), valid_bleu=0)  # fmt: skip
+        summary = train(one, tmp_path / name, quiet=True)
+        assert summary["updates_per_epoch"] == want > 0, name
+    assert ctx.translation_updates_per_epoch != ctx.mlm_updates_per_epoch
     assert set(ctx.finetune_updates_per_epoch) == set(smoke.finetune.tasks)
     assert all(n > 0 for n in ctx.finetune_updates_per_epoch.values())
 

@@ -259,3 +259,46 @@ def test_init_from_loads_matching_tensors_only_at_the_start(tmp_path, monkeypatc
     resumed = Trainer(more, tmp_path / "c", ReverseTask(), None, progress=False)
     assert resumed.fit(resume=True)["update"] == 3
     assert calls == [ckpt_dir]
+
+
+def test_accumulated_update_casts_each_weight_once_and_sums_the_micro_batches(tmp_path):
+    """Under bf16 autocast an update of ``accumulate`` micro-batches casts each weight to bf16 once (one autocast
+    region around the update, whose cache outlives each micro-batch), and its gradient is the sum over the
+    micro-batches' tokens divided by their total, as if they were one batch (module docstring)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    cfg = TrainConfig.from_dict(config(accumulate=2, precision="bf16", model={"dropout": 0.0}))
+    trainer = Trainer(cfg, tmp_path / "run", ReverseTask(), quiet=True)
+    weights = {p.data_ptr(): name for name, p in trainer.model.named_parameters() if p.ndim == 2}
+    casts: dict[str, int] = {}
+
+    class CountWeightCasts(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            x = args[0] if args else None
+            if func is torch.ops.aten._to_copy.default and isinstance(x, torch.Tensor) and x.data_ptr() in weights:
+                if (kwargs or {}).get("dtype") == torch.bfloat16:
+                    casts[weights[x.data_ptr()]] = casts.get(weights[x.data_ptr()], 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    group = trainer._epoch_plan(1)[:2]
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    with CountWeightCasts():
+        record = trainer.train_step(group, epoch=1, step=0, lr=0.0)  # lr 0: Adam's step leaves the weights as they are
+    # once per update; the tied output projection is cast by the chunked loss itself (outside autocast's cache),
+    # once per micro-batch: 2M elements at the quick scale, about a millisecond
+    tied = "decoder.embed_tokens.weight"
+    assert casts.pop(tied) == len(group)
+    assert casts and set(casts.values()) == {1}, {k: v for k, v in casts.items() if v != 1}
+    assert all(torch.equal(before[n], p) for n, p in trainer.model.named_parameters())  # lr 0 moved nothing
+    # the two micro-batches' loss is their token-weighted mean: recompute it from each batch alone
+    sums = []
+    for j, idx in enumerate(group):
+        b = trainer.train_data.collate(idx, seed=cfg.seed, epoch=1, step=j)
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            from normlab.train.objectives import compute_loss
+
+            s = compute_loss(trainer.model, b, cfg.label_smoothing, cfg.loss_impl)
+        sums.append((s.loss.item(), b.n_tokens))
+    want = sum(loss for loss, _ in sums) / sum(n for _, n in sums)
+    assert record["tokens"] == sum(n for _, n in sums)
+    torch.testing.assert_close(record["loss"], want, rtol=1e-6, atol=0.0)

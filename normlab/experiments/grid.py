@@ -133,7 +133,12 @@ def _worker_init(threads: int) -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
 
+    from normlab.train.throughput import limit_onednn_cache
+
     torch.set_num_threads(threads)
+    # before the worker's first matmul: it trains run after run, and oneDNN's default cache would hold 1,024
+    # primitives of shapes from every one of them
+    limit_onednn_cache()
 
 
 def _train_in_worker(config: dict[str, Any], run_dir: str, resume: bool, log_path: str) -> int:

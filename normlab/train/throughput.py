@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import platform
 import statistics
 import sys
@@ -22,7 +23,7 @@ from torch.utils._pytree import tree_flatten
 
 from normlab.config import ModelConfig
 
-__all__ = ["seq2seq_update_flops", "matmul_peak_flops", "PeakMemory", "synchronize", "tune_malloc", "release_memory"]
+__all__ = ["seq2seq_update_flops", "matmul_peak_flops", "PeakMemory", "synchronize", "tune_malloc", "release_memory", "limit_onednn_cache"]
 
 
 def seq2seq_update_flops(cfg: ModelConfig, batch_size: int, src_len: int, tgt_len: int) -> int:
@@ -64,6 +65,28 @@ def tune_malloc() -> bool:
         return False
     M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's malloc.h
     return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, 1 << 30))
+
+
+ONEDNN_CACHE_CAPACITY = 64
+
+
+def limit_onednn_cache(capacity: int = ONEDNN_CACHE_CAPACITY) -> bool:
+    """Cap oneDNN's primitive cache (``ONEDNN_PRIMITIVE_CACHE_CAPACITY``, 1,024 by default) unless the user set
+    it; True when this call set it. oneDNN reads the variable when it creates its first primitive, so this must
+    run before the process's first bf16 matmul or convolution on the CPU (``normlab train`` and the grid's
+    workers call it before building the model).
+
+    oneDNN (PyTorch's bf16 CPU matmuls) compiles and caches a primitive per matmul shape, and token-bucketed
+    batches bring new shapes every update, so the cache fills to its capacity with primitives of shapes that may
+    never come back. Measured at the quick scale (6-6, d=256, 2,048 tokens, bf16, 1 thread, 40 updates and a
+    validation, 2-core Zen 4, malloc released every 10 updates): peak resident memory 1.91 GB with the default
+    1,024, 1.79 GB with 256, 1.59 GB with 64, 1.47 GB with 8; the update's thread time 1.03 / 1.03 / 0.93 /
+    1.06 s, i.e. no cost within the noise (re-creating a primitive is cheap beside the matmul it runs). 64
+    keeps the primitives of about two batch shapes."""
+    if "ONEDNN_PRIMITIVE_CACHE_CAPACITY" in os.environ:
+        return False
+    os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = str(capacity)
+    return True
 
 
 def release_memory() -> bool:

@@ -189,6 +189,10 @@ class Trainer:
     def _autocast(self) -> contextlib.AbstractContextManager:
         return autocast(self.device, self.amp)
 
+    def _autocast_off(self) -> contextlib.AbstractContextManager:
+        """Autocast off inside :meth:`_autocast`'s region (its weight cache lives on until that region ends)."""
+        return torch.autocast(self.device.type, enabled=False) if self.amp is not None else contextlib.nullcontext()
+
     def _log(self, record: dict[str, Any]) -> None:
         if not self.dist.is_main:
             return
@@ -360,16 +364,20 @@ class Trainer:
         self.net.train()
         set_lr(self.optimizer, lr)
         loss_sum = nll_sum = 0.0
-        for j, batch in enumerate(batches):
-            last = j == len(batches) - 1
-            sync = contextlib.nullcontext() if (last or not d.enabled) else self.net.no_sync()
-            with sync:
-                with self._autocast():
+        # One autocast region around the whole update: autocast casts each weight to bf16 once and keeps the copy
+        # until its outermost region exits, so the micro-batches of an accumulated update share one cast of the
+        # weights instead of one each. Backward runs with autocast off, as PyTorch advises.
+        with self._autocast():
+            for j, batch in enumerate(batches):
+                last = j == len(batches) - 1
+                sync = contextlib.nullcontext() if (last or not d.enabled) else self.net.no_sync()
+                with sync:
                     sums = compute_loss(self.net, batch.to(self.device), cfg.label_smoothing, cfg.loss_impl)
-                # DDP averages gradients over ranks; scale so that the result is sum / global tokens
-                (sums.loss * (d.world / n_global)).backward()
-            loss_sum += sums.loss.item()
-            nll_sum += sums.nll.item()
+                    with self._autocast_off():
+                        # DDP averages gradients over ranks; scale so that the result is sum / global tokens
+                        (sums.loss * (d.world / n_global)).backward()
+                loss_sum += sums.loss.item()
+                nll_sum += sums.nll.item()
         gnorm = torch.nn.utils.get_total_norm([p.grad for p in self.params if p.grad is not None]).item()
         loss, nll = (x / n_global for x in all_reduce_sum([loss_sum, nll_sum], d))
         record = {
