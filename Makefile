@@ -41,8 +41,8 @@ $(REF_STAMP): $(STAMP)
 test: install-ref
 	NORMLAB_REQUIRE_REFS=1 $(PY) -m pytest -q
 
-# The main job: the decisive contrasts at the quick scale (~2 h estimated on 2 cores with native bf16; it prints
-# its own estimate from a probe of this machine first) and the report
+# The main job: the decisive contrasts at the quick scale (estimated ~1.6 h on 2 Zen 4 cores with AVX-512 BF16,
+# ~1 h with AMX; it prints its own estimate from a probe of this machine first) and the report
 # reproduce/quick/report/index.html. Re-running it skips finished runs and resumes a killed one.
 reproduce: install
 	$(PY) -m normlab reproduce --scale quick --out reproduce/quick

@@ -57,7 +57,7 @@ NOT_TRAINED_HERE = ("fig3", "width")  # fig3: the analysis process; width: its o
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale", default="quick", choices=["smoke", "quick", "full", "paper"],
-                   help="smoke (seconds, tests), quick (the decisive contrasts, ~2 h on 2 cores with native bf16), "
+                   help="smoke (seconds, tests), quick (the decisive contrasts, ~1-1.6 h on 2 cores with native bf16), "
                    "full (every figure; hours), paper (the paper's settings, GPUs)")
     p.add_argument("--out", help="output directory (default: reproduce/SCALE)")
     p.add_argument("--figures", default="", help=f"comma-separated subset of {ALL_FIGURES} (default: the scale's)")
