@@ -74,6 +74,7 @@ from normlab.train.throughput import (  # noqa: E402
     PeakMemory,
     matmul_peak_flops,
     seq2seq_update_flops,
+    limit_onednn_cache,
     synchronize,
     tune_malloc,
 )
@@ -569,9 +570,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     shape = SHAPES[args.shape]
-    if args.shape == "quick":  # as reproduce runs it: one thread per job, glibc tuned (normlab/train/run.py)
+    if args.shape == "quick":  # as reproduce runs it: one thread per job, glibc tuned, oneDNN's cache capped
         args.threads = 1 if args.threads is None else args.threads
         args.malloc = "tuned"
+        limit_onednn_cache()  # before the first matmul (normlab/train/run.py does the same)
 
     if args.clock == "cpu":
         if args.device == "cuda" or (args.device is None and torch.cuda.is_available()):

@@ -834,7 +834,7 @@ class TrainConfig(Strict):
         "auto",
         help="attention kernel: auto (the fastest of the others, timed on the run's first batch at its start and "
         "kept on resume; normlab/train/kernels.py), sdpa (torch's scaled_dot_product_attention), sdpa-fp32 (the "
-        "same on fp32 copies of bf16 inputs) or matmul (two batched matmuls around an fp32 softmax); the same "
+        "same on fp32 copies of bf16 inputs) or matmul (batched matmuls, scores and softmax in fp32); the same "
         "function to rounding",
     )
     seed: int = field(1, help="seeds initialisation, data order, dropout and masking")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import platform
 import subprocess
 import sys
@@ -88,6 +89,25 @@ def test_mask_dropout_statistics_and_gradient():
     first = drop.train()(x)
     torch.manual_seed(3)
     torch.testing.assert_close(drop(x), first)  # seeded: reproducible
+
+
+def test_mask_dropout_keeps_the_expectation_and_its_edge_probabilities():
+    """The mask drops with p' = round(p 2^15) / 2^15 and scales the kept elements by 1 / (1 - p'), so that the
+    expectation is exactly preserved; p' = 1 gives zeros (as F.dropout does), p' = 0 keeps everything."""
+    from normlab.model import _drop_threshold, _keep_mask
+
+    torch.manual_seed(0)
+    p = 0.1
+    t = _drop_threshold(p)
+    assert t == 3277  # 0.1 * 32768 = 3276.8
+    keep = _keep_mask(torch.Size([4_000_000]), p, torch.device("cpu"))
+    rate = keep.float().mean().item()
+    assert abs(rate - (1 - t / 2**15)) < 5 * math.sqrt(0.09 / 4e6), rate  # 5 sd of a binomial rate
+    x = torch.ones(1000, 100)
+    y = Dropout(p).train()(x)
+    torch.testing.assert_close(y[y != 0], torch.full_like(y[y != 0], 2**15 / (2**15 - t)), rtol=0, atol=0)
+    assert torch.equal(Dropout(1 - 2**-17).train()(x), torch.zeros_like(x))  # p' = 1
+    assert torch.equal(Dropout(2**-17).train()(x), x)  # p' = 0: scale 1, nothing dropped
 
 
 def _train(autocast: bool, steps: int = 40) -> list[float]:

@@ -263,9 +263,12 @@ def test_init_from_loads_matching_tensors_only_at_the_start(tmp_path, monkeypatc
 
 def test_accumulated_update_casts_each_weight_once_and_sums_the_micro_batches(tmp_path):
     """Under bf16 autocast an update of ``accumulate`` micro-batches casts each weight to bf16 once (one autocast
-    region around the update, whose cache outlives each micro-batch), and its gradient is the sum over the
-    micro-batches' tokens divided by their total, as if they were one batch (module docstring)."""
+    region around the update, whose cache outlives each micro-batch), and its loss and gradient are the sums
+    over the micro-batches' tokens divided by their total, as if they were one batch (module docstring): the
+    same as a separate autocast region and backward per micro-batch, which is what the Trainer did before."""
     from torch.utils._python_dispatch import TorchDispatchMode
+
+    from normlab.train.objectives import compute_loss
 
     cfg = TrainConfig.from_dict(config(accumulate=2, precision="bf16", model={"dropout": 0.0}))
     trainer = Trainer(cfg, tmp_path / "run", ReverseTask(), quiet=True)
@@ -281,24 +284,31 @@ def test_accumulated_update_casts_each_weight_once_and_sums_the_micro_batches(tm
             return func(*args, **(kwargs or {}))
 
     group = trainer._epoch_plan(1)[:2]
-    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    batches = [trainer.train_data.collate(idx, seed=cfg.seed, epoch=1, step=j) for j, idx in enumerate(group)]
+    n = sum(b.n_tokens for b in batches)
+    # the reference: one autocast region and one backward per micro-batch
+    sums = []
+    for b in batches:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            s = compute_loss(trainer.model, b, cfg.label_smoothing, cfg.loss_impl)
+        (s.loss * (1 / n)).backward()  # the trainer scales by world / n_global, world = 1
+        sums.append(s.loss.item())
+    want_grads = {name: p.grad.clone() for name, p in trainer.model.named_parameters() if p.grad is not None}
+    trainer.optimizer.zero_grad(set_to_none=True)
+    seen = {}
+    step = trainer.optimizer.step
+    trainer.optimizer.step = lambda *a, **k: seen.update(
+        {name: p.grad.clone() for name, p in trainer.model.named_parameters() if p.grad is not None})
     with CountWeightCasts():
-        record = trainer.train_step(group, epoch=1, step=0, lr=0.0)  # lr 0: Adam's step leaves the weights as they are
+        record = trainer.train_step(group, epoch=1, step=0, lr=0.0)
+    trainer.optimizer.step = step
     # once per update; the tied output projection is cast by the chunked loss itself (outside autocast's cache),
     # once per micro-batch: 2M elements at the quick scale, about a millisecond
     tied = "decoder.embed_tokens.weight"
     assert casts.pop(tied) == len(group)
     assert casts and set(casts.values()) == {1}, {k: v for k, v in casts.items() if v != 1}
-    assert all(torch.equal(before[n], p) for n, p in trainer.model.named_parameters())  # lr 0 moved nothing
-    # the two micro-batches' loss is their token-weighted mean: recompute it from each batch alone
-    sums = []
-    for j, idx in enumerate(group):
-        b = trainer.train_data.collate(idx, seed=cfg.seed, epoch=1, step=j)
-        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-            from normlab.train.objectives import compute_loss
-
-            s = compute_loss(trainer.model, b, cfg.label_smoothing, cfg.loss_impl)
-        sums.append((s.loss.item(), b.n_tokens))
-    want = sum(loss for loss, _ in sums) / sum(n for _, n in sums)
-    assert record["tokens"] == sum(n for _, n in sums)
-    torch.testing.assert_close(record["loss"], want, rtol=1e-6, atol=0.0)
+    assert record["tokens"] == n
+    torch.testing.assert_close(record["loss"], sum(sums) / n, rtol=1e-6, atol=0.0)
+    assert seen.keys() == want_grads.keys()
+    for name, g in want_grads.items():
+        torch.testing.assert_close(seen[name], g, rtol=0, atol=0, msg=lambda m, k=name: f"{k}: {m}")

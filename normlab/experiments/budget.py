@@ -100,6 +100,10 @@ def _updater(cfg: TrainConfig, sentence_len: int) -> Any:
 
     device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
                           else "cpu")  # fmt: skip
+    if device.type == "cpu":  # as the grid's workers run: oneDNN's cache capped (normlab/train/throughput.py)
+        from normlab.train.throughput import limit_onednn_cache
+
+        limit_onednn_cache()
     gen = torch.Generator().manual_seed(0)
     model = build_model(cfg.model).to(device)
     opt = build_optimizer(model, cfg.optim)

@@ -2,15 +2,18 @@
 
 The fastest attention kernel depends on the device, the dtype, the sequence lengths and the mask, and the
 differences are large: at the quick scale's shape (batch 64, 4 heads, 32 positions, head 64, bf16, one
-thread), forward + backward, PyTorch's CPU flash kernel took 24.6 ms on a 2-core AVX-512 BF16 EPYC and 49.8 ms
-on an AMX Xeon, where two batched matmuls around an fp32 softmax took 4.9 and 4.0 ms; at long sequences the
-flash kernel wins, as it does on a GPU. A CPU flag cannot say which is which, so :func:`choose_attention`
-times the candidates (:data:`normlab.model.ATTENTION_IMPLS`) on the run's own attention calls, recorded from
-one forward pass of the model on the run's first batch (the shapes, strides, dtypes and masks of every
-encoder self-, decoder self- and cross-attention call), and the trainer sets the fastest on the model
-(:func:`normlab.model.set_attention`) and records the choice and the timings in the run's summary. The
-kernels compute the same function; they differ in rounding (fp32: ~1e-7 relative, bf16: the bf16 products'
-rounding), so a resumed run keeps the kernel it started with (bit-exact resume) rather than measuring again.
+thread), forward + backward of the 18 attention calls of a batch, PyTorch's CPU flash kernel took 357 ms on an
+AMX Xeon where batched matmuls around an fp32 softmax took 88 ms (on a 2-core AVX-512 BF16 EPYC 265 against
+91); at long sequences the flash kernel wins, as it does on a GPU (H200, the paper's shape: 5.3 ms against
+15.0). A CPU flag cannot say which is which, so :func:`choose_attention` times the candidates
+(:data:`normlab.model.ATTENTION_IMPLS`) on the run's own attention calls, recorded from a forward pass of the
+model over a few of the run's batches (the shapes, strides, dtypes and masks of every encoder self-, decoder
+self- and cross-attention call), and the trainer sets the fastest on the model
+(:func:`normlab.model.set_attention`) and records the choice and the timings in the run's summary. The kernels
+compute the same function with the same precision (scores and softmax in fp32) and differ in rounding (fp32:
+~1e-7 relative; bf16: within 1.5x of each other's error against float64, tests/test_attention.py), so a
+resumed run keeps the kernel it started with, to stay bit-identical to the run uninterrupted, rather than
+measuring again.
 """
 
 from __future__ import annotations

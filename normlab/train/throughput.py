@@ -83,8 +83,8 @@ def limit_onednn_cache(capacity: int = ONEDNN_CACHE_CAPACITY) -> bool:
     1,024, 1.79 GB with 256, 1.59 GB with 64, 1.47 GB with 8; the update's thread time 1.03 / 1.03 / 0.93 /
     1.06 s, i.e. no cost within the noise (re-creating a primitive is cheap beside the matmul it runs). 64
     keeps the primitives of about two batch shapes."""
-    if "ONEDNN_PRIMITIVE_CACHE_CAPACITY" in os.environ:
-        return False
+    if "ONEDNN_PRIMITIVE_CACHE_CAPACITY" in os.environ or "DNNL_PRIMITIVE_CACHE_CAPACITY" in os.environ:
+        return False  # the user's setting, under oneDNN's name or its older one
     os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = str(capacity)
     return True
 
