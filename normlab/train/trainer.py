@@ -152,6 +152,7 @@ class Trainer:
         progress: bool | None = None,
         quiet: bool = False,
         files: dict[str, bytes] | None = None,
+        fingerprint: dict[str, str] | None = None,
     ) -> None:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
@@ -163,6 +164,7 @@ class Trainer:
         self.progress = progress  # None: a tqdm bar on a terminal, plain lines otherwise; True/False force it
         self.quiet = quiet  # neither bar nor lines
         self.files = files or {}  # written into the run directory beside config.yaml (e.g. tokenizer.model)
+        self.fingerprint = fingerprint  # the data's files and their sha256 (normlab.data.fingerprint), for data.json
         self.amp = autocast_dtype(cfg.precision, self.device)
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank and on every resume
         self.model = (model or build_model(cfg.model, cfg.data.task)).to(self.device)
@@ -307,6 +309,15 @@ class Trainer:
             except ConfigError:
                 return False
         return False
+
+    def _check_files(self) -> None:
+        """A run's files (tokenizer.model) are never replaced under its checkpoints: their weights were learnt
+        with them (normlab.train.run checks the data first and says what changed; this is the last guard)."""
+        for name, content in self.files.items():
+            path = self.rundir / name
+            if path.is_file() and path.read_bytes() != content:
+                raise ConfigError(f"--resume: {path} differs from the one this run would write; the file a run's "
+                                  "checkpoints were trained with is never replaced")  # fmt: skip
 
     def _init_from(self, path: Path) -> None:
         """Start from another run's weights: every tensor of ``path/model.safetensors`` whose name and shape
@@ -548,6 +559,8 @@ class Trainer:
                 if cfg.init_from and self.state.update == 0:
                     self._init_from(Path(cfg.init_from))
                 self._profile_init()
+                if resume and self.state.update > 0:
+                    self._check_files()
             except BaseException:
                 if created:  # nothing of this run was written: leave no directory behind
                     self._lock.release()
@@ -559,6 +572,8 @@ class Trainer:
             self.rundir.write_config(cfg)
             for name, content in self.files.items():
                 self.rundir.write_file(name, content)
+            if self.fingerprint is not None:
+                self.rundir.write_data_record(self.fingerprint, self.files.get(RunDir.TOKENIZER, b""))
             if resume:
                 self.rundir.truncate_metrics(self.state.update)  # each update once, even without a checkpoint
             return self._fit(schedule, total, per_epoch)
