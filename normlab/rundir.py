@@ -6,7 +6,7 @@ Layout::
     tokenizer.model   the run's sentencepiece model
     data.json         the sha256 of every corpus file and of tokenizer.model at the start (``--resume`` checks them)
     metrics.jsonl     one strict-JSON object per update ("type": "train") and per evaluation ("type": "valid")
-    summary.json      status (running / completed / diverged), last update, best validation score, timings
+    summary.json      status (running / completed / diverged / interrupted), last update, best validation score, timings
     tb/               TensorBoard event files
     checkpoints/      update_XXXXXXXX/ (the last ``keep_last``) and best/  (see normlab/train/checkpoint.py)
     .lock             the trainer's lock (``flock``) and its pid
@@ -302,7 +302,8 @@ class RunDir:
         return data if isinstance(data, dict) else {}
 
     def status(self) -> str | None:
-        """``running`` (in progress, or killed), ``completed``, ``diverged``, or None (no summary)."""
+        """``running`` (in progress, or killed), ``completed``, ``diverged``, ``interrupted`` (stopped by Ctrl-C at
+        an update boundary, with a checkpoint: ``--resume`` continues it), or None (no summary)."""
         return self.summary().get("status")
 
     def finished(self) -> bool:

@@ -6,7 +6,8 @@ Python: ``train(cfg, out)``. From the shell::
     normlab train --out runs/post-lr1e-3 --resume          # continue it (after a kill, or with more epochs)
     torchrun --nproc_per_node 4 -m normlab train --config run.yaml --out runs/ddp
 
-Exit codes: 0 completed, 2 configuration error (one line, nothing written), 3 diverged.
+Exit codes: 0 completed, 2 configuration error (one line, nothing written), 3 diverged, 130 interrupted by
+Ctrl-C (one line: where it stopped and how to resume; the run's status is ``interrupted``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from normlab.config import ConfigError, TrainConfig, add_set_argument, apply_overrides, load_config_file
 from normlab.rundir import RunDir
 from normlab.train.distributed import init_distributed, shutdown
-from normlab.train.trainer import EXIT_DIVERGED, Trainer, prepare_run_dir
+from normlab.train.trainer import EXIT_DIVERGED, EXIT_INTERRUPTED, Trainer, prepare_run_dir
 
 __all__ = ["train", "resolve_config", "add_arguments", "run"]
 
@@ -156,4 +157,8 @@ def run(args: argparse.Namespace) -> int:
     summary = train(cfg, args.out, resume=args.resume, quiet=args.quiet, accept_changed_data=args.accept_changed_data)
     if summary["status"] == "diverged":
         return EXIT_DIVERGED
+    if summary["status"] == "interrupted":
+        print(f"normlab train: interrupted at update {summary['update']}, checkpoint saved; continue with: "
+              f"normlab train --out {args.out} --resume", file=sys.stderr)  # fmt: skip
+        return EXIT_INTERRUPTED
     return 0
