@@ -269,3 +269,55 @@ def test_ctrl_c_stops_at_an_update_boundary_saves_and_resumes_exactly(small_corp
         torch.testing.assert_close(b[k], a[k], rtol=0, atol=0)
     assert records(run) == records(tmp_path / "ref")
     assert rd.status() == "completed"
+
+
+# ------------------------------------------------------------------------------------------- 4. sizes
+
+
+@pytest.mark.parametrize("key", ["model.encoder_layers", "model.d_model", "model.max_positions", "max_updates"])
+def test_an_integer_setting_past_2_53_is_one_line(key):
+    """Issue 36 case 4: sizes of 10**30 overflowed in C++ frames or grew memory until the kernel killed."""
+    from normlab.config import ConfigError, TrainConfig, apply_overrides
+
+    with pytest.raises(ConfigError, match=r"is out of range \(at most 9007199254740992 in magnitude\)"):
+        TrainConfig.from_dict(apply_overrides({}, [f"{key}={10**30}"]))
+
+
+@pytest.mark.parametrize("model", [{"d_model": 1048576, "n_heads": 4}, {"encoder_layers": 10**9}])
+def test_a_model_too_large_for_the_machine_is_refused_before_allocation(model, tmp_path):
+    """Issue 36 case 4: d_model=1048576 was killed by the OOM killer at 13 GB with no warning first; now the
+    estimate from the configuration (a floor) is refused in one line naming it and the machine's memory."""
+    import resource
+
+    from normlab.config import ConfigError, TrainConfig
+    from normlab.train.memory import machine_bytes
+    from normlab.train.trainer import Trainer
+    from tests.synthetic import ReverseTask
+    from tests.test_trainer import config
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    cfg = TrainConfig.from_dict(config(model=model))
+    with pytest.raises(ConfigError) as e:
+        Trainer(cfg, tmp_path / "run", ReverseTask(), quiet=True)
+    text = str(e.value)
+    assert text.startswith("TrainConfig.model: training needs at least ") and "\n" not in text
+    assert f"more than the {machine_bytes(torch.device('cpu')) / 1e9:.3g} GB of this machine (cpu)" in text
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB: nothing was allocated
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_estimate_is_a_floor_of_the_real_parameter_count():
+    """The refusal is never wrong: the estimate never exceeds what a built model holds, and is close to it."""
+    from normlab.model import build_model
+    from normlab.train.memory import parameters
+    from tests.conftest import tiny_config
+
+    for task in ("translation", "mlm", "classification"):
+        for cfg in (tiny_config(), tiny_config(d_model=64, d_ffn=256, encoder_layers=3, vocab_size=1000)):
+            real = sum(p.numel() for p in build_model(cfg, task).parameters())
+            assert 0.75 * real <= parameters(cfg, task) <= real, (task, cfg)
+
+
+def test_a_beam_past_the_bound_is_one_line(tmp_path, capsys):
+    status, err = cli(capsys, "translate", "--run", str(tmp_path), "--beam", str(10**30))
+    assert status == 2 and err == [f"normlab translate: error: --beam must be in [1, 1024] (1 = greedy), got {10**30}"]

@@ -167,6 +167,10 @@ class Trainer:
         self.files = files or {}  # written into the run directory beside config.yaml (e.g. tokenizer.model)
         self.fingerprint = fingerprint  # the data's files and their sha256 (normlab.data.fingerprint), for data.json
         self.amp = autocast_dtype(cfg.precision, self.device)
+        if model is None:  # refused before a byte is allocated (a model too large for the machine, issue 36)
+            from normlab.train.memory import check_fits
+
+            check_fits(cfg.model, cfg.data.task, cfg.data.max_tokens * cfg.accumulate, self.device)
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank and on every resume
         self.model = (model or build_model(cfg.model, cfg.data.task)).to(self.device)
         self.optimizer = build_optimizer(self.model, cfg.optim)
