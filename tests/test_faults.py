@@ -321,3 +321,18 @@ def test_the_estimate_is_a_floor_of_the_real_parameter_count():
 def test_a_beam_past_the_bound_is_one_line(tmp_path, capsys):
     status, err = cli(capsys, "translate", "--run", str(tmp_path), "--beam", str(10**30))
     assert status == 2 and err == [f"normlab translate: error: --beam must be in [1, 1024] (1 = greedy), got {10**30}"]
+
+
+# ------------------------------------------------------------------------------------------- 5. smaller
+
+
+def test_quiet_does_not_hide_a_resume_from_an_older_checkpoint(tmp_path, capsys):
+    """Issue 36 case 5: --quiet hid "damaged checkpoint, resumed from an older one"."""
+    from tests.test_rundir import fit
+
+    fit(tmp_path, max_updates=4, save_every=2, eval_every=2, keep_last=2)
+    (tmp_path / "checkpoints" / "update_00000004" / "model.safetensors").write_bytes(b"cut")
+    capsys.readouterr()
+    fit(tmp_path, resume=True, max_updates=4, save_every=2, eval_every=2, keep_last=2)  # quiet=True
+    err = capsys.readouterr().err
+    assert "resuming from update_00000002, the newest intact one" in err

@@ -258,7 +258,7 @@ class Trainer:
             try:
                 saved = ckpt.load_checkpoint(path, self.model, self.optimizer, restore_rng=True, device=self.device)
             except ckpt.CheckpointError as e:
-                self._say(f"resume: {e}")
+                self._warn(f"resume: {e}")
                 damaged.append(path)
                 continue
             fields = {f.name for f in dataclasses.fields(TrainState)}
@@ -267,7 +267,7 @@ class Trainer:
                 self.state.attention = "default"
             self._resumed_from = path
             if damaged:
-                self._say(f"resume: {len(damaged)} newer checkpoint(s) damaged; resuming from {path.name}, the newest "
+                self._warn(f"resume: {len(damaged)} newer checkpoint(s) damaged; resuming from {path.name}, the newest "
                           "intact one")  # fmt: skip
             return damaged
         if damaged:
@@ -469,6 +469,12 @@ class Trainer:
         CPU the freed heap goes back to the OS: a grid's pool worker trains its next run in the same process."""
         self.net = self.model
         self._release()
+
+    def _warn(self, line: str) -> None:
+        """A notice that --quiet does not hide: the run did something else than asked (resumed from an older
+        checkpoint than the newest, issue 36)."""
+        if self.dist.is_main:
+            print(line, file=sys.stderr, flush=True)
 
     def _say(self, line: str) -> None:
         if self.dist.is_main and not self.quiet:
