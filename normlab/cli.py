@@ -1,7 +1,9 @@
 """The ``normlab`` command. Thin: each subcommand parses its arguments and calls one library function.
 
-Exit codes: 0 success, 2 a usage or configuration error (one line on stderr, nothing written), 141 the reader
-of the output went away (``| head``; no traceback).
+Exit codes: 0 success, 1 a fault of the machine or of a library (a file that cannot be read or written, memory,
+a number too large for the kernels; one line on stderr), 2 a usage or configuration error (one line on stderr,
+nothing written), 130 interrupted by Ctrl-C (one line), 141 the reader of the output went away (``| head``; no
+traceback). Set ``NORMLAB_TRACEBACK=1`` to see the traceback of a fault instead of its line.
 """
 
 from __future__ import annotations
@@ -10,11 +12,14 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from normlab import __version__
 from normlab.config import ConfigError
 
+EXIT_FAULT = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 128 + 2  # what a shell reports for a process ended by SIGINT
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a process killed by SIGPIPE
 
 
@@ -231,6 +236,49 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
 }
 
 
+def _last_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else type(e).__name__
+
+
+def _raised_in(e: BaseException, *packages: str) -> bool:
+    """Whether the innermost frame of ``e``'s traceback lies in one of ``packages`` (their own errors are plain
+    RuntimeErrors: sentencepiece's "Vocabulary size is too high" or a model file it cannot parse)."""
+    tb, last = e.__traceback__, None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    if last is None:
+        return False
+    parts = Path(last.tb_frame.f_code.co_filename).parts
+    return any(p in parts for p in packages)
+
+
+def fault_line(e: BaseException) -> str | None:
+    """The one line for an error of the machine or of a library that reached the CLI (issue 36: OSError,
+    safetensors, sentencepiece, yaml, memory, torch's overflow), or None for anything else, a bug of ours,
+    whose traceback is wanted."""
+    if isinstance(e, OSError):
+        where = e.filename2 or e.filename  # a copy names its source first and the file it writes second
+        what = e.strerror or _last_line(e)
+        return f"{what}: {where}" if where else what
+    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+        return f"out of memory ({_last_line(e)}); use a smaller model, batch (data.max_tokens) or beam"
+    if isinstance(e, OverflowError):
+        return f"a number too large for the kernels ({_last_line(e)}); check the sizes in the configuration"
+    name = type(e).__name__
+    if name == "SafetensorError":
+        return f"safetensors: {_last_line(e)}"
+    if name.endswith("YAMLError") or _raised_in(e, "yaml"):
+        return f"YAML: {_last_line(e)}"
+    if isinstance(e, RuntimeError):
+        text = _last_line(e)
+        if _raised_in(e, "sentencepiece"):
+            return f"sentencepiece: {text}"
+        if "overflow" in text.lower() or "can't allocate memory" in text or "not enough memory" in text:
+            return f"{text}; check the sizes in the configuration"
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="normlab",
@@ -259,11 +307,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"normlab {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        # a second Ctrl-C in training, or one outside it (`normlab train` stops at an update boundary itself)
+        print(f"normlab {args.command}: interrupted; a run resumes from its last checkpoint with --resume",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # the reader of our output went away (`normlab translate ... | head`): not an error of ours. Point stdout
         # at /dev/null so that the flush at exit does not raise again, and exit as a process killed by SIGPIPE
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
+    except Exception as e:
+        line = fault_line(e)
+        if line is None or os.environ.get("NORMLAB_TRACEBACK"):
+            raise
+        print(f"normlab {args.command}: error: {line}", file=sys.stderr)
+        return EXIT_FAULT
 
 
 if __name__ == "__main__":

@@ -192,6 +192,8 @@ def _coerce(owner: str, name: str, hint: Any, value: Any) -> Any:
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        if abs(value) > MAX_INT:
+            raise ConfigError(f"{where}: {value} is out of range (at most {MAX_INT} in magnitude)")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -206,6 +208,12 @@ def _coerce(owner: str, name: str, hint: Any, value: Any) -> Any:
     if hint is Any:
         return value
     raise TypeError(f"{where}: unsupported annotation {hint!r}")  # a bug in normlab, not in the user's config
+
+
+# No integer setting means anything past 2**53 (a size, a count of updates, a seed); larger ones overflowed torch's
+# int64 shape arithmetic in C++ frames (`--set model.d_model=10**30`, issue 36). Sizes that pass are checked
+# against the machine's memory before allocation (normlab.train.memory).
+MAX_INT = 2**53
 
 
 class _Loader(yaml.SafeLoader):

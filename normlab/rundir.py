@@ -4,8 +4,9 @@ Layout::
 
     config.yaml       the resolved configuration (written atomically)
     tokenizer.model   the run's sentencepiece model
+    data.json         the sha256 of every corpus file and of tokenizer.model at the start (``--resume`` checks them)
     metrics.jsonl     one strict-JSON object per update ("type": "train") and per evaluation ("type": "valid")
-    summary.json      status (running / completed / diverged), last update, best validation score, timings
+    summary.json      status (running / completed / diverged / interrupted), last update, best validation score, timings
     tb/               TensorBoard event files
     checkpoints/      update_XXXXXXXX/ (the last ``keep_last``) and best/  (see normlab/train/checkpoint.py)
     .lock             the trainer's lock (``flock``) and its pid
@@ -173,6 +174,7 @@ class RunDir:
 
     CONFIG = "config.yaml"
     TOKENIZER = "tokenizer.model"
+    DATA = "data.json"
     METRICS = "metrics.jsonl"
     SUMMARY = "summary.json"
     CHECKPOINTS = "checkpoints"
@@ -264,6 +266,24 @@ class RunDir:
     def write_file(self, name: str, content: bytes) -> None:
         write_atomic(self.path / name, content)
 
+    def data_record(self) -> dict[str, Any] | None:
+        """data.json: ``{"files": {key: sha256}, "tokenizer": sha256}`` (:func:`normlab.data.fingerprint`), or
+        None for a run that has none (one started before issue 36, or killed before it wrote anything)."""
+        try:
+            data = json.loads((self.path / self.DATA).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{self.path / self.DATA}: damaged ({e})") from None
+        if not (isinstance(data, dict) and isinstance(data.get("files"), dict) and isinstance(data.get("tokenizer"), str)):
+            raise ConfigError(f"{self.path / self.DATA}: damaged (expected files and tokenizer)")
+        return data
+
+    def write_data_record(self, files: dict[str, str], tokenizer: bytes) -> None:
+        import hashlib
+
+        write_json_atomic(self.path / self.DATA, {"files": files, "tokenizer": hashlib.sha256(tokenizer).hexdigest()})
+
     def tokenizer(self) -> Tokenizer:
         from normlab.data.tokenizer import Tokenizer
 
@@ -282,7 +302,8 @@ class RunDir:
         return data if isinstance(data, dict) else {}
 
     def status(self) -> str | None:
-        """``running`` (in progress, or killed), ``completed``, ``diverged``, or None (no summary)."""
+        """``running`` (in progress, or killed), ``completed``, ``diverged``, ``interrupted`` (stopped by Ctrl-C at
+        an update boundary, with a checkpoint: ``--resume`` continues it), or None (no summary)."""
         return self.summary().get("status")
 
     def finished(self) -> bool:

@@ -241,10 +241,15 @@ def add_translate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", help="a file of sentences, one per line (default: stdin)")
 
 
+# A beam holds beam x sentences hypotheses with their caches; past a few thousand it exhausts memory (a --beam of
+# 10**30 overflowed in C++ frames, issue 36), and wide beams decode worse anyway (the paper uses 5)
+MAX_BEAM = 1024
+
+
 def _check_decoding(args: argparse.Namespace) -> None:
     """The decoding options, checked before a model is loaded (one line each)."""
-    if args.beam < 1:
-        raise ConfigError(f"--beam must be >= 1 (1 = greedy), got {args.beam}")
+    if not 1 <= args.beam <= MAX_BEAM:
+        raise ConfigError(f"--beam must be in [1, {MAX_BEAM}] (1 = greedy), got {args.beam}")
     if not (math.isfinite(args.lenpen) and args.lenpen >= 0):
         raise ConfigError(f"--lenpen must be a finite number >= 0, got {args.lenpen}")
     if args.max_tokens < 1:

@@ -15,12 +15,20 @@ from normlab.data.batch import (
     TranslationBatch,
 )
 from normlab.data.corpora import DataError, data_root
-from normlab.data.datasets import ClassificationDataset, Dataset, MLMDataset, Prepared, TranslationDataset, prepare
+from normlab.data.datasets import (
+    ClassificationDataset,
+    Dataset,
+    MLMDataset,
+    Prepared,
+    TranslationDataset,
+    fingerprint,
+    prepare,
+)
 from normlab.data.tokenizer import Tokenizer
 
 __all__ = [
     "PAD", "UNK", "BOS", "EOS", "CLS", "SEP", "MASK", "SPECIAL_TOKENS",
     "Batch", "TranslationBatch", "MLMBatch", "ClassificationBatch",
-    "prepare", "Prepared", "Dataset", "TranslationDataset", "MLMDataset", "ClassificationDataset",
+    "prepare", "fingerprint", "Prepared", "Dataset", "TranslationDataset", "MLMDataset", "ClassificationDataset",
     "Tokenizer", "DataError", "data_root",
 ]  # fmt: skip

@@ -390,8 +390,9 @@ def _fitted(label: str, task: str, arrays: dict[str, np.ndarray], cfg: DataConfi
     return ds, dropped_long
 
 
-def prepare(data_cfg: DataConfig, max_positions: int) -> Prepared:
+def prepare(data_cfg: DataConfig, max_positions: int, *, tokenizer: Tokenizer | None = None) -> Prepared:
     """Build or load the tokenizer and the binarized splits of ``data_cfg`` for a model of ``max_positions``.
+    ``tokenizer``: use this one instead of the one ``data_cfg`` names or trains (a resumed run keeps its own).
 
     Translation pairs with a side longer than ``max_positions`` (eos included) are dropped and counted;
     ``train_subset`` / ``valid_subset`` keep the first N examples after that. Raises :class:`DataError` (one
@@ -408,13 +409,19 @@ def prepare(data_cfg: DataConfig, max_positions: int) -> Prepared:
     tok: Tokenizer | None = None
     tok_corpus: Corpus | None = None
     if cfg.tokenizer.endswith(".model"):
-        tok = Tokenizer.load(cfg.tokenizer)
+        tok = tokenizer or Tokenizer.load(cfg.tokenizer)
         tok_id = tok.digest
     else:
         tok_corpus = locate_tokenizer_corpus(cfg, cfg.tokenizer) if cfg.tokenizer else corpus
         tok_id = _tokenizer_key(tok_corpus, cfg)
         if tokenizer_path(root, tok_id).is_file():
             tok = Tokenizer.load(tokenizer_path(root, tok_id))
+        if tokenizer is not None:
+            # the given one keys the splits by its own digest, unless it is the cached one the config trains
+            # (a resume of unchanged data: the splits already binarized are the same)
+            if tok is None or tok.proto != tokenizer.proto:
+                tok_id = tokenizer.digest
+            tok = tokenizer
 
     reading = _reading(corpus, cfg)
     paths = {
@@ -462,6 +469,23 @@ def prepare(data_cfg: DataConfig, max_positions: int) -> Prepared:
     return Prepared(cfg=cfg, tokenizer=tok, splits=splits, stats=stats, corpus=corpus)
 
 
+def fingerprint(data_cfg: DataConfig) -> dict[str, str]:
+    """The sha256 of every file the data of ``data_cfg`` is made from, keyed ``corpus/<split>/<file>`` (and
+    ``tokenizer/...`` for the corpus or model file a tokenizer comes from, when ``DataConfig.tokenizer`` names
+    one): a run records it at its start, and ``--resume`` refuses data that has changed since (issue 36)."""
+    out = {}
+    corpus = locate(data_cfg)
+    for split, files in corpus.splits.items():
+        out.update({f"corpus/{split}/{p.name}": file_digest(p) for p in files})
+    if data_cfg.tokenizer.endswith(".model"):
+        path = Path(data_cfg.tokenizer).expanduser()
+        out[f"tokenizer/{path.name}"] = file_digest(path) if path.is_file() else "missing"
+    elif data_cfg.tokenizer:
+        tok_corpus = locate_tokenizer_corpus(data_cfg, data_cfg.tokenizer)
+        out.update({f"tokenizer/train/{p.name}": file_digest(p) for p in tok_corpus.splits["train"]})
+    return out
+
+
 def read_test_pairs(
     source: Path, reference: Path, tok: Tokenizer, max_positions: int
 ) -> tuple[TranslationDataset, dict[str, int]]:
@@ -475,5 +499,5 @@ def read_test_pairs(
     return ds, counts  # type: ignore[return-value]  # the translation task's dataset
 
 
-__all__ = ["prepare", "Prepared", "Dataset", "TranslationDataset", "MLMDataset", "ClassificationDataset", "Ragged",
+__all__ = ["prepare", "fingerprint", "Prepared", "Dataset", "TranslationDataset", "MLMDataset", "ClassificationDataset", "Ragged",
            "read_test_pairs"]

@@ -38,7 +38,7 @@ from safetensors.torch import load_file, save_file, save_model
 from torch import nn
 
 from normlab.config import ConfigError
-from normlab.rundir import fsync_dir, remove_tree, sweep
+from normlab.rundir import _UMASK, fsync_dir, remove_tree, sweep
 
 __all__ = [
     "save_checkpoint",
@@ -111,6 +111,37 @@ def _restore_rng(tensors: dict[str, torch.Tensor]) -> None:
         torch.cuda.set_rng_state_all([tensors[k] for k in cuda])
 
 
+def _os_error(e: Exception, path: Path) -> OSError | None:
+    """The ``OSError`` behind a safetensors write error, or None. safetensors raises its own ``SafetensorError``
+    for a failed write ("I/O error: No space left on device (os error 28)"), not an OSError, so a real full disk
+    escaped the trainer's handler of full and read-only disks (issue 36) and ended in a traceback."""
+    match = re.search(r"\(os error (\d+)\)", str(e))
+    if match is None:
+        return None
+    code = int(match.group(1))
+    return OSError(code, os.strerror(code), str(path))
+
+
+def _write(save: Any, obj: Any, path: Path) -> None:
+    try:
+        save(obj, str(path))
+    except Exception as e:  # SafetensorError is not importable by name in every safetensors version
+        error = _os_error(e, path)
+        if error is None:
+            raise
+        raise error from e
+
+
+def _publish_modes(tmp: Path) -> None:
+    """mkdtemp makes the directory 0700 and safetensors its files 0600; a checkpoint gets the modes of the
+    run's other files (0666 / 0777 less the umask) so that whoever may read the run may read its weights."""
+    if not hasattr(os, "fchmod"):  # not on Windows, where the mode bits mean little
+        return
+    for f in tmp.iterdir():
+        os.chmod(f, 0o666 & ~_UMASK)
+    os.chmod(tmp, 0o777 & ~_UMASK)
+
+
 def save_checkpoint(
     directory: str | Path,
     update: int,
@@ -124,15 +155,16 @@ def save_checkpoint(
     final = directory / f"update_{update:08d}"
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=directory))
     try:
-        save_model(_unwrap(model), str(tmp / MODEL))
+        _write(save_model, _unwrap(model), tmp / MODEL)
         tensors = _rng_tensors()
         groups: list[dict[str, Any]] = []
         if optimizer is not None:
             opt_tensors, groups = _optimizer_tensors(optimizer)
             tensors.update(opt_tensors)
-        save_file(tensors, str(tmp / OPTIMIZER))
+        _write(save_file, tensors, tmp / OPTIMIZER)
         payload = dict(state, update=update, optimizer_param_groups=groups)
         (tmp / STATE).write_text(json.dumps(payload, indent=1, sort_keys=True), encoding="utf-8")
+        _publish_modes(tmp)
         for f in tmp.iterdir():  # data on disk before the rename makes it visible
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
@@ -256,6 +288,7 @@ def mark_best(checkpoint: str | Path) -> Path:
             shutil.copyfile(checkpoint / name, tmp / name)
             with open(tmp / name, "rb") as fh:
                 os.fsync(fh.fileno())
+        _publish_modes(tmp)
         fsync_dir(tmp)
         remove_tree(best)
         os.replace(tmp, best)

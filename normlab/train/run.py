@@ -6,7 +6,8 @@ Python: ``train(cfg, out)``. From the shell::
     normlab train --out runs/post-lr1e-3 --resume          # continue it (after a kill, or with more epochs)
     torchrun --nproc_per_node 4 -m normlab train --config run.yaml --out runs/ddp
 
-Exit codes: 0 completed, 2 configuration error (one line, nothing written), 3 diverged.
+Exit codes: 0 completed, 2 configuration error (one line, nothing written), 3 diverged, 130 interrupted by
+Ctrl-C (one line: where it stopped and how to resume; the run's status is ``interrupted``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from normlab.config import ConfigError, TrainConfig, add_set_argument, apply_overrides, load_config_file
 from normlab.rundir import RunDir
 from normlab.train.distributed import init_distributed, shutdown
-from normlab.train.trainer import EXIT_DIVERGED, Trainer, prepare_run_dir
+from normlab.train.trainer import EXIT_DIVERGED, EXIT_INTERRUPTED, Trainer, prepare_run_dir
 
 __all__ = ["train", "resolve_config", "add_arguments", "run"]
 
@@ -33,6 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_set_argument(p, TrainConfig)
     p.add_argument("--out", required=True, help="run directory (config, metrics, checkpoints, TensorBoard)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--accept-changed-data", action="store_true",
+                   help="with --resume: train on a corpus that changed since the run started, encoded with the "
+                        "run's own tokenizer.model (without it, changed data is refused)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
 
 
@@ -76,14 +80,50 @@ def _bleu_hook(cfg: TrainConfig, tokenizer: Any, valid: Any, is_main: bool) -> A
     return extra
 
 
-def train(
-    cfg: TrainConfig, out: str | Path, *, resume: bool = False, progress: bool | None = None, quiet: bool = False
-) -> dict[str, Any]:
-    """Prepare the data, build the model, and train; returns the run's summary (also in ``out/summary.json``)."""
+def _resume_data(rd: RunDir, cfg: TrainConfig, fingerprint: dict[str, str], accept: bool) -> Any:
+    """The data of a resumed run, checked against what the run started with (data.json, tokenizer.model).
+
+    Weights learnt under one tokenizer mean nothing under another: a corpus edited by one word retrains the BPE
+    and moves ids (14 of 400 in issue 36), so a resume that silently retrained it went on from weights learnt
+    under the old ids. Changed corpus files are refused, naming them, before any tokenizer is trained;
+    ``accept`` trains on them with the run's own tokenizer.model, which is never replaced."""
     from normlab.data import prepare
 
+    if not rd.tokenizer_path.is_file():  # killed before it wrote anything: nothing to keep
+        return prepare(cfg.data, cfg.model.max_positions)
+    recorded = rd.data_record()
+    if recorded is None:
+        # a run from before data.json: the tokenizer the data gives now is the only witness of a change
+        data = prepare(cfg.data, cfg.model.max_positions)
+        if rd.tokenizer_path.read_bytes() == data.tokenizer.proto:
+            return data
+        if not accept:
+            raise ConfigError(f"--resume: the tokenizer the data gives now differs from the run's {rd.tokenizer_path} "
+                              "(a changed corpus, or another sentencepiece version); pass --accept-changed-data to "
+                              "train on the data with the run's tokenizer, or start a new run")  # fmt: skip
+    else:
+        changed = sorted(k for k in recorded["files"].keys() | fingerprint.keys()
+                         if recorded["files"].get(k) != fingerprint.get(k))  # fmt: skip
+        if changed and not accept:
+            raise ConfigError(f"--resume: the data changed since the run started: {', '.join(changed)}; pass "
+                              "--accept-changed-data to train on it with the run's tokenizer, or start a new run")
+    return prepare(cfg.data, cfg.model.max_positions, tokenizer=rd.tokenizer())
+
+
+def train(
+    cfg: TrainConfig, out: str | Path, *, resume: bool = False, progress: bool | None = None, quiet: bool = False,
+    accept_changed_data: bool = False,
+) -> dict[str, Any]:
+    """Prepare the data, build the model, and train; returns the run's summary (also in ``out/summary.json``).
+    ``accept_changed_data``: a resume may train on a changed corpus, with the run's tokenizer (:func:`_resume_data`)."""
+    from normlab.data import fingerprint, prepare
+
     prepare_run_dir(out, cfg, resume)  # before anything is written (prepare only fills the data cache)
-    data = prepare(cfg.data, cfg.model.max_positions)
+    files = fingerprint(cfg.data)
+    if resume:
+        data = _resume_data(RunDir(out), cfg, files, accept_changed_data)
+    else:
+        data = prepare(cfg.data, cfg.model.max_positions)
     cfg = _fit_to_data(cfg, data)
     if "train" not in data.splits:
         raise ConfigError(f"{data.corpus.root}: no train split")
@@ -99,7 +139,7 @@ def train(
         valid = data.splits.get("valid")
         extra = _bleu_hook(cfg, data.tokenizer, valid, dist.is_main) if cfg.valid_bleu and valid is not None else None
         trainer = Trainer(cfg, out, data.splits["train"], valid, dist=dist, progress=progress, quiet=quiet,
-                          extra_eval=extra, files={"tokenizer.model": data.tokenizer.proto})
+                          extra_eval=extra, files={RunDir.TOKENIZER: data.tokenizer.proto}, fingerprint=files)
         summary = trainer.fit(resume=resume)
         completed = True
         return summary
@@ -112,7 +152,13 @@ def train(
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     cfg = resolve_config(args.config, args.set, args.out, args.resume)
-    summary = train(cfg, args.out, resume=args.resume, quiet=args.quiet)
+    if args.accept_changed_data and not args.resume:
+        raise ConfigError("--accept-changed-data applies to --resume only")
+    summary = train(cfg, args.out, resume=args.resume, quiet=args.quiet, accept_changed_data=args.accept_changed_data)
     if summary["status"] == "diverged":
         return EXIT_DIVERGED
+    if summary["status"] == "interrupted":
+        print(f"normlab train: interrupted at update {summary['update']}, checkpoint saved; continue with: "
+              f"normlab train --out {args.out} --resume", file=sys.stderr)  # fmt: skip
+        return EXIT_INTERRUPTED
     return 0

@@ -53,9 +53,10 @@ from normlab.train.optim import build_optimizer, set_lr
 from normlab.train.schedules import Schedule, build_schedule
 from normlab.train.throughput import release_memory
 
-__all__ = ["Trainer", "Dataset", "EXIT_DIVERGED", "prepare_run_dir", "divergence"]
+__all__ = ["Trainer", "Dataset", "EXIT_DIVERGED", "EXIT_INTERRUPTED", "prepare_run_dir", "divergence"]
 
 EXIT_DIVERGED = 3  # `normlab train` exits with this code when the run diverged (2 is a usage error)
+EXIT_INTERRUPTED = 128 + 2  # stopped by Ctrl-C (SIGINT), as a shell reports a process the signal ended
 # On the CPU, freed heap pages go back to the OS every this many updates, after each validation and at the end of
 # a run (normlab.train.throughput.release_memory: without it the heap fragments and a quick-scale run grew from
 # 1.2 to 2.6 GB over 100 updates). Each release makes the next update fault its pages in again; measured at the
@@ -152,6 +153,7 @@ class Trainer:
         progress: bool | None = None,
         quiet: bool = False,
         files: dict[str, bytes] | None = None,
+        fingerprint: dict[str, str] | None = None,
     ) -> None:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
@@ -163,7 +165,12 @@ class Trainer:
         self.progress = progress  # None: a tqdm bar on a terminal, plain lines otherwise; True/False force it
         self.quiet = quiet  # neither bar nor lines
         self.files = files or {}  # written into the run directory beside config.yaml (e.g. tokenizer.model)
+        self.fingerprint = fingerprint  # the data's files and their sha256 (normlab.data.fingerprint), for data.json
         self.amp = autocast_dtype(cfg.precision, self.device)
+        if model is None:  # refused before a byte is allocated (a model too large for the machine, issue 36)
+            from normlab.train.memory import check_fits
+
+            check_fits(cfg.model, cfg.data.task, cfg.data.max_tokens * cfg.accumulate, self.device)
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank and on every resume
         self.model = (model or build_model(cfg.model, cfg.data.task)).to(self.device)
         self.optimizer = build_optimizer(self.model, cfg.optim)
@@ -183,6 +190,8 @@ class Trainer:
         self._evaluated_at: int | None = None
         self._saved_at: dict[str, Any] | None = None
         self._resumed_from: Path | None = None  # the checkpoint a resume loaded
+        self._extra: dict[str, Any] | None = None  # what _fit puts in every summary of the run
+        self._stop = False  # Ctrl-C asked the run to stop at the next update boundary (_on_interrupt)
 
     # ---------------------------------------------------------------------------------------------- helpers
 
@@ -237,6 +246,8 @@ class Trainer:
         if self.state.best_update == self.state.update:
             ckpt.mark_best(path)
         ckpt.rotate(self.ckpt_dir, self.cfg.keep_last, self.cfg.keep_every)
+        if self._extra is not None:  # the summary of a run in progress names its last checkpoint's update, not 0
+            self._summary("running", **self._extra)
         return path
 
     def _resume(self) -> list[Path]:
@@ -247,7 +258,7 @@ class Trainer:
             try:
                 saved = ckpt.load_checkpoint(path, self.model, self.optimizer, restore_rng=True, device=self.device)
             except ckpt.CheckpointError as e:
-                self._say(f"resume: {e}")
+                self._warn(f"resume: {e}")
                 damaged.append(path)
                 continue
             fields = {f.name for f in dataclasses.fields(TrainState)}
@@ -256,7 +267,7 @@ class Trainer:
                 self.state.attention = "default"
             self._resumed_from = path
             if damaged:
-                self._say(f"resume: {len(damaged)} newer checkpoint(s) damaged; resuming from {path.name}, the newest "
+                self._warn(f"resume: {len(damaged)} newer checkpoint(s) damaged; resuming from {path.name}, the newest "
                           "intact one")  # fmt: skip
             return damaged
         if damaged:
@@ -307,6 +318,15 @@ class Trainer:
             except ConfigError:
                 return False
         return False
+
+    def _check_files(self) -> None:
+        """A run's files (tokenizer.model) are never replaced under its checkpoints: their weights were learnt
+        with them (normlab.train.run checks the data first and says what changed; this is the last guard)."""
+        for name, content in self.files.items():
+            path = self.rundir / name
+            if path.is_file() and path.read_bytes() != content:
+                raise ConfigError(f"--resume: {path} differs from the one this run would write; the file a run's "
+                                  "checkpoints were trained with is never replaced")  # fmt: skip
 
     def _init_from(self, path: Path) -> None:
         """Start from another run's weights: every tensor of ``path/model.safetensors`` whose name and shape
@@ -450,6 +470,12 @@ class Trainer:
         self.net = self.model
         self._release()
 
+    def _warn(self, line: str) -> None:
+        """A notice that --quiet does not hide: the run did something else than asked (resumed from an older
+        checkpoint than the newest, issue 36)."""
+        if self.dist.is_main:
+            print(line, file=sys.stderr, flush=True)
+
     def _say(self, line: str) -> None:
         if self.dist.is_main and not self.quiet:
             if self._bar is not None:
@@ -548,6 +574,8 @@ class Trainer:
                 if cfg.init_from and self.state.update == 0:
                     self._init_from(Path(cfg.init_from))
                 self._profile_init()
+                if resume and self.state.update > 0:
+                    self._check_files()
             except BaseException:
                 if created:  # nothing of this run was written: leave no directory behind
                     self._lock.release()
@@ -559,6 +587,8 @@ class Trainer:
             self.rundir.write_config(cfg)
             for name, content in self.files.items():
                 self.rundir.write_file(name, content)
+            if self.fingerprint is not None:
+                self.rundir.write_data_record(self.fingerprint, self.files.get(RunDir.TOKENIZER, b""))
             if resume:
                 self.rundir.truncate_metrics(self.state.update)  # each update once, even without a checkpoint
             return self._fit(schedule, total, per_epoch)
@@ -579,51 +609,15 @@ class Trainer:
             from tqdm import tqdm
 
             self._bar = tqdm(total=total, initial=self.state.update, unit="upd", dynamic_ncols=True)
-        s = self.state
-        status = "completed"
         extra: dict[str, Any] = {"total_updates": total, "updates_per_epoch": per_epoch}
+        self._extra = extra
         try:
-            if s.update < total:
-                self._set_attention(self._epoch_plan(s.epoch), extra)
-                self._release()
-            self._summary("running", **extra)
-            while s.update < total and s.epoch <= cfg.max_epochs:
-                plan = self._epoch_plan(s.epoch)
-                groups = [plan[i : i + cfg.accumulate] for i in range(0, len(plan), cfg.accumulate)]
-                while s.step_in_epoch < len(groups) and s.update < total:
-                    t0 = time.perf_counter()
-                    record = self.train_step(groups[s.step_in_epoch], s.epoch, s.step_in_epoch, schedule(s.update + 1))
-                    if record.get("diverged"):
-                        self._log(record)
-                        status = "diverged"
-                        extra.update(diverged_at_update=record["update"], diverged_loss=record["loss"],
-                                     diverged_gnorm=record["gnorm"], diverged_reason=record["diverged_reason"])  # fmt: skip
-                        self._say(f"diverged at update {record['update']}: {record['diverged_reason']}; gradient "
-                                  f"norm {record['gnorm']}; last loss below the rule {s.last_finite_loss}")
-                        return self._summary(status, **extra)
-                    s.update += 1
-                    s.step_in_epoch += 1
-                    s.last_finite_loss = record["loss"]
-                    s.elapsed += time.perf_counter() - t0
-                    self._log(record)
-                    self._progress(record, total)
-                    if s.update % RELEASE_EVERY == 0:
-                        self._release()
-                    if cfg.eval_every and s.update % cfg.eval_every == 0 and s.step_in_epoch < len(groups):
-                        self._validate(s.epoch)
-                    if cfg.save_every and s.update % cfg.save_every == 0 and s.step_in_epoch < len(groups):
-                        self.save()
-                if s.step_in_epoch >= len(groups):  # the epoch is complete: validate and checkpoint (paper: per epoch)
-                    self._validate(s.epoch)
-                    s.epoch += 1
-                    s.step_in_epoch = 0
-                    self.save()
-                else:  # stopped inside an epoch by max_updates
-                    break
-            if s.step_in_epoch > 0:  # the run ended mid-epoch: a last evaluation and checkpoint
-                self._validate(s.epoch)
-                self.save()
-            return self._summary(status, **extra)
+            with self._interruptible():
+                return self._loop(schedule, total, extra)
+        except KeyboardInterrupt:  # a second Ctrl-C, mid-update: what the checkpoints hold is kept
+            with contextlib.suppress(OSError):
+                self._summary("interrupted", **extra)
+            raise
         finally:
             if self._bar is not None:
                 self._bar.close()
@@ -631,6 +625,93 @@ class Trainer:
                 self._writer.close()
             metrics.close()
             self._metrics_file = None
+
+    def _loop(self, schedule: Schedule, total: int, extra: dict[str, Any]) -> dict[str, Any]:
+        cfg, s = self.cfg, self.state
+        status = "completed"
+        if s.update < total:
+            self._set_attention(self._epoch_plan(s.epoch), extra)
+            self._release()
+        self._summary("running", **extra)
+        while s.update < total and s.epoch <= cfg.max_epochs:
+            plan = self._epoch_plan(s.epoch)
+            groups = [plan[i : i + cfg.accumulate] for i in range(0, len(plan), cfg.accumulate)]
+            while s.step_in_epoch < len(groups) and s.update < total:
+                t0 = time.perf_counter()
+                record = self.train_step(groups[s.step_in_epoch], s.epoch, s.step_in_epoch, schedule(s.update + 1))
+                if record.get("diverged"):
+                    self._log(record)
+                    status = "diverged"
+                    extra.update(diverged_at_update=record["update"], diverged_loss=record["loss"],
+                                 diverged_gnorm=record["gnorm"], diverged_reason=record["diverged_reason"])  # fmt: skip
+                    self._say(f"diverged at update {record['update']}: {record['diverged_reason']}; gradient "
+                              f"norm {record['gnorm']}; last loss below the rule {s.last_finite_loss}")
+                    return self._summary(status, **extra)
+                s.update += 1
+                s.step_in_epoch += 1
+                s.last_finite_loss = record["loss"]
+                s.elapsed += time.perf_counter() - t0
+                self._log(record)
+                self._progress(record, total)
+                if s.update % RELEASE_EVERY == 0:
+                    self._release()
+                if cfg.eval_every and s.update % cfg.eval_every == 0 and s.step_in_epoch < len(groups):
+                    self._validate(s.epoch)
+                if cfg.save_every and s.update % cfg.save_every == 0 and s.step_in_epoch < len(groups):
+                    self.save()
+                # a Ctrl-C stops here, at an update boundary, with a checkpoint (not at an epoch's last update:
+                # the epoch's validation and checkpoint below come first)
+                if s.step_in_epoch < len(groups) and s.update < total and self._stopping():
+                    return self._interrupted(extra)
+            if s.step_in_epoch >= len(groups):  # the epoch is complete: validate and checkpoint (paper: per epoch)
+                self._validate(s.epoch)
+                s.epoch += 1
+                s.step_in_epoch = 0
+                self.save()
+                if s.update < total and self._stopping():
+                    return self._interrupted(extra)
+            else:  # stopped inside an epoch by max_updates
+                break
+        if s.step_in_epoch > 0:  # the run ended mid-epoch: a last evaluation and checkpoint
+            self._validate(s.epoch)
+            self.save()
+        return self._summary(status, **extra)
+
+    def _interrupted(self, extra: dict[str, Any]) -> dict[str, Any]:
+        self.save()
+        return self._summary("interrupted", **extra)
+
+    def _on_interrupt(self, signum: int, frame: Any) -> None:
+        """SIGINT (Ctrl-C): stop at the next update boundary, with a checkpoint; a second one stops at once (a
+        KeyboardInterrupt, what was saved stays resumable). A Ctrl-C in the middle of an update used to end in a
+        35-line traceback and a run left ``running`` (issue 36)."""
+        if self._stop:
+            raise KeyboardInterrupt
+        self._stop = True
+        if self.dist.is_main:
+            print("interrupt: stopping after this update, with a checkpoint (Ctrl-C again to stop at once)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+
+    def _stopping(self) -> bool:
+        """Whether to stop now: every rank stops at the same update, so the flag is summed over ranks (each rank
+        gets its own SIGINT, perhaps in different updates)."""
+        if not self.dist.enabled:
+            return self._stop
+        return all_reduce_sum([float(self._stop)], self.dist)[0] > 0
+
+    @contextlib.contextmanager
+    def _interruptible(self) -> Any:
+        import signal
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+            yield
+            return
+        previous = signal.signal(signal.SIGINT, self._on_interrupt)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
     def _progress(self, record: dict[str, Any], total: int) -> None:
         if not self.dist.is_main or self.quiet:

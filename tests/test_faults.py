@@ -1,0 +1,338 @@
+"""Issue 36's fault battery (the fault-injection tier): silent corruption on resume, library errors, Ctrl-C and
+sizes. Each case is one line and an exit code, nothing lost, and a resumed result bit-identical where a resume
+applies. In-process through the CLI's ``main`` where it can be, so that the file stays fast."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from normlab.cli import main
+from normlab.rundir import RunDir
+from tests.clirun import sets
+from tests.conftest import SMALL_VOCAB
+
+
+def cli(capsys, *argv: str) -> tuple[int, list[str]]:
+    """``normlab ARGV`` in this process: the exit code and the stderr lines."""
+    code = main(list(argv))
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def snapshot(run_dir) -> dict[str, bytes]:
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(Path(run_dir).rglob("*"))
+            if p.is_file() and p.name != ".lock" and "tb" not in p.parts}  # fmt: skip
+
+
+def small_run(corpus: Path, cache: Path, *extra: str) -> list[str]:
+    return sets(f"data.corpus={corpus}", f"data.cache_dir={cache}", f"data.vocab_size={SMALL_VOCAB}",
+                "data.max_tokens=512", "data.train_subset=128", "data.valid_subset=16", "model.d_model=32",
+                "model.n_heads=2", "model.d_ffn=64", "model.encoder_layers=1", "model.decoder_layers=1",
+                "model.max_positions=128", "precision=fp32", "device=cpu", "attention=sdpa", *extra)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------- 1. data on resume
+
+
+@pytest.fixture
+def own_corpus(small_corpora, tmp_path):
+    """A copy of the small raw de-en corpus that a test may edit."""
+    root = tmp_path / "corpus"
+    shutil.copytree(small_corpora["de-en-raw"], root)
+    return root
+
+
+def change_one_word(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    word = next(w for w in text.split() if w.isalpha() and len(w) > 4)
+    path.write_text(text.replace(word, word[::-1] + "x", 1), encoding="utf-8")
+
+
+def test_resume_on_a_changed_corpus_is_one_line_and_keeps_the_tokenizer(own_corpus, tmp_path, capsys):
+    """Issue 36 case 1: a word of the corpus changed between a kill and ``--resume``. Before: exit 0, the
+    tokenizer retrained on the new corpus (ids moved) under weights learnt with the old one. Now: exit 2, one
+    line naming the file, nothing written; ``--accept-changed-data`` trains on it with the run's tokenizer."""
+    cache, out = tmp_path / "cache", tmp_path / "run"
+    assert cli(capsys, "train", "--out", str(out), "--quiet", *small_run(own_corpus, cache, "max_updates=2"))[0] == 0
+    record = RunDir(out).data_record()
+    assert record is not None and "corpus/train/train.en" in record["files"]
+    change_one_word(own_corpus / "train.en")
+    before = snapshot(out)
+    status, err = cli(capsys, "train", "--out", str(out), "--resume", "--quiet", "--set", "max_updates=4")
+    assert status == 2 and len(err) == 1, err
+    assert err[0].startswith("normlab train: error: --resume: the data changed since the run started: "
+                             "corpus/train/train.en; pass --accept-changed-data")  # fmt: skip
+    assert snapshot(out) == before
+    status, err = cli(capsys, "train", "--out", str(out), "--resume", "--quiet", "--accept-changed-data",
+                      "--set", "max_updates=4")  # fmt: skip
+    assert status == 0, err
+    assert RunDir(out).tokenizer_path.read_bytes() == before["tokenizer.model"]  # never retrained
+    assert RunDir(out).summary()["update"] == 4
+    # the run now trains on the new corpus: a further plain resume is not refused
+    assert RunDir(out).data_record()["files"] != record["files"]
+    assert cli(capsys, "train", "--out", str(out), "--resume", "--quiet", "--set", "max_updates=5")[0] == 0
+
+
+def test_resume_with_another_tokenizer_file_is_refused(own_corpus, tmp_path, capsys):
+    """The last guard: a run's tokenizer.model is never replaced under its checkpoints, whatever the data
+    gives now (here a run from before data.json, so that the corpus check has nothing to compare)."""
+    cache, out = tmp_path / "cache", tmp_path / "run"
+    assert cli(capsys, "train", "--out", str(out), "--quiet", *small_run(own_corpus, cache, "max_updates=2"))[0] == 0
+    (out / RunDir.DATA).unlink()
+    change_one_word(own_corpus / "train.de")
+    before = snapshot(out)
+    status, err = cli(capsys, "train", "--out", str(out), "--resume", "--quiet", "--set", "max_updates=4")
+    assert status == 2 and len(err) == 1, err
+    assert "--resume: the tokenizer the data gives now differs from the run's" in err[0]
+    assert snapshot(out) == before
+
+
+# ------------------------------------------------------------------------------------ 3. one fault path
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    """A 4 MiB tmpfs (a real file system that fills up), where the platform allows mounting one (root, and a
+    kernel that lets this process mount); else None, and the test raises the library's own exception."""
+    mount = tmp_path / "tmpfs"
+    mount.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        yield None
+        return
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        yield None
+        return
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def fill(directory: Path) -> Path:
+    """Fill the file system of ``directory`` to the last byte; returns the filler file."""
+    filler = directory / "filler"
+    with open(filler, "wb", buffering=0) as f:  # unbuffered: every write meets the full disk itself
+        for size in (1 << 16, 1):  # whole blocks, then the last bytes
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * size)
+    return filler
+
+
+def test_a_real_full_disk_in_a_checkpoint_is_one_line_and_resumes_exactly(small_corpora, small_translation,
+                                                                           data_cache, tmp_path, tiny_tmpfs, capsys,
+                                                                           monkeypatch):  # fmt: skip
+    """Issue 36 case 3: a full disk while safetensors writes a checkpoint raises SafetensorError ("I/O error:
+    No space left on device (os error 28)"), not OSError, so it ended in a traceback. On a real full tmpfs
+    where the platform allows (else that exception, as safetensors words it): exit 2, one line, nothing lost,
+    and --resume once there is room ends bit-identical to an uninterrupted run."""
+    from safetensors import SafetensorError
+
+    from normlab.train import checkpoint as ck
+    from tests.test_trainer import final_params, records
+
+    args = small_run(small_corpora["de-en-tsv"], data_cache, "max_updates=6", "save_every=2", "eval_every=3",
+                     "keep_last=1")  # fmt: skip
+    assert cli(capsys, "train", "--out", str(tmp_path / "ref"), "--quiet", *args)[0] == 0
+    run = (tiny_tmpfs or tmp_path) / "run"
+    saves, filler = [], []
+    real_save_file = ck.save_file
+
+    def full_disk(tensors, filename, *a, **k):
+        saves.append(filename)
+        if len(saves) == 2:
+            if tiny_tmpfs is None:
+                raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+            filler.append(fill(tiny_tmpfs))
+        return real_save_file(tensors, filename, *a, **k)
+
+    monkeypatch.setattr(ck, "save_file", full_disk)
+    status, err = cli(capsys, "train", "--out", str(run), "--quiet", *args)
+    assert status == 2 and len(err) == 1, err
+    assert err[0].startswith(f"normlab train: error: --out {run}: no space left on the device: {run}/checkpoints/")
+    assert err[0].endswith("nothing is lost: once there is room, --resume continues from its checkpoint update_00000002")
+    for f in filler:
+        f.unlink()
+    monkeypatch.setattr(ck, "save_file", real_save_file)
+    assert cli(capsys, "train", "--out", str(run), "--resume", "--quiet")[0] == 0
+    a, b = final_params(tmp_path / "ref"), final_params(run)
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=0)
+    assert records(run) == records(tmp_path / "ref")
+
+
+def test_checkpoints_have_the_modes_of_the_other_files(tmp_path):
+    """Issue 36 case 5: periodic checkpoints were written 0600 (files) / 0700 (directory) by mkdtemp and
+    safetensors, while the rest of the run is 0644."""
+    from tests.test_rundir import fit
+
+    fit(tmp_path, max_updates=4, save_every=2, eval_every=2)
+    umask = os.umask(0)
+    os.umask(umask)
+    for d in [*(tmp_path / "checkpoints").iterdir()]:
+        assert stat.S_IMODE(d.stat().st_mode) == 0o777 & ~umask, d
+        for f in d.iterdir():
+            assert stat.S_IMODE(f.stat().st_mode) == 0o666 & ~umask, f
+
+
+@pytest.mark.parametrize("kind", ["a file", "a symlink loop", "a dangling symlink", "under /proc"])
+def test_an_unusable_out_or_cache_is_one_line(kind, small_corpora, data_cache, tmp_path, capsys):
+    """Issue 36 case 3: a data cache that is not a directory, and --out a symlink loop, a dangling symlink or
+    under /proc, ended in tracebacks (the unguarded mkdirs of the cache and of RunDir.lock)."""
+    cache, out = data_cache, tmp_path / "run"
+    if kind == "a file":
+        cache = tmp_path / "cache"
+        cache.write_text("not a directory")
+    elif kind == "a symlink loop":
+        (tmp_path / "a").symlink_to(tmp_path / "b")
+        (tmp_path / "b").symlink_to(tmp_path / "a")
+        out = tmp_path / "a" / "run"
+    elif kind == "a dangling symlink":
+        out.symlink_to(tmp_path / "gone" / "run")
+    else:
+        out = Path("/proc/normlab-run")
+    status, err = cli(capsys, "train", "--out", str(out), "--quiet",
+                      *small_run(small_corpora["de-en-tsv"], cache, "max_updates=1"))  # fmt: skip
+    assert status in (1, 2) and len(err) == 1, err
+    assert err[0].startswith("normlab train: error: ")
+
+
+def test_library_errors_are_one_line():
+    """What the libraries raise (not OSError, not ours) becomes one line; a bug of ours keeps its traceback."""
+    import sentencepiece as spm
+    import yaml
+    from safetensors.torch import load
+
+    from normlab.cli import fault_line
+
+    with pytest.raises(Exception) as e:
+        load(b"\x00" * 16)
+    assert fault_line(e.value).startswith("safetensors: ")
+    with pytest.raises(yaml.YAMLError) as e:
+        yaml.safe_load("a: [")
+    assert fault_line(e.value).startswith("YAML: ")
+    with pytest.raises(RuntimeError) as e:
+        spm.SentencePieceProcessor(model_proto=b"not a model")
+    assert fault_line(e.value).startswith("sentencepiece: ")
+    with pytest.raises(RuntimeError) as e:
+        torch.empty(2**62, 2**62)
+    assert fault_line(e.value) is not None
+    assert fault_line(OSError(28, "No space left on device", "/x")) == "No space left on device: /x"
+    assert fault_line(ValueError("a bug")) is None
+
+
+# ------------------------------------------------------------------------------------------------ Ctrl-C
+
+
+def test_ctrl_c_stops_at_an_update_boundary_saves_and_resumes_exactly(small_corpora, small_translation,
+                                                                     data_cache, tmp_path, capsys, monkeypatch):  # fmt: skip
+    """Issue 36 case 3: Ctrl-C gave a 35-line KeyboardInterrupt and left the run ``running``. Now the update in
+    progress finishes, a checkpoint is written, the status is ``interrupted``, one line says how to resume
+    (exit 130), and the resumed run ends bit-identical to an uninterrupted one."""
+    from normlab.train.trainer import Trainer
+    from tests.test_trainer import final_params, records
+
+    args = small_run(small_corpora["de-en-tsv"], data_cache, "max_updates=6", "eval_every=4")
+    assert cli(capsys, "train", "--out", str(tmp_path / "ref"), "--quiet", *args)[0] == 0
+    real_step, calls = Trainer.train_step, []
+
+    def step(self, *a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C in the middle of the third update
+        return real_step(self, *a, **k)
+
+    run = tmp_path / "run"
+    monkeypatch.setattr(Trainer, "train_step", step)
+    status, err = cli(capsys, "train", "--out", str(run), "--quiet", *args)
+    assert status == 130, err
+    assert err[-1] == (f"normlab train: interrupted at update 3, checkpoint saved; continue with: normlab train "
+                       f"--out {run} --resume")  # fmt: skip
+    rd = RunDir(run)
+    assert rd.status() == "interrupted" and rd.summary()["update"] == 3
+    assert [p.name for p in rd.list_checkpoints()] == ["update_00000003"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    monkeypatch.setattr(Trainer, "train_step", real_step)
+    assert cli(capsys, "train", "--out", str(run), "--resume", "--quiet")[0] == 0
+    a, b = final_params(tmp_path / "ref"), final_params(run)
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=0)
+    assert records(run) == records(tmp_path / "ref")
+    assert rd.status() == "completed"
+
+
+# ------------------------------------------------------------------------------------------- 4. sizes
+
+
+@pytest.mark.parametrize("key", ["model.encoder_layers", "model.d_model", "model.max_positions", "max_updates"])
+def test_an_integer_setting_past_2_53_is_one_line(key):
+    """Issue 36 case 4: sizes of 10**30 overflowed in C++ frames or grew memory until the kernel killed."""
+    from normlab.config import ConfigError, TrainConfig, apply_overrides
+
+    with pytest.raises(ConfigError, match=r"is out of range \(at most 9007199254740992 in magnitude\)"):
+        TrainConfig.from_dict(apply_overrides({}, [f"{key}={10**30}"]))
+
+
+@pytest.mark.parametrize("model", [{"d_model": 1048576, "n_heads": 4}, {"encoder_layers": 10**9}])
+def test_a_model_too_large_for_the_machine_is_refused_before_allocation(model, tmp_path):
+    """Issue 36 case 4: d_model=1048576 was killed by the OOM killer at 13 GB with no warning first; now the
+    estimate from the configuration (a floor) is refused in one line naming it and the machine's memory."""
+    import resource
+
+    from normlab.config import ConfigError, TrainConfig
+    from normlab.train.memory import machine_bytes
+    from normlab.train.trainer import Trainer
+    from tests.synthetic import ReverseTask
+    from tests.test_trainer import config
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    cfg = TrainConfig.from_dict(config(model=model))
+    with pytest.raises(ConfigError) as e:
+        Trainer(cfg, tmp_path / "run", ReverseTask(), quiet=True)
+    text = str(e.value)
+    assert text.startswith("TrainConfig.model: training needs at least ") and "\n" not in text
+    assert f"more than the {machine_bytes(torch.device('cpu')) / 1e9:.3g} GB of this machine (cpu)" in text
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB: nothing was allocated
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_estimate_is_a_floor_of_the_real_parameter_count():
+    """The refusal is never wrong: the estimate never exceeds what a built model holds, and is close to it."""
+    from normlab.model import build_model
+    from normlab.train.memory import parameters
+    from tests.conftest import tiny_config
+
+    for task in ("translation", "mlm", "classification"):
+        for cfg in (tiny_config(), tiny_config(d_model=64, d_ffn=256, encoder_layers=3, vocab_size=1000)):
+            real = sum(p.numel() for p in build_model(cfg, task).parameters())
+            assert 0.75 * real <= parameters(cfg, task) <= real, (task, cfg)
+
+
+def test_a_beam_past_the_bound_is_one_line(tmp_path, capsys):
+    status, err = cli(capsys, "translate", "--run", str(tmp_path), "--beam", str(10**30))
+    assert status == 2 and err == [f"normlab translate: error: --beam must be in [1, 1024] (1 = greedy), got {10**30}"]
+
+
+# ------------------------------------------------------------------------------------------- 5. smaller
+
+
+def test_quiet_does_not_hide_a_resume_from_an_older_checkpoint(tmp_path, capsys):
+    """Issue 36 case 5: --quiet hid "damaged checkpoint, resumed from an older one"."""
+    from tests.test_rundir import fit
+
+    fit(tmp_path, max_updates=4, save_every=2, eval_every=2, keep_last=2)
+    (tmp_path / "checkpoints" / "update_00000004" / "model.safetensors").write_bytes(b"cut")
+    capsys.readouterr()
+    fit(tmp_path, resume=True, max_updates=4, save_every=2, eval_every=2, keep_last=2)  # quiet=True
+    err = capsys.readouterr().err
+    assert "resuming from update_00000002, the newest intact one" in err
