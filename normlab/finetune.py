@@ -117,6 +117,9 @@ class FinetuneConfig(Strict):
     valid_subset: int = field(0, help="use only the first N validation pairs (0 = all)")
     precision: Literal["auto", "bf16", "fp32"] = field("auto", help="as TrainConfig.precision")
     device: Literal["auto", "cpu", "cuda"] = field("auto", help="as TrainConfig.device")
+    attention: Literal["auto", "sdpa", "sdpa-fp32", "matmul"] = field(
+        "auto", help="as TrainConfig.attention (name a kernel for bit-identical reruns: auto picks by timing)"
+    )
     keep_checkpoints: bool = field(False, help="keep each finished run's checkpoints (default: delete them)")
 
     def validate(self) -> None:
@@ -218,7 +221,7 @@ def run_config(
     updates then a linear decay to 0, no label smoothing, the last checkpoint kept."""
     return TrainConfig(
         model=pretrain.model.replace(num_classes=len(data.labels)), data=data, seed=seed, max_epochs=epochs,
-        precision=fc.precision, device=fc.device,
+        precision=fc.precision, device=fc.device, attention=fc.attention,
         optim=OptimConfig(name="adamw", lr=lr, betas=fc.betas, eps=fc.eps, weight_decay=fc.weight_decay,
                           clip_norm=fc.clip_norm),
         schedule=ScheduleConfig(warmup_updates=round(fc.warmup * epochs * updates_per_epoch), decay="linear"),
