@@ -220,7 +220,8 @@ def test_interrupted_run_resumes_from_its_checkpoint(pre_run, small_corpora, tmp
         finetune(pre_run, fc, tmp_path / "b", say=quiet)
     monkeypatch.undo()
     run_a, run_b = (tmp_path / x / "runs" / "bs32-lr0.001-ep2" / "seed1" for x in "ab")
-    assert json.loads((run_b / "summary.json").read_text())["status"] == "running"
+    # a KeyboardInterrupt is a Ctrl-C to the trainer: the run is marked interrupted, resumable (issue 36)
+    assert json.loads((run_b / "summary.json").read_text())["status"] == "interrupted"
     lines: list[str] = []
     finetune(pre_run, fc, tmp_path / "b", say=lines.append)
     assert "finished earlier" not in lines[-1]
