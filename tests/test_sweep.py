@@ -667,3 +667,23 @@ def _native_bf16() -> bool:
         flags = {f for line in cpuinfo.read_text().splitlines() if line.startswith("flags") for f in line.split()}
         return bool(flags & {"avx512_bf16", "amx_tile"})
     return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def test_from_json_rereads_a_committed_sweep(tmp_path):
+    """`normlab sweep --from-json`: a committed sweep.json (its run folders were not committed) re-read under the
+    present definitions, training nothing; quick-56's runs never met instability, so every edge is censored."""
+    from tests.clirun import normlab
+
+    folder = tmp_path / "quick-56"
+    folder.mkdir()
+    shutil.copy(Path(__file__).parents[1] / "docs/results/sweep-quick/quick-56/sweep.json", folder / "sweep.json")
+    proc = normlab("sweep", "--from-json", str(folder / "sweep.json"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads((folder / "sweep.json").read_text())
+    assert len(data["frontier"]) == 8 and all(r["edge"]["censored"] and r["edge"]["lo"] == 1e-2
+                                              for r in data["frontier"])  # fmt: skip
+    assert data["meta"]["edge_pending"] == 8 and not any(c["diverged"] for c in data["cells"])
+    assert {v["verdict"] for t in data["warmup_truth"] for v in t["verdicts"].values()} == {"undecided"}
+    md = (folder / "SWEEP.md").read_text()
+    assert ">=0.01 (censored)" in md and "8 curve(s) would need more runs to find their edge" in md
+    assert " start " not in proc.stderr
