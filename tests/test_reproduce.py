@@ -101,14 +101,16 @@ def test_width_figure_runs_the_sweep_into_the_report(tmp_path, data_cache, monke
     results = reproduce("smoke", out, figures=("width",), jobs=2, threads=1, probe=False)
     w = results["width_sweep"]
     assert w["ran"] and w["config"]["schemes"] == ["post"] and "cells" not in w
-    assert len(json.loads((out / "width" / "report" / "sweep.json").read_text())["cells"]) == 8
+    # 8 grid runs, and the edge search's one round: lr 1 (the cap) on each of the 4 curves (no bisection: smoke's
+    # resolution, 11x, holds the bracket [0.1, 1))
+    assert len(json.loads((out / "width" / "report" / "sweep.json").read_text())["cells"]) == 8 + 4
     assert {(r["warmup"], r["width"]) for r in w["frontier"]} == {(a, b) for a in ("none", "paper") for b in (16, 32)}
     assert w["diagnose"]["table"] and len(w["width_law"]) == 2
     assert all(c["verdict"] == "not run at this scale" for c in results["claims"])  # no paper figure was asked for
     report = out / "report"
     md = (report / "REPORT.md").read_text()
-    assert f"## {BEYOND_TITLE}" in md and "### Maximum stable learning rate and LR sensitivity" in md
-    assert "| post | none |" in md and "One seed per cell" in md and "diagnose agrees with the sweep" in md
+    assert f"## {BEYOND_TITLE}" in md and "### Stability edge, LR tolerance and LR sensitivity" in md
+    assert "| post | none |" in md and "1 seed(s) per cell" in md and "diagnose agrees with the sweep" in md
     for png in ("width_loss_vs_lr.png", "width_frontier.png"):
         assert (report / png).stat().st_size > 1000 and f"]({png})" in md
     page = (report / "index.html").read_text()

@@ -29,7 +29,10 @@ from normlab.experiments.sweep import (
     predicted_slope,
     sweep_runs,
     sweep_scale,
+    tolerance_truth,
     warmup_truth,
+    warmup_verdicts,
+    width_law,
     width_slope,
 )
 
@@ -176,16 +179,16 @@ def test_divergence_at_the_top_of_the_grid():
     c = frontier(LRS, finals, [L0] * 7, ["completed"] * 5 + ["diverged"] * 2)
     assert c.trained and c.best == 5.0 and c.best_lr == 2.15e-3
     assert c.diverged == (False,) * 5 + (True, True)
-    assert c.max_stable_lr == 2.15e-3  # the best itself is the top of the stable range
+    assert c.lr_tolerance == 2.15e-3  # the best itself is the top of the stable range
     assert_close(c.sensitivity, (1.0 + 0.5 + 0.2 + 0.05 + 0 + 4 + 4) / 7)
 
 
 def test_frontier_within_the_margin_above_the_best():
     finals = [6.0, 5.0, 5.05, 5.0 + MARGIN, 5.0 + MARGIN + 1e-3, 8.0, 9.5]  # 9.5 > l0: diverged
     c = frontier(LRS, finals, [L0] * 7)
-    assert c.max_stable_lr == 1e-3  # 5.1 is within 0.1 of 5.0; 5.101 is not
+    assert c.lr_tolerance == 1e-3  # 5.1 is within 0.1 of 5.0; 5.101 is not
     assert c.diverged[-1] and not any(c.diverged[:-1]) and c.finals[-1] is None
-    assert frontier(LRS, finals, [L0] * 7, margin=0.5).max_stable_lr == 2.15e-3
+    assert frontier(LRS, finals, [L0] * 7, margin=0.5).lr_tolerance == 2.15e-3
 
 
 def test_non_monotone_curve():
@@ -193,16 +196,16 @@ def test_non_monotone_curve():
     issue's definition), and the bad point still costs sensitivity."""
     finals = [7.0, 5.0, 6.5, 5.05, 7.5, 8.0, 8.5]
     c = frontier(LRS, finals, [L0] * 7)
-    assert c.best_lr == 2.15e-4 and c.max_stable_lr == 1e-3
+    assert c.best_lr == 2.15e-4 and c.lr_tolerance == 1e-3
     assert_close(c.sensitivity, (2.0 + 0 + 1.5 + 0.05 + 2.5 + 3.0 + 3.5) / 7)
 
 
 def test_a_scheme_that_never_trains():
     # every run stays within the margin of l0 (or diverges): no frontier, however flat its curve
     c = frontier(LRS, [8.95, 8.97, 8.99, 9.0, float("nan"), None, None], [L0] * 7, ["completed"] * 4 + ["diverged"] * 3)
-    assert not c.trained and c.max_stable_lr is None and "never trains" in c.note
+    assert not c.trained and c.lr_tolerance is None and "never trains" in c.note
     everything_diverged = frontier(LRS, [None] * 7, [L0] * 7, ["diverged"] * 7)
-    assert everything_diverged.max_stable_lr is None and everything_diverged.best is None
+    assert everything_diverged.lr_tolerance is None and everything_diverged.best is None
     assert everything_diverged.sensitivity == 0.0
 
 
@@ -213,17 +216,17 @@ def test_a_curve_on_the_unigram_plateau_has_no_frontier():
     u = 6.82
     plateau = [7.41, 6.90, 6.84, 6.83, 6.88, 6.92, 6.91]  # the shape measured: 9.5 at l0, ~U after 150 updates
     blind = frontier(LRS, plateau, [L0] * 7)
-    assert blind.trained and blind.max_stable_lr == 1e-2  # the failure mode the rule exists for
+    assert blind.trained and blind.lr_tolerance == 1e-2  # the failure mode the rule exists for
     c = frontier(LRS, plateau, [L0] * 7, unigram=u)
-    assert not c.trained and c.plateau and c.max_stable_lr is None and c.best == 6.83
+    assert not c.trained and c.plateau and c.lr_tolerance is None and c.best == 6.83
     assert "never leaves the unigram plateau" in c.note and "U = 6.820" in c.note
     assert_close(c.sensitivity, blind.sensitivity)  # Wortsman's statistic does not depend on U
     # a curve that learned: the plateau runs (>= U) are outside [l*, l* + margin] by construction
     learned = frontier(LRS, [7.4, 6.6, 6.45, 6.5, 6.86, 6.9, None], [L0] * 7, ["completed"] * 6 + ["diverged"], unigram=u)
-    assert learned.trained and not learned.plateau and learned.max_stable_lr == 1e-3
+    assert learned.trained and not learned.plateau and learned.lr_tolerance == 1e-3
     # the rule is strict: a best exactly the margin below U is not below it
     edge = frontier(LRS, [u - MARGIN] + [8.0] * 6, [L0] * 7, unigram=u)
-    assert edge.plateau and edge.max_stable_lr is None
+    assert edge.plateau and edge.lr_tolerance is None
 
 
 def test_plateau_curves_and_the_warmup_ground_truth():
@@ -245,17 +248,17 @@ def test_plateau_curves_and_the_warmup_ground_truth():
              + curve("post", "none", 128, [7.4, 6.9, 6.85]) + curve("post", "paper", 128, [7.5, 6.88, 6.86]))  # fmt: skip
     rows = analyze(cells, unigram=u)
     by = {(r["scheme"], r["warmup"], r["width"]): r for r in rows}
-    assert by[("post", "none", 64)]["plateau"] and by[("post", "none", 64)]["max_stable_lr"] is None
-    assert by[("post", "paper", 64)]["max_stable_lr"] == 2.15e-4 and not by[("post", "paper", 64)]["plateau"]
-    assert warmup_truth(rows) == {("post", 64): True, ("post", 128): None}
+    assert by[("post", "none", 64)]["plateau"] and by[("post", "none", 64)]["lr_tolerance"] is None
+    assert by[("post", "paper", 64)]["lr_tolerance"] == 2.15e-4 and not by[("post", "paper", 64)]["plateau"]
+    assert tolerance_truth(rows) == {("post", 64): True, ("post", 128): None}
     more = (diverging("post", "none", 256) + curve("post", "paper", 256, [7.4, 6.9, 6.85])  # the classic failure
             + curve("pre", "none", 64, [7.0, 6.5, 6.6]) + curve("pre", "paper", 64, [7.5, 6.9, 6.85])  # late warm-up
             + curve("pre", "none", 128, [7.0, 6.5, 6.6]) + diverging("pre", "paper", 128))  # fmt: skip
-    truth = warmup_truth(analyze(more, unigram=u))
+    truth = tolerance_truth(analyze(more, unigram=u))
     assert truth == {("post", 256): True, ("pre", 64): None, ("pre", 128): False}
     # without U the plateau reads as stable: at d=64 the no-warm-up frontier (the top of the grid, on the
     # plateau) is above the warm-up one, so "warm-up not needed": the reverse of what the runs show
-    assert warmup_truth(analyze(cells))[("post", 64)] is False
+    assert tolerance_truth(analyze(cells))[("post", 64)] is False
     text = _plateau_sentence({"baseline": {"unigram_loss": u, "what": "w"}, "rules": {"margin": MARGIN},
                               "frontier": rows})  # fmt: skip
     assert text.startswith("Curves that left the unigram plateau: 1 of 4 (scheme x warm-up x width), their best run "
@@ -282,10 +285,10 @@ def test_analyze_seed_mean_and_spread():
     assert row["seeds"] == 2 and row["missing_lrs"] == [1e-2]
     assert row["curve"]["diverged"] == [False, False, False, True]
     assert_close(row["best_loss"], 5.075)  # mean of 5.05 and 5.1 at 4.64e-4
-    assert row["max_stable_lr"] == 4.64e-4 and row["diverged_lrs"] == [1e-3]
-    assert row["max_stable_lr_per_seed"] == [4.64e-4, 4.64e-4] and not row["censored"]
+    assert row["lr_tolerance"] == 4.64e-4 and row["diverged_lrs"] == [1e-3]
+    assert row["lr_tolerance_per_seed"] == [4.64e-4, 4.64e-4] and not row["tolerance_censored"]
     (top,) = analyze([Cell("pre", "paper", 64, lr, 1, f, L0) for lr, f in zip(lrs, [6.0, 5.5, 5.0, 4.95])])
-    assert top["max_stable_lr"] == 1e-3 and top["censored"]  # the top of the grid: a lower bound
+    assert top["lr_tolerance"] == 1e-3 and top["tolerance_censored"]  # the top of the grid: a lower bound
     sens1 = (1.0 + 0 + 0.05 + 2.0) / 4
     sens2 = (6.2 - 5.1 + 5.2 - 5.1 + 0 + 9.0 - 5.1) / 4
     assert_close(row["sensitivity"], (sens1 + sens2) / 2)
@@ -304,8 +307,8 @@ def test_predicted_slope_of_theorem_1():
 
 
 def test_width_slope_recovers_a_power_law():
-    rows = [{"scheme": "post", "warmup": "none", "width": d, "max_stable_lr": 0.5 / d} for d in (64, 128, 256)]
-    rows.append({"scheme": "post", "warmup": "none", "width": 512, "max_stable_lr": None})  # never trained
+    rows = [{"scheme": "post", "warmup": "none", "width": d, "lr_tolerance": 0.5 / d} for d in (64, 128, 256)]
+    rows.append({"scheme": "post", "warmup": "none", "width": 512, "lr_tolerance": None})  # never trained
     s = width_slope(rows, "post", "none", per_decade=3)
     assert_close(s["measured"], -1.0) and s["widths"] == [64, 128, 256]
     assert_close(s["predicted_post_ln"], predicted_slope([64, 128, 256, 512]))
@@ -325,13 +328,13 @@ def test_slope_resolution_is_half_the_range_of_slopes_the_grid_allows():
     cases = {(64, 128): math.log(10) / 3 / math.log(2), (64, 128, 256): 0.5537, (64, 128, 256, 512): 0.4429,
              (64, 256, 512): None}  # fmt: skip
     for widths, by_hand in cases.items():
-        rows = [{"scheme": "post", "warmup": "none", "width": d, "max_stable_lr": 0.5 / d} for d in widths]
+        rows = [{"scheme": "post", "warmup": "none", "width": d, "lr_tolerance": 0.5 / d} for d in widths]
         res = width_slope(rows, "post", "none", per_decade=3)["resolution"]
         if by_hand is not None:
             assert_close(res, by_hand, atol=1e-4, rtol=0)
         slopes = []
         for up in itertools.product((1.0, step), repeat=len(widths)):
-            moved = [{**r, "max_stable_lr": r["max_stable_lr"] * u} for r, u in zip(rows, up)]
+            moved = [{**r, "lr_tolerance": r["lr_tolerance"] * u} for r, u in zip(rows, up)]
             slopes.append(width_slope(moved, "post", "none", per_decade=3)["measured"])
         assert_close((max(slopes) - min(slopes)) / 2, res)
     assert slope_resolution([64], 3) is None
@@ -343,14 +346,14 @@ def test_slope_resolution_is_half_the_range_of_slopes_the_grid_allows():
 
 def test_warmup_truth_and_agreement():
     def row(scheme, warmup, width, lr):
-        return {"scheme": scheme, "warmup": warmup, "width": width, "max_stable_lr": lr}
+        return {"scheme": scheme, "warmup": warmup, "width": width, "lr_tolerance": lr}
 
     rows = [row("post", "none", 64, 1e-3), row("post", "paper", 64, 4.64e-3),  # warm-up moves the frontier up
             row("pre", "none", 64, 4.64e-3), row("pre", "paper", 64, 4.64e-3),  # no difference
             row("post", "none", 128, None), row("post", "paper", 128, 1e-3),  # only trains with warm-up
             row("rezero", "none", 64, None), row("rezero", "paper", 64, None)]  # never trains: no truth  # fmt: skip
-    rows += [dict(row("peri", w, 64, 1e-2), censored=True) for w in ("none", "paper")]  # two lower bounds: no truth
-    truth = warmup_truth(rows)
+    rows += [dict(row("peri", w, 64, 1e-2), tolerance_censored=True) for w in ("none", "paper")]  # two lower bounds: no truth
+    truth = tolerance_truth(rows)
     assert truth == {("post", 64): True, ("pre", 64): False, ("post", 128): True, ("rezero", 64): None,
                      ("peri", 64): None}
     verdicts = {("post", 64): True, ("pre", 64): True, ("post", 128): True, ("rezero", 64): False}
@@ -364,7 +367,7 @@ def test_warmup_truth_with_two_warmup_arms():
     from normlab.report.sweep import _diagnose_rows, _diagnose_sentence
 
     def row(scheme, warmup, width, lr, best=6.5):
-        return {"scheme": scheme, "warmup": warmup, "width": width, "max_stable_lr": lr, "best_loss": best,
+        return {"scheme": scheme, "warmup": warmup, "width": width, "lr_tolerance": lr, "best_loss": best,
                 "best_lr": lr, "sensitivity": 0.1, "seeds": 1, "diverged_lrs": [], "missing_lrs": []}
 
     rows = [row("post", "none", 64, 1e-3, 6.6), row("post", "paper", 64, 1e-3, 6.45),  # the short warm-up: equal
@@ -372,25 +375,25 @@ def test_warmup_truth_with_two_warmup_arms():
             row("pre", "none", 64, 4.64e-3), row("pre", "paper", 64, 4.64e-3), row("pre", "adam", 64, None),
             row("peri", "none", 64, None), row("peri", "paper", 64, None), row("peri", "adam", 64, None)]
     rows[5]["plateau"] = True  # the adam arm on the plateau beside a no-warm-up frontier: maybe late, no truth
-    assert warmup_truth(rows, "paper") == {("peri", 64): None, ("post", 64): False, ("pre", 64): False}
-    assert warmup_truth(rows, "adam") == {("peri", 64): None, ("post", 64): True, ("pre", 64): None}
-    assert warmup_truth(rows) == {("peri", 64): None, ("post", 64): True, ("pre", 64): False}
+    assert tolerance_truth(rows, "paper") == {("peri", 64): None, ("post", 64): False, ("pre", 64): False}
+    assert tolerance_truth(rows, "adam") == {("peri", 64): None, ("post", 64): True, ("pre", 64): None}
+    assert tolerance_truth(rows) == {("peri", 64): None, ("post", 64): True, ("pre", 64): False}
     # an arm that was not run decides nothing, and rows of the paper arm alone read as before
-    assert warmup_truth([r for r in rows if r["warmup"] != "adam"]) == warmup_truth(rows, "paper")
+    assert tolerance_truth([r for r in rows if r["warmup"] != "adam"]) == tolerance_truth(rows, "paper")
     # an arm with holes (failed or unfinished runs: --report-only midway) could be the one that widens the range:
     # "not needed" from the other arm alone would be a verdict on half the evidence
     holed = [dict(r, missing_lrs=[1e-2]) if (r["scheme"], r["warmup"]) == ("post", "adam") else r for r in rows]
-    assert warmup_truth(holed)[("post", 64)] is None and warmup_truth(holed, "paper")[("post", 64)] is False
-    assert warmup_truth(holed)[("pre", 64)] is False  # the other pairs are unchanged
+    assert tolerance_truth(holed)[("post", 64)] is None and tolerance_truth(holed, "paper")[("post", 64)] is False
+    assert tolerance_truth(holed)[("pre", 64)] is False  # the other pairs are unchanged
     # an arm that says "needed" is enough, whatever the holes of another
-    assert warmup_truth([dict(r, missing_lrs=[1e-2]) if r["warmup"] == "paper" else r for r in rows])[("post", 64)]
-    truth = warmup_truth(rows)
+    assert tolerance_truth([dict(r, missing_lrs=[1e-2]) if r["warmup"] == "paper" else r for r in rows])[("post", 64)]
+    truth = tolerance_truth(rows)
     agreement = diagnose_agreement({("post", 64): True, ("pre", 64): True, ("peri", 64): False}, truth)
     assert agreement["decided"] == 2 and agreement["wrong"] == [("pre", 64)]
     result = {"frontier": rows, "diagnose": agreement, "rules": {"margin": 0.1},
               "warmup_lengths": {"none": 0, "paper": 36, "adam": 100},
               "warmup_truth": [{"scheme": k[0], "width": k[1], "warmup_needed": v,
-                                "per_arm": {w: warmup_truth(rows, w)[k] for w in ("paper", "adam")}}
+                                "per_arm": {w: tolerance_truth(rows, w)[k] for w in ("paper", "adam")}}
                                for k, v in truth.items()]}  # fmt: skip
     _, table = _diagnose_rows(result)
     post = next(t for t in table if t[0] == "post")
@@ -402,7 +405,7 @@ def test_warmup_truth_with_two_warmup_arms():
     # "not needed" overall, and only the adam arm's best is more than the margin below the no-warm-up best: named
     flat = [row("post", "none", 64, 1e-3, 6.6), row("post", "paper", 64, 1e-3, 6.55),
             row("post", "adam", 64, 1e-3, 6.4)]
-    flat_truth = warmup_truth(flat)
+    flat_truth = tolerance_truth(flat)
     assert flat_truth == {("post", 64): False}
     named = _diagnose_sentence({"frontier": flat, "rules": {"margin": 0.1}, "config": {"seeds": 1},
                                 "diagnose": diagnose_agreement({("post", 64): True}, flat_truth)})  # fmt: skip
@@ -417,7 +420,7 @@ def test_warmup_truth_with_two_warmup_arms():
                                         "width_law": [], "meta": meta})["sentences"])  # fmt: skip
     assert ("or a linear warm-up of 36 updates (the paper's share of its run) or 100 updates (2/(1 - beta2), Ma & "
             "Yarats's untuned rule for Adam), lr_max kept after it.") in text
-    assert "post: warm-up needed (the no-warm-up frontier falls below a warm-up arm's) at d=64; per warm-up arm, " \
+    assert "post: warm-up needed (the seeds' sign test on the stability edge) at d=64; per warm-up arm, " \
         "needed at: 36 updates: none, 100 updates: d=64." in text
     none_only = SweepConfig(warmups=("none",), widths=(64,), updates=300)
     text = "\n".join(beyond_the_paper({**result, "ran": True, "config": none_only.to_dict(), "lrs": list(cfg.lrs),
@@ -432,11 +435,11 @@ def test_diagnose_table_shows_the_score_and_the_best_loss_gap():
     from normlab.report.sweep import _diagnose_rows, _diagnose_sentence
 
     def row(warmup, lr, best, best_lr):
-        return {"scheme": "post", "warmup": warmup, "width": 64, "max_stable_lr": lr, "best_loss": best,
+        return {"scheme": "post", "warmup": warmup, "width": 64, "lr_tolerance": lr, "best_loss": best,
                 "best_lr": best_lr}
 
     rows = [row("none", 2.15e-3, 6.594, 1e-3), row("paper", 2.15e-3, 6.463, 2.15e-3)]
-    truth = warmup_truth(rows)
+    truth = tolerance_truth(rows)
     assert truth == {("post", 64): False}  # equal frontiers
     agreement = diagnose_agreement({("post", 64): True}, truth, {("post", 64): (1.962, 0.869)})
     assert agreement["table"][0]["score"] == 1.962 and agreement["wrong"] == [("post", 64)]
@@ -446,10 +449,10 @@ def test_diagnose_table_shows_the_score_and_the_best_loss_gap():
                       "6.594 at 0.001 / 6.463 at 0.00215 (+0.131)"]]
     sentence = _diagnose_sentence({**result, "config": {"seeds": 1}})
     assert "At post d=64 the no-warm-up frontier is not below a warm-up arm's" in sentence
-    assert "more than the margin (0.1 nats) below" in sentence and "latter (one seed per cell). Pairs" in sentence
+    assert "more than the margin (0.1 nats) below" in sentence and "latter (one seed per cell). The ground truth is the seeds' sign test" in sentence
     # the no-warm-up frontier above the warm-up one is "not needed" too, and named the same way
     above = [row("none", 4.64e-3, 6.594, 1e-3), row("paper", 2.15e-3, 6.463, 2.15e-3)]
-    truth_above = warmup_truth(above)
+    truth_above = tolerance_truth(above)
     assert truth_above == {("post", 64): False}
     assert "At post d=64" in _diagnose_sentence({"frontier": above, "rules": {"margin": 0.1},
                                                  "diagnose": diagnose_agreement({("post", 64): True}, truth_above)})
@@ -478,9 +481,9 @@ def test_beyond_the_paper_section_reads_the_sweep():
     cfg = SweepConfig(schemes=("post", "pre"), widths=(64, 128), lr_min=1e-4, lr_max=1e-3, updates=300)
     summary = {
         "ran": True, "config": cfg.to_dict(), "lrs": list(cfg.lrs), "warmup_updates": cfg.warmup_updates,
-        "frontier": rows, "width_law": [width_slope(rows, s, w, per_decade=cfg.per_decade) for s in cfg.schemes
-                                        for w in cfg.warmups],
-        "warmup_truth": [{"scheme": k[0], "width": k[1], "warmup_needed": v} for k, v in truth.items()],
+        "frontier": rows, "width_law": [width_law(rows, s, w) for s in cfg.schemes for w in cfg.warmups],
+        "warmup_truth": [{"scheme": k[0], "width": k[1], "warmup_needed": v,
+                          "verdicts": {"paper": warmup_verdicts(rows, "paper")[k]}} for k, v in truth.items()],
         "diagnose": diagnose_agreement({("post", 64): True, ("post", 128): True, ("pre", 64): False,
                                         ("pre", 128): False}, truth),
         "meta": {"scale": "custom", "description": "synthetic", "normlab_version": "0", "torch": "0", "device": "cpu",
@@ -489,20 +492,17 @@ def test_beyond_the_paper_section_reads_the_sweep():
     }  # fmt: skip
     section = beyond_the_paper(summary)
     text = "\n".join(section["sentences"])
-    assert ("post: warm-up needed (the no-warm-up frontier falls below a warm-up arm's) at d=128; not needed at "
-            "d=64") in text
-    assert "pre: not needed at d=64, d=128" in text
-    # post without warm-up: 4.64e-4 at d=64, 2.15e-4 at d=128 (slope log(2.15/4.64)/log 2); with warm-up the
-    # d=128 frontier is the top of the grid, a lower bound, and the sentence says so
-    assert "post, no warm-up: log-log slope of the maximum stable learning rate against width -1.11 ±1.11, each " \
-        "frontier known to one grid step, over d=64" in text
-    assert "post, warm-up 36: log-log slope of the maximum stable learning rate against width 1.11 ±1.11, each " \
-        "frontier known to one grid step, over d=64, d=128 (Theorem 1 predicts -1.11 for Post-LN; at d=128 the " \
-        "frontier is the top of the grid, a lower bound)." in text
-    assert "pre, no warm-up: log-log slope of the maximum stable learning rate against width 0.00" in text
-    assert "One seed per cell" in text and "diagnose agrees with the sweep on 3 of 4" in text and "post d=64" in text
+    # one seed, and every curve but post/none/d=128 censored (no run above l0): nothing is decided
+    assert "post: inconclusive or undecided at d=64, d=128" in text and "pre: inconclusive or undecided" in text
+    # post without warm-up: d=64 censored at >= 1e-3, d=128 bracketed in [4.64e-4, 1e-3): the slope is at most
+    # (ln 1e-3 - ln 1e-3) / ln 2 = 0 and unbounded below; the censored width is named as a bound
+    assert "post, no warm-up: log-log slope of the stability edge against width <= 0.00 over d=64, d=128" in text
+    assert "at d=64 the edge is censored, a lower bound" in text
+    assert "1 seed(s) per cell: the sign test needs 5 seeds" in text
+    assert "diagnose agrees with the sweep on 0 of 0" in text
     assert "or a linear warm-up of 36 updates (the paper's share of its run), lr_max kept after it." in text
-    assert [t[0] for t in section["tables"]] == ["Maximum stable learning rate and LR sensitivity",
+    assert [t[0] for t in section["tables"]] == ["Stability edge, LR tolerance and LR sensitivity",
+                                                 "Warm-up needed? Seed by seed, and the sign test",
                                                  "Width law: Theorem 1", "diagnose held against the sweep"]
     absent = beyond_the_paper({"ran": False, "preset": "quick", "runs": 126, "description": "d"})
     assert absent["tables"] == [] and "not run at this scale" in absent["sentences"][0]
@@ -511,29 +511,29 @@ def test_beyond_the_paper_section_reads_the_sweep():
 
 def test_frontier_plot_marks_the_lower_bounds(tmp_path, monkeypatch):
     """frontier.png of the committed 126-run sweep (docs/results/sweep-quick/sweep.json, the preset named quick
-    until stop 28): every frontier at the top of the grid (8 of them: Pre-LN at
-    d=64 in both arms, Peri-LN everywhere) carries an upward triangle, and no measured one does."""
-    from pathlib import Path
-
+    until stop 28) re-read under the issue-40 definitions: no run of it was unstable, so every edge (18: 3 schemes
+    x 2 arms x 3 widths) is censored at the top of the grid, an upward triangle, and none is drawn as a point."""
     import matplotlib.pyplot as plt
 
+    from normlab.experiments.sweep import rerender
     from normlab.report.sweep import plot_frontier
 
-    result = json.loads((Path(__file__).parents[1] / "docs/results/sweep-quick/sweep.json").read_text())
+    copy = tmp_path / "sweep.json"
+    shutil.copy(Path(__file__).parents[1] / "docs/results/sweep-quick/sweep.json", copy)
+    result = rerender(copy, say=lambda line: None)
+    assert result["meta"]["edge_pending"] == 18  # every seed's curve would be extended above 1e-2
     figures = []
     monkeypatch.setattr(plt, "close", figures.append)
     plot_frontier(result, tmp_path / "frontier.png")
     [fig] = figures
     marked = sorted((float(x), float(y)) for line in fig.axes[0].lines if line.get_gid() == "lower-bound"
                     for x, y in zip(line.get_xdata(), line.get_ydata()))  # fmt: skip
-    censored = sorted((float(r["width"]), r["max_stable_lr"]) for r in result["frontier"] if r["censored"])
-    assert len(censored) == 8 and marked == censored
+    censored = sorted((float(r["width"]), r["edge"]["lo"]) for r in result["frontier"] if r["edge"]["censored"])
+    assert len(censored) == 18 and marked == censored and {y for _, y in marked} == {1e-2}
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert "top of the grid: a lower bound" in legend
-    # Peri-LN's frontier is the top of the grid at every width: no slope; Pre-LN's without warm-up has one
-    # bound (d=64) in it (4.64e-3 at d=128, 2.15e-3 at d=256)
-    assert "peri, w/o warm-up, lower bounds only" in legend
-    assert "pre, w/o warm-up, slope -1.11 (lower bounds in it)" in legend
+    assert "censored: no unstable run, a lower bound" in legend
+    assert "post, w/o warm-up, slope unbounded (censored widths on both sides)" in legend
+    assert not fig.axes[0].containers  # no error bar: no edge was bracketed
 
 
 # ---- the CLI, end to end ----
@@ -556,24 +556,37 @@ def test_smoke_sweep_cli(tmp_path):
     data = json.loads((report / "sweep.json").read_text())
     cfg = sweep_scale("smoke")
     n = len(cfg.schemes) * len(cfg.warmups) * len(cfg.widths) * len(cfg.lrs) * cfg.seeds
+    # the edge search: no grid point of 4 updates is unstable, so one round adds the cap, lr 1, to each of the 8
+    # curves; the bracket [0.1, 1) is within the smoke preset's resolution (11x), so no bisection follows
+    curves = len(cfg.schemes) * len(cfg.warmups) * len(cfg.widths)
+    assert data["meta"]["edge_rounds"] == 1 and data["meta"]["edge_runs"] == curves
+    assert "edge search, round 1: 8 run(s) (1)" in proc.stderr
+    extra = [c for c in data["cells"] if c["lr"] == 1.0]
+    assert len(extra) == curves and all(c["diverged"] for c in extra)
+    assert all(r["edge"]["per_seed"] == [{"seed": 1, "last_stable": 0.1, "first_unstable": 1.0, "ratio": 10.0,
+                                          "censored": False}] for r in data["frontier"])  # fmt: skip
+    n += curves
     assert len(data["cells"]) == n and data["meta"]["outcomes"]["failed"] == 0
     assert all(c["l0"] is not None and c["train"] and c["elapsed_s"] > 0 for c in data["cells"])
     assert data["meta"]["train_time_s"] == pytest.approx(sum(c["elapsed_s"] for c in data["cells"]))
     assert len(data["frontier"]) == len(cfg.schemes) * len(cfg.warmups) * len(cfg.widths)
     assert {(s["scheme"], s["warmup"]) for s in data["width_law"]} == {(s, w) for s in cfg.schemes for w in cfg.warmups}
     # no frontier at 4 updates, so no widths to resolve a slope over (the resolution follows the widths with one)
-    assert all(s["resolution"] is None for s in data["width_law"])
+    assert all(s["resolution"] is None for s in data["tolerance_width_law"])
+    # the edge's slope: both widths in [0.1, 1), so the one seed allows +-ln(10)/ln(2) and -1 is not excluded
+    assert all(s["lo"] == pytest.approx(-math.log(10) / math.log(2)) and s["hi"] == pytest.approx(-s["lo"])
+               and s["contains"]["-1"] for s in data["width_law"])  # fmt: skip
     assert data["rules"]["margin"] == MARGIN and "min(l(eta), l0)" in data["rules"]["sensitivity"]
     # U from the data the runs see; 4 updates learn nothing: every curve is below l0 or on the plateau, none has a
     # frontier, and no width has a ground truth
     u = data["baseline"]["unigram_loss"]
     assert 0 < u < math.log(cfg.vocab_size) and data["baseline"]["tokens"] > 0 and f"U = {u:.3f}" in proc.stderr
-    assert all(r["max_stable_lr"] is None for r in data["frontier"])
+    assert all(r["lr_tolerance"] is None for r in data["frontier"])
     assert all(t["warmup_needed"] is None for t in data["warmup_truth"])
     for png in ("loss_vs_lr.png", "frontier.png"):
         assert (report / png).stat().st_size > 1000
     page = (report / "index.html").read_text()
-    for text in ("Maximum stable learning rate", "LR sensitivity", "Theorem 1", "data:image/png;base64,",
+    for text in ("Stability edge", "LR tolerance", "LR sensitivity", "Theorem 1", "sign test", "data:image/png;base64,",
                  f"Curves that left the unigram plateau: 0 of {len(data['frontier'])}"):
         assert text in page, text
     md = (report / "SWEEP.md").read_text()
@@ -586,6 +599,7 @@ def test_smoke_sweep_cli(tmp_path):
     assert all((report / link).is_file() for link in re.findall(r"\]\(([^)]+\.png)\)", md))
     again = normlab("sweep", "--scale", "smoke", "--out", str(out), "--no-estimate")
     assert again.returncode == 0 and f"{n} of {n} runs already finished" in again.stderr
+    assert " start " not in again.stderr  # finished runs, the edge search's included, are never trained again
     # --report-only trains nothing: a run that is gone stays gone and is a missing grid point of its curve
     gone = data["cells"][0]
     shutil.move(out / "runs" / gone["name"], out / "runs" / "post-none-d16-lr5.00e-02-s1")  # as if another grid's
@@ -599,11 +613,14 @@ def test_smoke_sweep_cli(tmp_path):
                                                                                           gone["width"])]  # fmt: skip
     assert row["missing_lrs"] == [gone["lr"]]
     md = (report / "SWEEP.md").read_text()
-    assert f"Written with --report-only: 1 of the {n} runs had not finished" in md and f"{n - 1} completed" in md
+    # the edge search is replayed on the finished runs, the curve with the hole included (it is marked incomplete)
+    assert data["meta"]["runs"] == n and data["meta"]["edge_runs"] == curves
+    assert f"Written with --report-only: 1 of the {n} runs had not finished" in md
+    assert f"{sum(c['status'] == 'completed' for c in data['cells'])} completed" in md
     # diagnose is measured again (models at initialisation only: seconds), with the same verdicts and scores
     assert "diagnose: warm-up verdicts" in partial.stderr
     assert data["diagnose"]["table"] == verdicts and all(r["score"] is not None for r in verdicts)
-    assert "*" in partial.stderr.split("max stable lr")[1]  # the terminal's table marks the incomplete curve
+    assert "*" in partial.stderr.split("stability edge [last stable")[1]  # the terminal's table marks the incomplete curve
     assert "1 finished run(s) of another grid" in partial.stderr  # the folder holds a run this grid does not read
     # a smaller grid whose runs have all finished, read from a folder that holds more: said so, not silently
     subset = normlab("sweep", "--scale", "smoke", "--out", str(out), "--report-only", "--no-diagnose", "--set",
@@ -650,3 +667,23 @@ def _native_bf16() -> bool:
         flags = {f for line in cpuinfo.read_text().splitlines() if line.startswith("flags") for f in line.split()}
         return bool(flags & {"avx512_bf16", "amx_tile"})
     return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def test_from_json_rereads_a_committed_sweep(tmp_path):
+    """`normlab sweep --from-json`: a committed sweep.json (its run folders were not committed) re-read under the
+    present definitions, training nothing; quick-56's runs never met instability, so every edge is censored."""
+    from tests.clirun import normlab
+
+    folder = tmp_path / "quick-56"
+    folder.mkdir()
+    shutil.copy(Path(__file__).parents[1] / "docs/results/sweep-quick/quick-56/sweep.json", folder / "sweep.json")
+    proc = normlab("sweep", "--from-json", str(folder / "sweep.json"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads((folder / "sweep.json").read_text())
+    assert len(data["frontier"]) == 8 and all(r["edge"]["censored"] and r["edge"]["lo"] == 1e-2
+                                              for r in data["frontier"])  # fmt: skip
+    assert data["meta"]["edge_pending"] == 8 and not any(c["diverged"] for c in data["cells"])
+    assert {v["verdict"] for t in data["warmup_truth"] for v in t["verdicts"].values()} == {"undecided"}
+    md = (folder / "SWEEP.md").read_text()
+    assert ">=0.01 (censored)" in md and "8 curve(s) would need more runs to find their edge" in md
+    assert " start " not in proc.stderr

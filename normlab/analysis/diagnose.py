@@ -98,7 +98,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -110,6 +110,7 @@ from normlab.rundir import strict_json
 
 __all__ = [
     "THRESHOLD",
+    "held_out_agreement",
     "score",
     "measure_calibration",
     "calibration_diagnoses",
@@ -593,3 +594,55 @@ def measure_calibration(*, layers: int = 12, steps: int = 8, seed: int = 0) -> d
 
     runs = calibration_diagnoses(layers=layers, steps=steps, seed=seed)
     return {model: {p: stats(d) for p, d in by_p.items()} for model, by_p in runs.items()}
+
+
+def held_out_agreement(
+    scores: Mapping[Any, float | None],
+    truth: Mapping[Any, bool | None],
+    calibrate: Iterable[Any],
+    evaluate: Iterable[Any],
+    *,
+    placement_of: Callable[[Any], str] = lambda key: str(key[0]).split("/")[0],
+) -> dict[str, Any]:
+    """diagnose's threshold on S calibrated on one set of cells and scored on another (issue 40: on the sweep's
+    own cells every threshold between the two clusters scored the same, so agreement there validates nothing).
+
+    ``scores``: S per cell (a key such as (scheme, depth, width)); ``truth``: the sweep's ground truth per cell
+    (True warm-up needed, False not needed, None undecided); ``calibrate`` and ``evaluate``: the two sets of cells
+    (a cell in both is an error: it would not be held out). The threshold: among the cut points between
+    consecutive distinct S of the calibration cells that decide (and one below and one above them all), those
+    with the fewest disagreements with the truth for the rule "warm-up advised when S > threshold"; of those, the
+    median one (the middle of the equally good range: no choice that leans toward the evaluation cells, which it
+    never sees). Scored on the evaluation cells that decide and have an S, beside the trivial baseline "Post-LN
+    needs warm-up, nothing else does" (``placement_of`` reads the placement from a key), with the numbers of
+    decided and undecided cells. No threshold (None) when no calibration cell decides."""
+    cal, ev = list(calibrate), list(evaluate)
+    if both := set(cal) & set(ev):
+        raise ValueError(f"cells in both the calibration and the evaluation set: {sorted(both, key=str)}")
+    decided_cal = [(scores[k], truth[k]) for k in cal if truth.get(k) is not None and scores.get(k) is not None]
+    threshold = None
+    if decided_cal:
+        xs = sorted({s for s, _ in decided_cal})
+        cuts = [xs[0] - 1.0] + [(a + b) / 2 for a, b in zip(xs, xs[1:])] + [xs[-1] + 1.0]
+        errors = [sum((s > c) != t for s, t in decided_cal) for c in cuts]
+        best = [c for c, e in zip(cuts, errors) if e == min(errors)]
+        threshold = best[(len(best) - 1) // 2]
+    table = []
+    for k in ev:
+        s, t = scores.get(k), truth.get(k)
+        said = None if s is None or threshold is None else s > threshold
+        base = placement_of(k) == "post"
+        table.append({"cell": k, "score": s, "truth": t, "diagnose": said, "baseline": base,
+                      "agree": None if said is None or t is None else said == t,
+                      "baseline_agree": None if t is None else base == t})
+    decided = [r for r in table if r["agree"] is not None]
+    return {
+        "threshold": threshold,
+        "calibration": {"cells": len(cal), "decided": len(decided_cal),
+                        "agree": sum((s > threshold) == t for s, t in decided_cal) if threshold is not None else 0},
+        "evaluation": {"cells": len(ev), "decided": len(decided), "undecided": len(ev) - len(decided),
+                       "agree": sum(r["agree"] for r in decided),
+                       "baseline_agree": sum(bool(r["baseline_agree"]) for r in decided),
+                       "schemes": sorted({str(r["cell"][0]) for r in decided})},
+        "table": table,
+    }

@@ -12,8 +12,16 @@ cell), so two cells differ only in what the grid varies. From the final losses, 
   validation sentences are exchangeable, so this l0 is an unbiased estimate of the validation NLL at
   initialisation that costs no extra pass; and it is the same number for every learning rate and warm-up of a
   curve (same seed, same first batch, and the loss is taken before any step).
-* **Maximum stable learning rate** (:func:`frontier`): the largest grid point whose final loss is within
-  ``margin`` of the best final loss l* of the curve and that did not diverge. The default margin is 0.1 nats
+* **Stability edge** (issue 40; :func:`unstable`, :func:`plan_edges`, :func:`edge_summary`): one absolute
+  criterion for every arm and scheme (unstable = non-finite, or the final loss above l0); each seed's curve is
+  extended above lr_max on the same grid while its highest run is stable, up to :data:`LR_CAP`, then bisected
+  until first unstable / last stable <= :data:`RESOLUTION`; the frontier is that bracket (censored, a lower
+  bound, when no run was unstable). Warm-up "needed" per seed pair, combined by a sign test
+  (:func:`warmup_verdict`); the width law from the seeds' brackets (:func:`width_law`). Until issue 40 the
+  sweep's "frontier" was the band below, which no committed run ever left by diverging: it measured the top of
+  a near-best band, not stability.
+* **LR tolerance** (:func:`frontier`, called "maximum stable learning rate" until issue 40): the largest grid
+  point whose final loss is within ``margin`` of the best final loss l* of the curve and that did not diverge. The default margin is 0.1 nats
   (:data:`MARGIN`, the reasoning is there). A curve whose best run is not ``margin`` below l0 never trained: it
   has no frontier (None), whatever its losses.
 * **The unigram plateau.** A curve whose best run is not ``margin`` below the unigram loss U of the validation
@@ -104,7 +112,9 @@ from normlab.rundir import RunDir
 
 __all__ = [
     "MARGIN", "PAPER_WARMUP_FRACTION", "SweepConfig", "SWEEP_SCALES", "sweep_scale", "lr_grid", "sweep_runs",
-    "Cell", "Curve", "diverged", "lr_sensitivity", "frontier", "analyze", "predicted_slope", "width_slope",
+    "Cell", "Curve", "diverged", "unstable", "Edge", "edge", "plan_edge", "plan_edges", "edge_summary", "seed_sign",
+    "warmup_verdict", "warmup_verdicts", "width_law", "tolerance_truth", "rerender", "LR_CAP", "RESOLUTION",
+    "lr_sensitivity", "frontier", "analyze", "predicted_slope", "width_slope",
     "slope_resolution", "read_cell", "WARMUPS", "BETAS", "warm_arms", "arms", "best_loss_gap", "warmup_truth",
     "diagnose_agreement", "diagnoses", "diagnose_verdicts",
 ]  # fmt: skip
@@ -121,9 +131,32 @@ report/claims.py asks of a model to count as having learned anything (LEARN_MARG
 entropy), so a run stuck on the unigram plateau, the failure of Post-LN without warm-up, is never within it of a
 run that learned; (3) it is larger than the seed spread of the final loss of short runs that train (a few
 hundredths of a nat); the sweep reports that spread when seeds > 1, and a spread near the margin says the
-frontier is noise. A relative margin (a share of l0 - l*) was rejected: the unigram plateau already recovers most
+frontier is noise. (Issue 40 measured that spread on the committed sweeps: median 0.039, 90th percentile 0.10,
+maximum 0.18 nats near a curve's best, so (3) does not hold: the band is narrower than the seed noise. That is why
+the band is now only the "LR tolerance" and no verdict rests on it.) A relative margin (a share of l0 - l*) was rejected: the unigram plateau already recovers most
 of l0 - l* (ln V down to the unigram entropy), so "within 10% of the improvement" can let a plateaued run through.
 """
+
+LR_CAP = 1.0
+"""The largest learning rate the edge search tries (:func:`plan_edges`): a curve still stable there is censored.
+
+Why 1: Adam's update moves every coordinate by about lr per step whatever the gradient's scale (Kingma & Ba 2015,
+Section 2.1: |step| <~ lr), and the sweep's weights start at a scale of 1/sqrt(d) <= 0.125 for d >= 64. At lr = 1
+one update moves each weight by 8 times its own scale or more: a model that still ends below its starting loss
+there is not limited by its learning rate, and a larger grid point would measure nothing more."""
+
+RESOLUTION = 1.2
+"""The edge search bisects until first unstable / last stable <= this ratio (:func:`plan_edges`).
+
+Why 1.2: the committed sweeps' grid step is 10^(1/3) = 2.15x, and Theorem 1's width law predicts a change of
+2^1.1 = 2.14x per doubling of d, one grid step: a frontier known to 2.15x cannot see it move at one doubling. At
+1.2x a doubling moves it by log(2.14)/log(1.2) = 4 resolution steps. Each halving of the log-ratio costs one run
+per curve: from 2.15x, 3 runs (2.15 -> 1.47 -> 1.21 -> 1.10)."""
+
+SIGN_ALPHA = 0.05
+"""The one-sided level of the sign test over seeds (:func:`warmup_verdict`), the conventional 5%, fixed before any
+run: with every seed agreeing it needs 5 seeds (0.5^5 = 0.031); with 2 or 3 seeds no verdict can reach it."""
+
 
 WARMUPS = ("none", "paper", "adam")
 """The warm-up arms (SweepConfig.warmup_length): none; the paper's share of the run; 2/(1 - beta2) updates."""
@@ -161,6 +194,11 @@ class SweepConfig(Strict):
     layers: int = field(6, help="encoder (and decoder) depth (the paper: 6-6)")
     updates: int = field(300, help="updates per run")
     seeds: int = field(1, help="training seeds per cell (runs named ...-s1, -s2, ...)")
+    find_edge: bool = field(True, help="extend each curve's learning rates above lr_max (same grid) while its "
+                            "highest run is stable, up to lr_cap, then bisect to `resolution` (sweep.plan_edges)")
+    lr_cap: float = field(LR_CAP, help="the largest learning rate the edge search tries (sweep.LR_CAP says why)")
+    resolution: float = field(RESOLUTION, help="the edge search bisects until first unstable / last stable <= this "
+                              "ratio (sweep.RESOLUTION says why)")  # fmt: skip
     margin: float = field(MARGIN, help="nats above the best final loss within which a grid point counts as stable "
                           "(sweep.MARGIN explains the default)")  # fmt: skip
     vocab_size: int = field(8000, help="BPE vocabulary")
@@ -207,6 +245,10 @@ class SweepConfig(Strict):
         for w in self.widths:
             if w % self.n_heads:
                 raise self.error("widths", f"d={w} is not divisible by n_heads={self.n_heads}")
+        if not self.resolution > 1:
+            raise self.error("resolution", f"must be > 1 (a ratio of learning rates), got {self.resolution}")
+        if self.find_edge and not self.lr_cap >= self.lr_max:
+            raise self.error("lr_cap", f"must be >= lr_max={self.lr_max:g}, got {self.lr_cap:g}")
         if not self.margin > 0:
             raise self.error("margin", f"must be positive, got {self.margin}")
         for name in ("train_subset", "valid_subset", "eval_every"):
@@ -257,7 +299,7 @@ SWEEP_SCALES: dict[str, SweepConfig] = {
     "smoke": SweepConfig(
         scale="smoke", schemes=("post", "pre"), lr_min=1e-3, lr_max=1e-1, per_decade=1, widths=(16, 32), n_heads=2,
         layers=2, updates=4, vocab_size=600, max_tokens=256, max_positions=64, block_size=32, train_subset=100,
-        valid_subset=16,
+        valid_subset=16, resolution=11.0,  # one round of the edge search (lr 1, the cap) in seconds; no measurement
         description="seconds, for the tests: every part of the pipeline runs (2-2 layers, so that diagnose has a "
         "stack to read); 4 updates at d=16 and 32 measure nothing about the frontier",
     ),  # fmt: skip
@@ -396,21 +438,21 @@ def _train_config(cfg: SweepConfig, ctx: Context, *, scheme: str, warmup: str, w
                        weight_decay=0.01), schedule=schedule, label_smoothing=0.0, **common)  # fmt: skip
 
 
+def run_spec(cfg: SweepConfig, ctx: Context, scheme: str, warmup: str, width: int, lr: float, seed: int) -> RunSpec:
+    """One cell as a RunSpec named GROUP-sK (group ``SCHEME-WARMUP-dWIDTH-lrLR``): a grid point, or a learning
+    rate the edge search added (:func:`plan_edges`), named and configured the same way."""
+    group = group_name(scheme, warmup, width, lr)
+    w = "w/o warm-up" if warmup == "none" else f"warm-up {cfg.warmup_length(warmup)}"
+    tc = _train_config(cfg, ctx, scheme=scheme, warmup=warmup, width=width, lr=lr, seed=seed)
+    return RunSpec(f"{group}-s{seed}", ("sweep",), f"{scheme}, {w}, d={width}, lr {lr:.3g}", tc, kind=cfg.task,
+                   group=group)  # fmt: skip
+
+
 def sweep_runs(cfg: SweepConfig, ctx: Context) -> list[RunSpec]:
-    """Every cell of the sweep as a RunSpec named GROUP-sK (group ``SCHEME-WARMUP-dWIDTH-lrLR``); the seed and
-    the data config do not depend on the cell, so every cell sees the same batches in the same order."""
-    specs = []
-    for scheme in cfg.schemes:
-        for warmup in cfg.warmups:
-            for width in cfg.widths:
-                for lr in cfg.lrs:
-                    group = group_name(scheme, warmup, width, lr)
-                    w = "w/o warm-up" if warmup == "none" else f"warm-up {cfg.warmup_length(warmup)}"
-                    for seed in range(1, cfg.seeds + 1):
-                        tc = _train_config(cfg, ctx, scheme=scheme, warmup=warmup, width=width, lr=lr, seed=seed)
-                        specs.append(RunSpec(f"{group}-s{seed}", ("sweep",), f"{scheme}, {w}, d={width}, lr {lr:.3g}",
-                                             tc, kind=cfg.task, group=group))  # fmt: skip
-    return specs
+    """Every cell of the sweep's log grid (:func:`run_spec`); the seed and the data config do not depend on the
+    cell, so every cell sees the same batches in the same order."""
+    return [run_spec(cfg, ctx, scheme, warmup, width, lr, seed) for scheme in cfg.schemes for warmup in cfg.warmups
+            for width in cfg.widths for lr in cfg.lrs for seed in range(1, cfg.seeds + 1)]  # fmt: skip
 
 
 # -------------------------------------------------------------------------------------------------------------
@@ -436,12 +478,26 @@ def _finite(x: float | None) -> bool:
     return x is not None and math.isfinite(x)
 
 
-def diverged(final: float | None, l0: float | None, status: str = "completed") -> bool:
-    """The divergence rule: the trainer stopped the run on a non-finite loss (``status == "diverged"``), or its
-    final loss is non-finite, or it ends strictly above its loss at initialisation l0."""
+def unstable(final: float | None, l0: float | None, status: str = "completed") -> bool:
+    """THE stability criterion, shared by every scheme, warm-up arm and width: a run is unstable when the trainer
+    stopped it on a non-finite loss (``status == "diverged"``), or its final loss is non-finite, or it ends above
+    its loss at initialisation l0.
+
+    Why l0 and not a multiple of the curve's best (theory, not fitted to any run): l0 is the loss of the model
+    before any step, so "ends above l0" says the training made the model worse than not training at all, with no
+    constant to choose; it is the same for both arms of a warm-up contrast (same seed, same first batch, loss
+    taken before the first step, so the warm-up cannot move it), and Wortsman et al. 2023 (arXiv 2309.14322)
+    cap a diverged run's loss at l0 for the same reason. A multiple of the curve's best (k x l*) depends on how
+    far the best run of that curve got, so two arms would be held to different lines and the criterion would not
+    be absolute, and k is a free constant. What it does not count: a run that ends on the unigram plateau (below
+    l0, above U) has learned token frequencies and is stable by this rule; the near-best band
+    (:func:`frontier`'s ``lr_tolerance``) is what sees that."""
     if status == "diverged" or not _finite(final):
         return True
     return _finite(l0) and final > l0  # type: ignore[operator]
+
+
+diverged = unstable  # the name the band analysis and the reports used before issue 40
 
 
 def lr_sensitivity(finals: Sequence[float | None], l0: float) -> float:
@@ -466,7 +522,7 @@ class Curve:
     l0: float | None
     best: float | None  # l*: the best final loss of a point that did not diverge
     best_lr: float | None
-    max_stable_lr: float | None  # None: the curve never trained
+    lr_tolerance: float | None  # None: the curve never trained
     sensitivity: float | None
     trained: bool
     note: str = ""
@@ -520,12 +576,22 @@ def _sd(xs: Sequence[float]) -> float | None:
     return statistics.stdev(xs) if len(xs) > 1 else None
 
 
-def analyze(cells: Sequence[Cell], *, margin: float = MARGIN, unigram: float | None = None) -> list[dict[str, Any]]:
-    """Per scheme x warm-up x width: the seed-mean curve's frontier (a point diverged when any seed diverged
+def analyze(cells: Sequence[Cell], *, margin: float = MARGIN, unigram: float | None = None,
+            grid: Sequence[float] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Per scheme x warm-up x width: each seed's stability edge from all its runs (:func:`edge_summary`, the
+    frontier since issue 40); and on the runs of the log grid ``grid`` only (all the runs when None; the edge
+    search's extra runs differ between seeds and would break the grid's even log spacing) the near-best band:
+    the seed-mean curve's LR tolerance (a point diverged when any seed diverged
     there; its loss the mean of the seeds'), each seed's own frontier and sensitivity, and their spread. Points
     with a failed run (no result, not a divergence) are left out of the curve and listed. ``unigram``: the
     unigram loss U of the validation targets (:func:`frontier`: a curve must get ``margin`` below it)."""
     keyed: dict[tuple[str, str, int], list[Cell]] = {}
+    for c in cells:
+        keyed.setdefault((c.scheme, c.warmup, c.width), []).append(c)
+    edges = edge_rows_by_seed(cells)
+    if grid is not None:
+        cells = [c for c in cells if any(_on_grid(c.lr, g) for g in grid)]
+    keyed = {}
     for c in cells:
         keyed.setdefault((c.scheme, c.warmup, c.width), []).append(c)
     rows = []
@@ -550,20 +616,22 @@ def analyze(cells: Sequence[Cell], *, margin: float = MARGIN, unigram: float | N
             mean_status.append("diverged" if bad else "completed")
         curve = frontier(lrs, mean_finals, mean_l0s, mean_status, margin=margin, unigram=unigram) if lrs else None
         sens = [c.sensitivity for c in per_seed if c.sensitivity is not None]
-        stable = [c.max_stable_lr for c in per_seed]
+        stable = [c.lr_tolerance for c in per_seed]
         bests = [c.best for c in per_seed if c.best is not None]
         rows.append({
             "scheme": scheme, "warmup": warmup, "width": width, "seeds": len(seeds),
+            # the stability edge (issue 40): each seed's (last stable, first unstable), their interval
+            "edge": edge_summary(edges.get((scheme, warmup, width), {})),
             "curve": curve.to_dict() if curve else None,
-            "max_stable_lr": curve.max_stable_lr if curve else None,
+            "lr_tolerance": curve.lr_tolerance if curve else None,
             # the frontier is the top of the grid: the true one is at or above it (a lower bound)
-            "censored": bool(curve and curve.max_stable_lr is not None and curve.max_stable_lr == lrs[-1]),
+            "tolerance_censored": bool(curve and curve.lr_tolerance is not None and curve.lr_tolerance == lrs[-1]),
             "best_lr": curve.best_lr if curve else None,
             "best_loss": curve.best if curve else None,
             "l0": curve.l0 if curve else None,
             "sensitivity": _mean(sens) if sens else None,
             "sensitivity_sd": _sd(sens),
-            "max_stable_lr_per_seed": stable,
+            "lr_tolerance_per_seed": stable,
             "best_loss_sd": _sd(bests),
             "diverged_lrs": [lr for lr, d in zip(lrs, curve.diverged) if d] if curve else [],
             "missing_lrs": missing,
@@ -571,6 +639,242 @@ def analyze(cells: Sequence[Cell], *, margin: float = MARGIN, unigram: float | N
             "note": curve.note if curve else "no finished run",
         })  # fmt: skip
     return rows
+
+
+# -------------------------------------------------------------------------------------------------------------
+# the stability edge (issue 40): one absolute criterion, the LR range extended until it fails, then bisected
+
+
+def next_grid_lr(lr: float, lo: float, per_decade: int) -> float:
+    """The grid point above ``lr`` on the log grid from ``lo`` at ``per_decade`` points a decade (3 digits)."""
+    k = round(math.log10(lr / lo) * per_decade)
+    return _grid_point(lo, k + 1, per_decade)
+
+
+@dataclasses.dataclass(frozen=True)
+class Edge:
+    """One seed's stability edge on one curve: the largest stable learning rate below the smallest unstable one
+    (``last_stable``; None when the smallest learning rate run was already unstable) and that smallest unstable
+    one (``first_unstable``; None when no run was unstable: censored, the true edge is above ``last_stable``)."""
+
+    last_stable: float | None
+    first_unstable: float | None
+
+    @property
+    def censored(self) -> bool:
+        return self.first_unstable is None
+
+    @property
+    def ratio(self) -> float | None:
+        if self.last_stable is None or self.first_unstable is None:
+            return None
+        return self.first_unstable / self.last_stable
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"last_stable": self.last_stable, "first_unstable": self.first_unstable, "ratio": self.ratio,
+                "censored": self.censored}  # fmt: skip
+
+
+def edge(results: dict[float, bool]) -> Edge:
+    """The edge of one seed's curve from ``{lr: unstable?}`` (finished runs only). A stable run above an unstable
+    one does not move the edge up: the edge is the first failure, as a user raising the learning rate meets it."""
+    bad = [lr for lr, u in results.items() if u]
+    first = min(bad) if bad else None
+    good = [lr for lr, u in results.items() if not u and (first is None or lr < first)]
+    return Edge(max(good) if good else None, first)
+
+
+def _midpoint(lo: float, hi: float) -> float:
+    return float(f"{math.sqrt(lo * hi):.3g}")
+
+
+def plan_edge(results: dict[float, bool], *, lr_min: float, per_decade: int, cap: float = LR_CAP,
+              resolution: float = RESOLUTION) -> float | None:  # fmt: skip
+    """The next learning rate to run on one seed's curve, given its finished runs ``{lr: unstable?}``, or None
+    when the curve is done. (1) No unstable run yet: the next grid point above the largest run (same per-decade
+    grid from ``lr_min``), while it is <= ``cap``; at the cap the curve is censored. (2) An unstable run: the
+    geometric midpoint (3 digits) of the last stable and the first unstable learning rate while their ratio is
+    above ``resolution``. (3) Unstable already at the smallest learning rate: done (an edge below the grid; the
+    search does not go down, the grid's lr_min says where it starts)."""
+    if not results:
+        return None
+    e = edge(results)
+    if e.first_unstable is None:
+        nxt = next_grid_lr(max(results), lr_min, per_decade)
+        return nxt if nxt <= cap * (1 + 1e-9) and nxt not in results else None
+    if e.last_stable is None or e.ratio <= resolution * (1 + 1e-9):  # type: ignore[operator]
+        return None
+    mid = _midpoint(e.last_stable, e.first_unstable)
+    return mid if e.last_stable < mid < e.first_unstable and mid not in results else None
+
+
+def plan_edges(cells: Sequence[Cell], *, lr_min: float, per_decade: int, cap: float = LR_CAP,
+               resolution: float = RESOLUTION) -> list[tuple[str, str, int, int, float]]:  # fmt: skip
+    """One round of the edge search: for each curve (scheme, warm-up, width, seed), :func:`plan_edge`'s next
+    learning rate from its finished runs (completed or diverged); (scheme, warm-up, width, seed, lr) each. A run
+    not finished (failed, absent, still running) is a hole, not a verdict: it is left out here, and the curve is
+    marked incomplete by :func:`analyze` (``missing_lrs``), which decides nothing on it."""
+    curves: dict[tuple[str, str, int, int], list[Cell]] = {}
+    for c in cells:
+        if c.status in ("completed", "diverged", "cached"):
+            curves.setdefault((c.scheme, c.warmup, c.width, c.seed), []).append(c)
+    out = []
+    for key, members in curves.items():
+        nxt = plan_edge({c.lr: unstable(c.final, c.l0, c.status) for c in members}, lr_min=lr_min,
+                        per_decade=per_decade, cap=cap, resolution=resolution)  # fmt: skip
+        if nxt is not None:
+            out.append((*key, nxt))
+    return out
+
+
+def edge_summary(by_seed: dict[int, Edge]) -> dict[str, Any]:
+    """The frontier of one curve from its seeds' edges: the interval [min last_stable, max first_unstable) (the
+    seeds' spread and each seed's resolution together; ``hi`` None when a seed is censored: a lower bound only),
+    its geometric centre (None when censored), and each seed's edge."""
+    edges = list(by_seed.values())
+    lows = [e.last_stable for e in edges]
+    highs = [e.first_unstable for e in edges]
+    censored = any(e.censored for e in edges)
+    lo = None if not edges or any(x is None for x in lows) else min(lows)  # type: ignore[type-var]
+    hi = None if censored or not edges else max(highs)  # type: ignore[type-var]
+    mids = [math.log(e.first_unstable * (e.last_stable or e.first_unstable)) / 2 for e in edges if not e.censored]
+    return {"lo": lo, "hi": hi, "censored": censored, "all_censored": bool(edges) and all(e.censored for e in edges),
+            "centre": None if censored or not mids else math.exp(_mean(mids)),
+            "ratio": None if lo is None or hi is None else hi / lo,
+            "per_seed": [{"seed": s, **e.to_dict()} for s, e in by_seed.items()]}  # fmt: skip
+
+
+def seed_sign(none: Edge, warm: Edge) -> int | None:
+    """One seed's warm-up contrast from the two arms' edges, each known to its bracket: +1 (the warm-up arm was
+    stable at or above a learning rate where the no-warm-up arm was already unstable: the brackets are disjoint,
+    so the gap is more than either's resolution), -1 (the reverse), 0 (the brackets overlap: no difference the
+    resolution can see; both must be bracketed), None (a censored arm leaves it open)."""
+    lo_n, hi_n, lo_w, hi_w = none.last_stable or 0.0, none.first_unstable, warm.last_stable or 0.0, warm.first_unstable
+    if hi_n is not None and lo_w >= hi_n:
+        return 1
+    if hi_w is not None and lo_n >= hi_w:
+        return -1
+    if hi_n is None or hi_w is None:
+        return None
+    return 0
+
+
+def _binom_tail(k: int, n: int) -> float:
+    """P(X >= k) for X ~ Binomial(n, 1/2)."""
+    return math.fsum(math.comb(n, i) for i in range(k, n + 1)) / 2**n
+
+
+def warmup_verdict(signs: Sequence[int | None], *, alpha: float = SIGN_ALPHA) -> dict[str, Any]:
+    """Combine the seeds' contrasts (:func:`seed_sign`) by a one-sided sign test. With n seeds that decide, k of
+    them +1: ``needed`` when P(X >= k | n, 1/2) <= alpha (a seed with 0 or -1 counts against: the question is
+    whether warm-up raises the edge by more than the resolution); ``not needed`` when the seeds that do not say +1
+    are as significant the other way; else ``inconclusive`` (the seeds disagree, or agree but are too few for
+    the test: with 2 seeds p >= 0.25); ``undecided`` when no seed decides (censored arms)."""
+    decided = [s for s in signs if s is not None]
+    n, k = len(decided), sum(s == 1 for s in decided)
+    p_needed = _binom_tail(k, n) if n else None
+    p_not = _binom_tail(n - k, n) if n else None
+    if not n:
+        verdict, why = "undecided", "no seed decides (a censored arm: a lower bound beside a lower bound)"
+    elif p_needed <= alpha:  # type: ignore[operator]
+        verdict, why = "needed", f"{k} of {n} seeds raise the edge beyond the resolution (sign test p = {p_needed:.3g})"
+    elif p_not <= alpha:  # type: ignore[operator]
+        verdict, why = "not needed", f"{n - k} of {n} seeds do not (sign test p = {p_not:.3g})"
+    else:
+        verdict = "inconclusive"
+        why = (f"the seeds disagree: {k} of {n} raise the edge beyond the resolution" if 0 < k < n else
+               f"{max(k, n - k)} of {n} seeds agree, too few for the sign test (p = {min(p_needed, p_not):.3g} > "
+               f"{alpha:g})")  # type: ignore[type-var]
+    return {"verdict": verdict, "why": why, "signs": list(signs), "plus": k, "decided": n,
+            "undecided_seeds": len(signs) - n, "p_needed": p_needed, "p_not_needed": p_not}  # fmt: skip
+
+
+def edge_rows_by_seed(cells: Sequence[Cell]) -> dict[tuple[str, str, int], dict[int, Edge]]:
+    """Each seed's :func:`edge` per (scheme, warm-up, width), from its finished runs (holes left out)."""
+    out: dict[tuple[str, str, int], dict[int, dict[float, bool]]] = {}
+    for c in cells:
+        if c.status in ("completed", "diverged", "cached"):
+            out.setdefault((c.scheme, c.warmup, c.width), {}).setdefault(c.seed, {})[c.lr] = unstable(
+                c.final, c.l0, c.status)  # fmt: skip
+    return {k: {s: edge(r) for s, r in sorted(v.items())} for k, v in out.items()}
+
+
+def warmup_verdicts(rows: Sequence[dict[str, Any]], warmup: str) -> dict[tuple[str, int], dict[str, Any]]:
+    """:func:`warmup_verdict` per scheme x width for one warm-up arm against ``none``, seed by seed (the seeds both
+    arms have). The rows' ``edge['per_seed']`` carry the edges (analyze)."""
+    by = {(r["scheme"], r["warmup"], r["width"]): r for r in rows}
+    out = {}
+    for scheme, width in sorted({(r["scheme"], r["width"]) for r in rows}):
+        none, warm = by.get((scheme, "none", width)), by.get((scheme, warmup, width))
+        if not none or not warm:
+            continue
+        if _incomplete(none, warm):  # a run that failed or has not finished could hold the edge
+            out[(scheme, width)] = {**warmup_verdict([]), "seeds": [], "why": "a run of an arm failed or has not "
+                                    "finished"}  # fmt: skip
+            continue
+        en = {e["seed"]: Edge(e["last_stable"], e["first_unstable"]) for e in none["edge"]["per_seed"]}
+        ew = {e["seed"]: Edge(e["last_stable"], e["first_unstable"]) for e in warm["edge"]["per_seed"]}
+        seeds = sorted(set(en) & set(ew))
+        out[(scheme, width)] = {**warmup_verdict([seed_sign(en[s], ew[s]) for s in seeds]), "seeds": seeds}
+    return out
+
+
+def verdict_truth(v: dict[str, Any] | None) -> bool | None:
+    """A verdict as diagnose's ground truth: True needed, False not needed, None otherwise."""
+    return {"needed": True, "not needed": False}.get(v["verdict"]) if v else None
+
+
+def _slope_box(xs: Sequence[float], boxes: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """The range of the least-squares slope sum c_i y_i (c_i = (x_i - mean)/Sxx) over y_i in [lo_i, hi_i] (log
+    learning rates; -inf/inf for an open side)."""
+    mx = _mean(xs)
+    sxx = math.fsum((x - mx) ** 2 for x in xs)
+    lo = hi = 0.0
+    for x, (a, b) in zip(xs, boxes):
+        c = (x - mx) / sxx
+        if c == 0:
+            continue
+        lo += c * (a if c > 0 else b)
+        hi += c * (b if c > 0 else a)
+    return lo, hi
+
+
+def width_law(rows: Sequence[dict[str, Any]], scheme: str, warmup: str) -> dict[str, Any]:
+    """The width law of the stability edge for one scheme x warm-up, from the seeds: for each seed, the range of
+    least-squares log-log slopes over the widths its edges allow (each log-edge in [log last_stable,
+    log first_unstable]; a censored width is [log last_stable, inf): a bound, never a point), and the interval
+    over seeds (the union of the seeds' ranges: seed spread and resolution together). Set beside -1 (the edge
+    inversely proportional to d) and Theorem 1's 1/(d sqrt(ln d)) (:func:`predicted_slope`); ``contains`` says
+    which of them the interval holds. None bounds where a side is open."""
+    mine = sorted((r for r in rows if r["scheme"] == scheme and r["warmup"] == warmup and r.get("edge")
+                   and r["edge"]["per_seed"] and not r.get("missing_lrs")),
+                  key=lambda r: r["width"])  # fmt: skip
+    widths = [r["width"] for r in mine]
+    seeds = sorted(set.intersection(*[{e["seed"] for e in r["edge"]["per_seed"]} for r in mine])) if mine else []
+    per_seed = []
+    for s in seeds:
+        boxes = []
+        for r in mine:
+            e = next(e for e in r["edge"]["per_seed"] if e["seed"] == s)
+            boxes.append((math.log(e["last_stable"]) if e["last_stable"] else -math.inf,
+                          math.log(e["first_unstable"]) if e["first_unstable"] else math.inf))
+        if len(widths) > 1:
+            lo, hi = _slope_box([math.log(w) for w in widths], boxes)
+            per_seed.append({"seed": s, "lo": lo if math.isfinite(lo) else None,
+                             "hi": hi if math.isfinite(hi) else None})
+    lo = None if not per_seed or any(p["lo"] is None for p in per_seed) else min(p["lo"] for p in per_seed)
+    hi = None if not per_seed or any(p["hi"] is None for p in per_seed) else max(p["hi"] for p in per_seed)
+    predicted = predicted_slope(widths) if len(widths) > 1 else None
+
+    def inside(x: float | None) -> bool | None:
+        if x is None or not per_seed:
+            return None
+        return (lo is None or lo <= x) and (hi is None or x <= hi)
+
+    return {"scheme": scheme, "warmup": warmup, "widths": widths, "seeds": seeds, "per_seed": per_seed,
+            "lo": lo, "hi": hi, "predicted_post_ln": predicted,
+            "censored": [r["width"] for r in mine if r["edge"]["censored"]],
+            "contains": {"-1": inside(-1.0), "theorem_1": inside(predicted)}}  # fmt: skip
 
 
 def predicted_slope(widths: Sequence[int]) -> float:
@@ -610,10 +914,10 @@ def width_slope(rows: Sequence[dict[str, Any]], scheme: str, warmup: str, *, per
     decade)."""
     mine = [r for r in rows if r["scheme"] == scheme and r["warmup"] == warmup]
     # a curve with holes (failed or unfinished grid points) has no reliable frontier
-    pts = sorted((r["width"], r["max_stable_lr"]) for r in mine if r["max_stable_lr"] and not r.get("missing_lrs"))
+    pts = sorted((r["width"], r["lr_tolerance"]) for r in mine if r["lr_tolerance"] and not r.get("missing_lrs"))
     widths = sorted({r["width"] for r in mine})
     measured = _ls_slope([math.log(w) for w, _ in pts], [math.log(lr) for _, lr in pts]) if len(pts) > 1 else None
-    censored = sorted(r["width"] for r in mine if r.get("censored"))
+    censored = sorted(r["width"] for r in mine if r.get("tolerance_censored"))
     fitted = [w for w, _ in pts]
     return {"scheme": scheme, "warmup": warmup, "widths": fitted, "measured": measured, "censored": censored,
             "predicted_post_ln": predicted_slope(widths) if len(widths) > 1 else None,
@@ -627,7 +931,7 @@ def width_slope(rows: Sequence[dict[str, Any]], scheme: str, warmup: str, *, per
 def _rank(row: dict[str, Any]) -> int:
     """How far a curve got: 0 never trained (diverged everywhere, or never ``margin`` below l0), 1 trained but
     never left the unigram plateau, 2 has a frontier."""
-    return 2 if row["max_stable_lr"] is not None else 1 if row.get("plateau") else 0
+    return 2 if row["lr_tolerance"] is not None else 1 if row.get("plateau") else 0
 
 
 def warm_arms(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -664,8 +968,8 @@ def _pair_truth(none: dict[str, Any] | None, warm: dict[str, Any] | None) -> boo
         return None
     rn, rw = _rank(none), _rank(warm)
     if rn == rw == 2:
-        both_top = bool(none.get("censored")) and bool(warm.get("censored"))
-        return None if both_top else none["max_stable_lr"] < warm["max_stable_lr"]
+        both_top = bool(none.get("tolerance_censored")) and bool(warm.get("tolerance_censored"))
+        return None if both_top else none["lr_tolerance"] < warm["lr_tolerance"]
     if rn < rw:
         return True
     if rn == 2 and rw == 0:
@@ -673,8 +977,10 @@ def _pair_truth(none: dict[str, Any] | None, warm: dict[str, Any] | None) -> boo
     return None
 
 
-def warmup_truth(rows: Sequence[dict[str, Any]], warmup: str | None = None) -> dict[tuple[str, int], bool | None]:
-    """The sweep's ground truth per scheme x width: does the no-warm-up arm do worse than the warm-up arm?
+def tolerance_truth(rows: Sequence[dict[str, Any]], warmup: str | None = None) -> dict[tuple[str, int], bool | None]:
+    """The pre-issue-40 reading, on the near-best band (LR tolerance), kept to set beside the edge's verdicts
+    (:func:`warmup_truth`): does the no-warm-up arm's LR tolerance fall below the warm-up arm's? It is not a
+    stability statement (no run of the committed sweeps diverged) and has no allowance for the seed noise.
 
     * Both arms have a frontier: warm-up is needed when the no-warm-up frontier is below the warm-up one; None
       when both are the top of the grid (two lower bounds: the grid cannot tell them apart).
@@ -695,13 +1001,27 @@ def warmup_truth(rows: Sequence[dict[str, Any]], warmup: str | None = None) -> d
     With several arms "any" has more chances to read a one-grid-step difference of noise as a need: seeds
     measure that."""
     if warmup is not None:
-        return {key: _pair_truth(none, warm) for key, (none, warm) in arms(rows, warmup).items()}
+        return {key: _pair_truth(none, warm) for key, (none, warm) in arms(rows, warmup).items()}  # fmt: skip
     pairs = [arms(rows, w) for w in warm_arms(rows)]
     out: dict[tuple[str, int], bool | None] = {}
     for key in sorted({(r["scheme"], r["width"]) for r in rows}):
         said = [_pair_truth(*p[key]) for p in pairs]
         holes = any(_incomplete(*p[key]) for p in pairs)
         out[key] = True if True in said else None if holes else False if False in said else None
+    return out
+
+
+def warmup_truth(rows: Sequence[dict[str, Any]], warmup: str | None = None) -> dict[tuple[str, int], bool | None]:
+    """The sweep's ground truth per scheme x width (issue 40): the seeds' sign test on the stability edge
+    (:func:`warmup_verdicts`): True ``needed``, False ``not needed``, None ``inconclusive`` or ``undecided``.
+    ``warmup``: one arm against ``none``; None: every warm-up arm the rows hold, True when any arm's verdict is
+    needed, False when every arm's is not needed, else None."""
+    names = [warmup] if warmup is not None else warm_arms(rows)
+    per = [warmup_verdicts(rows, w) for w in names]
+    out: dict[tuple[str, int], bool | None] = {}
+    for key in sorted({(r["scheme"], r["width"]) for r in rows}):
+        said = [verdict_truth(p.get(key)) for p in per]
+        out[key] = True if True in said else False if said and all(x is False for x in said) else None
     return out
 
 
@@ -782,21 +1102,32 @@ def read_cell(spec: RunSpec, run_dir: Path, status: str, scheme: str, warmup: st
 # the command: run the grid, read the cells, write sweep.json and the page
 
 RULES = {
+    "stability": "one criterion for every scheme, warm-up arm and width (sweep.unstable): a run is unstable when its "
+    "loss became non-finite (the trainer stops it) or its final validation NLL ends above l0, its NLL at "
+    "initialisation (the first batch's, before the first step): training left it worse than not training",
     "divergence": "a run diverged when its loss became non-finite (the trainer stops it) or its final validation "
-    "NLL ends strictly above l0, its NLL at initialisation (the first batch's, before the first step)",
+    "NLL ends strictly above l0 (the stability criterion: the two are one rule)",
+    "edge": "per seed, the largest stable learning rate below the smallest unstable one (last stable, first "
+    "unstable); the sweep extends each curve above lr_max on the same grid while its highest run is stable, up to "
+    "lr_cap, then bisects until their ratio is <= resolution; a curve with no unstable run is censored (a lower "
+    "bound); the frontier's interval is [min over seeds of last stable, max over seeds of first unstable)",
+    "verdict": "warm-up needed per seed pair when the warm-up arm's last stable lr is at or above the no-warm-up "
+    "arm's first unstable one (disjoint brackets: a gap beyond the resolution); combined over seeds by a one-sided "
+    "sign test at sign_alpha (a seed without such a gap counts against): needed, not needed, inconclusive (the "
+    "seeds disagree, or too few agree), undecided (no seed decides: censored arms)",
     "margin": MARGIN,
-    "max_stable_lr": "the largest grid point within `margin` nats of the best final loss l* of its curve that did not "
-    "diverge ('>=' when it is the top of the grid: a lower bound); none when l* is not `margin` below l0 (the curve "
-    "never trained) or not `margin` below the unigram loss U of the validation targets (the curve never left the "
-    "plateau of a model that learned token frequencies only: its runs were too short to show a frontier, and every "
-    "point within `margin` of a plateau would read as stable); with seeds, on the seed-mean curve, a "
-    "point counting as diverged when any seed diverged there",
+    "lr_tolerance": "LR tolerance (until issue 40 called 'maximum stable lr'; a near-best band, not a stability "
+    "boundary): the largest grid point within `margin` nats of the best final loss l* of its curve that did not "
+    "diverge ('>=' when it is the top of the grid); none when l* is not `margin` below l0 (the curve never trained) "
+    "or not `margin` below the unigram loss U (never left the plateau); with seeds, on the seed-mean curve; on the "
+    "log grid's runs only",
     "sensitivity": "Wortsman et al. 2023 (arXiv 2309.14322): E_{eta in grid}[min(l(eta), l0) - l*], the mean over "
     "the log grid, a diverged point counting as l0; with seeds, the mean (and sd) of the seeds' own values",
     "width_law": "Theorem 1: Post-LN's last-layer gradient is O(d sqrt(ln d)); a stable lr inversely proportional to "
     "it scales as 1/(d sqrt(ln d)); predicted slope = least-squares slope of log(1/(d sqrt(ln d))) against log d "
-    "over the widths run; resolution = +- half the range of slopes the measured frontiers allow, each known to one "
-    "grid step (slopes closer than that are not told apart)",
+    "over the widths run. Measured: per seed, the range of least-squares log-log slopes of the edge that its "
+    "brackets allow (a censored width is a bound, open above), and over seeds their union; set beside -1 and the "
+    "prediction",
 }
 
 
@@ -881,6 +1212,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         scheme, warmup = next((sc, w) for sc in cfg.schemes for w in cfg.warmups
                               if s.group.startswith(f"{sc.replace('/', '+')}-{w}-d"))  # fmt: skip
         where[s.name] = (scheme, warmup)
+    grid_names = {s.name for s in specs}
     say(f"normlab sweep --scale {cfg.scale} -> {out}: {len(specs)} runs ({len(cfg.schemes)} schemes x "
         f"{len(cfg.warmups)} warm-ups x {len(cfg.widths)} widths x {len(cfg.lrs)} learning rates x {cfg.seeds} "
         f"seed(s)); {jobs} job(s) x {threads} thread(s)")  # fmt: skip
@@ -891,10 +1223,6 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         if len(todo) == len(specs):
             raise ConfigError(f"--report-only: no run of this sweep ({cfg.scale} preset) has finished in {out} yet."
                               + (note or " Run it without --report-only first."))
-        if todo and note:  # its missing cells may be those runs, elsewhere
-            say(f"--report-only: {len(todo)} of this sweep's {len(specs)} runs have not finished (marked '*')." + note)
-        elif note:  # e.g. a folder of the 189-run preset (named quick before stop 29) read with --scale quick
-            say(f"--report-only: this report reads the {len(specs)} runs of this sweep only." + note)
     # the tokenizer and binarized splits, once, before the workers (they would race to build them); the unigram
     # loss of the validation targets from them (a curve must get below it to have a frontier: module doc)
     first = specs[0].config
@@ -908,16 +1236,55 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         ctx = dataclasses.replace(ctx, translation_updates_per_epoch=updates_per_epoch(data, first))
         if probe:
             say(sweep_estimate(todo, ctx, jobs=jobs, threads=threads))
-    outcomes = run_grid(specs, out, jobs=jobs, threads=threads, say=say) if train else {}
-    cells, records = [], []
-    for s in specs:
-        status = run_status(out / "runs" / s.name) or "absent"
-        if outcomes.get(s.name) is not None and outcomes[s.name].status in ("failed", "skipped"):
-            status = outcomes[s.name].status
-        cell, rec = read_cell(s, out / "runs" / s.name, status, *where[s.name])
-        cells.append(cell)
-        records.append(rec)
-    rows = analyze(cells, margin=cfg.margin, unigram=baseline["unigram_loss"])
+    outcomes: dict[str, Any] = {}
+    read: dict[str, tuple[Cell, dict[str, Any]]] = {}
+
+    def read_all() -> list[Cell]:
+        for s in specs:
+            status = run_status(out / "runs" / s.name) or "absent"
+            if outcomes.get(s.name) is not None and outcomes[s.name].status in ("failed", "skipped"):
+                status = outcomes[s.name].status
+            if s.name not in read or read[s.name][0].status != status:
+                read[s.name] = read_cell(s, out / "runs" / s.name, status, *where[s.name])
+        return [read[s.name][0] for s in specs]
+
+    # the edge search (issue 40) in rounds: the grid runner on the runs not yet finished, then plan_edges decides
+    # which learning rates each seed's curve needs next; finished runs are never trained again. --report-only
+    # replays the same rounds on the finished runs and counts what the search would still run
+    pending, rounds = 0, 0
+    while True:
+        if train:
+            for name, o in run_grid(specs, out, jobs=jobs, threads=threads, say=say).items():
+                if o.status != "cached" or name not in outcomes:  # a run of an earlier round keeps its outcome
+                    outcomes[name] = o
+        cells = read_all()
+        if not cfg.find_edge:
+            break
+        planned = plan_edges(cells, lr_min=cfg.lr_min, per_decade=cfg.per_decade, cap=cfg.lr_cap,
+                             resolution=cfg.resolution)  # fmt: skip
+        new = [run_spec(cfg, ctx, *p[:3], p[4], p[3]) for p in planned]
+        for sp, p in zip(new, planned):
+            where[sp.name] = (p[0], p[1])
+        if not train:  # only the runs that finished join; the others are what the search still has to run
+            pending = sum(run_status(out / "runs" / sp.name) not in FINISHED for sp in new)
+            new = [sp for sp in new if run_status(out / "runs" / sp.name) in FINISHED]
+        if not new:
+            break
+        rounds += 1
+        specs = specs + new
+        if train:
+            lrs = ", ".join(sorted({f"{p[4]:.3g}" for p in planned}))
+            say(f"edge search, round {rounds}: {len(new)} run(s) ({lrs})")
+    if not train:  # after the edge search's replay: its finished runs are this sweep's, not another grid's
+        todo = [s for s in specs if run_status(out / "runs" / s.name) not in FINISHED]
+        note = others_note(specs, out / "runs")  # finished runs in OUT that are not this sweep's, in words
+        if todo and note:  # its missing cells may be those runs, elsewhere
+            say(f"--report-only: {len(todo)} of this sweep's {len(specs)} runs have not finished (marked '*')." + note)
+        elif note:  # e.g. a folder of the 189-run preset (named quick before stop 29) read with --scale quick
+            say(f"--report-only: this report reads the {len(specs)} runs of this sweep only." + note)
+    cells = read_all()
+    records = [read[s.name][1] for s in specs]
+    rows = analyze(cells, margin=cfg.margin, unigram=baseline["unigram_loss"], grid=cfg.lrs)
     truth = warmup_truth(rows)
     truth_per_arm = {w: warmup_truth(rows, w) for w in warm_arms(rows)}
     agreement = None
@@ -934,12 +1301,17 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         "lrs": list(cfg.lrs),
         "warmup_updates": cfg.warmup_updates,  # the paper arm's (sweep.json before the adam arm had only it)
         "warmup_lengths": {w: cfg.warmup_length(w) for w in cfg.warmups},
-        "rules": {**RULES, "margin": cfg.margin},
+        "rules": {**RULES, "margin": cfg.margin, "lr_cap": cfg.lr_cap, "resolution": cfg.resolution,
+                  "find_edge": cfg.find_edge, "sign_alpha": SIGN_ALPHA},
         "baseline": baseline,
         "frontier": rows,
-        "width_law": [width_slope(rows, s, w, per_decade=cfg.per_decade) for s in cfg.schemes for w in cfg.warmups],
+        "width_law": [width_law(rows, s, w) for s in cfg.schemes for w in cfg.warmups],
+        "tolerance_width_law": [width_slope(rows, s, w, per_decade=cfg.per_decade) for s in cfg.schemes
+                                for w in cfg.warmups],
         "warmup_truth": [{"scheme": k[0], "width": k[1], "warmup_needed": v,
-                          "per_arm": {w: t.get(k) for w, t in truth_per_arm.items()}} for k, v in truth.items()],
+                          "per_arm": {w: t.get(k) for w, t in truth_per_arm.items()},
+                          "verdicts": {w: warmup_verdicts(rows, w).get(k) for w in truth_per_arm},
+                          "tolerance_needed": tolerance_truth(rows).get(k)} for k, v in truth.items()],
         "diagnose": agreement,
         "cells": records,
         "meta": {
@@ -961,7 +1333,10 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
                         {k: sum(r["status"] == k for r in records) for k in ("completed", "diverged", "running",
                                                                             "absent", "failed")},
             "report_only": not train,
-            "unfinished": sum(r["status"] not in FINISHED + ("cached",) for r in records),
+            "edge_rounds": rounds, "edge_runs": len(specs) - len(grid_names),
+            # runs the edge search still has to run (--report-only on a partial folder): the edges are provisional
+            "edge_pending": pending,
+            "unfinished": sum(r["status"] not in FINISHED + ("cached",) for r in records) + pending,
         },
     }  # fmt: skip
     from normlab.report.sweep import write_sweep_report
@@ -974,28 +1349,85 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     return result
 
 
+def edge_text(e: dict[str, Any] | None) -> str:
+    """A curve's stability edge in a few characters: '[lo, hi) x1.2' (the seeds' interval and its ratio), '>=lo'
+    (censored: no run of some seed was unstable, a lower bound), '<hi' (unstable from the smallest lr), '-'."""
+    if not e or not e.get("per_seed"):
+        return "-"
+    if e["censored"]:
+        return "-" if e["lo"] is None else f">={e['lo']:.3g}"
+    if e["lo"] is None:
+        return f"<{e['hi']:.3g}"
+    return f"[{e['lo']:.3g}, {e['hi']:.3g}) x{e['ratio']:.2f}"
+
+
 def table_lines(result: dict[str, Any]) -> list[str]:
-    """The maximum stable learning rate per scheme x warm-up (rows) and width (columns), sensitivity beside it."""
+    """The stability edge per scheme x warm-up (rows) and width (columns), the LR tolerance beside it."""
     widths = result["config"]["widths"]
-    u = (result.get("baseline") or {}).get("unigram_loss")
-    plateau = "" if u is None else f"; 'plateau' = never left the unigram plateau (U = {u:.3f})"
-    lines = [f"max stable lr (LR sensitivity, nats) per width; '-' = never trained{plateau}; '>=' = the top of the "
-             "grid (a lower bound); '*' = incomplete (a grid point failed or has not finished: decides nothing)",
-             f"{'scheme':<14}{'warm-up':<9}" + "".join(f"{'d=' + str(w):>22}" for w in widths)]  # fmt: skip
+    lines = ["stability edge [last stable, first unstable) over seeds (LR tolerance); '>=' = censored, no run "
+             "unstable up to the cap (a lower bound); '*' = incomplete (a run failed or has not finished)",
+             f"{'scheme':<14}{'warm-up':<9}" + "".join(f"{'d=' + str(w):>34}" for w in widths)]  # fmt: skip
     by = {(r["scheme"], r["warmup"], r["width"]): r for r in result["frontier"]}
     for scheme in result["config"]["schemes"]:
         for warmup in result["config"]["warmups"]:
             cells = []
             for w in widths:
                 r = by.get((scheme, warmup, w))
-                if not r or r["max_stable_lr"] is None:
-                    lr = "plateau" if r and r.get("plateau") else "-"
-                else:
-                    lr = (">=" if r["censored"] else "") + f"{r['max_stable_lr']:.3g}"
-                sens = "" if not r or r["sensitivity"] is None else f" ({r['sensitivity']:.3f})"
-                cells.append(f"{lr + sens + ('*' if r and r.get('missing_lrs') else ''):>22}")
+                tol = "" if not r or r["lr_tolerance"] is None else f" ({r['lr_tolerance']:.3g})"
+                text = (edge_text(r.get("edge")) if r else "-") + tol + ("*" if r and r.get("missing_lrs") else "")
+                cells.append(f"{text:>34}")
             lines.append(f"{scheme:<14}{warmup:<9}" + "".join(cells))
     return lines
+
+
+def rerender(path: str | Path, *, say: Any = _say) -> dict[str, Any]:
+    """Re-read a written sweep.json under the present definitions and rewrite its report beside it (sweep.json,
+    the figures, index.html, SWEEP.md), training nothing: the cells' records carry every run's l0, final loss and
+    status, which is all the analysis reads. diagnose's verdicts and scores are kept from the file (they are
+    models at initialisation, not runs). The edge search's runs are not in a sweep written before it: the learning
+    rates it would run next are counted in ``meta.edge_pending`` and the edges read as censored where no run was
+    unstable. For the committed folders under docs/results, whose run directories were not committed (for a folder
+    with its runs, ``--report-only`` reads them)."""
+    path = Path(path)
+    old = json.loads(path.read_text(encoding="utf-8"))
+    cfg = SweepConfig.from_dict({k: v for k, v in old["config"].items() if k in {f.name for f in
+                                 dataclasses.fields(SweepConfig)}})  # fmt: skip
+    cells = [Cell(c["scheme"], c["warmup"], c["width"], c["lr"], c["seed"], c["final"], c["l0"], c["status"])
+             for c in old["cells"]]  # fmt: skip
+    # cells written before the status of a failed or absent run was kept as such count as missing grid points
+    u = (old.get("baseline") or {}).get("unigram_loss")
+    rows = analyze(cells, margin=cfg.margin, unigram=u, grid=cfg.lrs)
+    truth = warmup_truth(rows)
+    arms_present = warm_arms(rows)
+    planned = plan_edges(cells, lr_min=cfg.lr_min, per_decade=cfg.per_decade, cap=cfg.lr_cap,
+                         resolution=cfg.resolution) if cfg.find_edge else []  # fmt: skip
+    agreement = None
+    if old.get("diagnose"):
+        found = {(r["scheme"], r["width"]): r for r in old["diagnose"]["table"]}
+        agreement = diagnose_agreement({k: r["diagnose"] for k, r in found.items()}, truth,
+                                       {k: (r.get("score"), r.get("threshold")) for k, r in found.items()})
+    records = [{**c, "diverged": unstable(c["final"], c["l0"], c["status"])} for c in old["cells"]]
+    result = {**old, "config": cfg.to_dict(), "lrs": list(cfg.lrs),
+              "rules": {**RULES, "margin": cfg.margin, "lr_cap": cfg.lr_cap, "resolution": cfg.resolution,
+                        "find_edge": cfg.find_edge, "sign_alpha": SIGN_ALPHA},
+              "frontier": rows,
+              "width_law": [width_law(rows, s, w) for s in cfg.schemes for w in cfg.warmups],
+              "tolerance_width_law": [width_slope(rows, s, w, per_decade=cfg.per_decade) for s in cfg.schemes
+                                      for w in cfg.warmups],
+              "warmup_truth": [{"scheme": k[0], "width": k[1], "warmup_needed": v,
+                                "per_arm": {w: warmup_truth(rows, w).get(k) for w in arms_present},
+                                "verdicts": {w: warmup_verdicts(rows, w).get(k) for w in arms_present},
+                                "tolerance_needed": tolerance_truth(rows).get(k)} for k, v in truth.items()],
+              "diagnose": agreement, "cells": records,
+              "meta": {**old["meta"], "edge_rounds": 0, "edge_runs": 0, "edge_pending": len(planned),
+                       "rerendered": "re-read from sweep.json under the issue-40 definitions (no run trained); the "
+                       "edge search's runs were not run"}}  # fmt: skip
+    from normlab.report.sweep import write_sweep_report
+
+    write_sweep_report(result, path.parent)
+    for line in table_lines(result):
+        say(line)
+    return result
 
 
 def add_arguments(p: Any) -> None:
@@ -1014,6 +1446,8 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--no-diagnose", action="store_true", help="skip diagnose's warm-up verdicts beside the sweep")
     p.add_argument("--report-only", action="store_true", help="train nothing: write the report from the runs "
                    "finished so far in OUT (an unfinished cell is a missing grid point)")
+    p.add_argument("--from-json", metavar="SWEEP_JSON", help="train nothing and read no runs: re-read a written "
+                   "sweep.json (its cells) under the present definitions and rewrite the report beside it")
     p.add_argument("--corpus", default="", help="a directory of your own files (default: the vendored de-en / en-mono)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"])
@@ -1022,6 +1456,9 @@ def add_arguments(p: Any) -> None:
 def run(args: Any) -> int:
     from normlab.config import apply_overrides
 
+    if args.from_json:
+        rerender(args.from_json)
+        return 0
     cfg = SweepConfig.from_dict(apply_overrides(sweep_scale(args.scale).to_dict(), args.set))
     run_sweep(cfg, args.out or f"sweep/{cfg.scale}", jobs=args.jobs, threads=args.threads, corpus=args.corpus,
               device=args.device, precision=args.precision, probe=not args.no_estimate,

@@ -15,7 +15,7 @@ import matplotlib.ticker
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from normlab.experiments.sweep import WARMUPS, arms, best_loss_gap, warm_arms  # noqa: E402
+from normlab.experiments.sweep import WARMUPS, arms, best_loss_gap, edge_text, warm_arms  # noqa: E402
 from normlab.report.html import _CSS, _e, _img, format_number  # noqa: E402
 from normlab.rundir import write_atomic  # noqa: E402
 
@@ -69,8 +69,10 @@ def plot_loss_vs_lr(result: dict[str, Any], path: Path) -> Path:
                 l0s.append(c["l0"])
                 bad = [lr for lr, d in zip(c["lrs"], c["diverged"]) if d]
                 ax.plot(bad, [c["l0"]] * len(bad), linestyle="none", marker="x", color=style["color"])
-            if r["max_stable_lr"] is not None:
-                ax.axvline(r["max_stable_lr"], color=style["color"], linestyle=style["linestyle"], alpha=0.25)
+            e = r.get("edge") or {}
+            if e.get("lo") is not None:  # the stability edge's last stable lr (all seeds): solid unless censored
+                ax.axvline(e["lo"], color=style["color"], linestyle=":" if e["censored"] else style["linestyle"],
+                           alpha=0.35)  # fmt: skip
         if l0s:
             ax.axhline(sum(l0s) / len(l0s), color="grey", linestyle=":", linewidth=0.8, label="l0 (initialisation)")
         u = (result.get("baseline") or {}).get("unigram_loss")
@@ -84,72 +86,95 @@ def plot_loss_vs_lr(result: dict[str, Any], path: Path) -> Path:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("final validation NLL (nats)")
     axes[0][0].legend(fontsize=7)
-    fig.suptitle("Final loss against learning rate (x: diverged; faint vertical lines: maximum stable lr)")
+    fig.suptitle("Final loss against learning rate (x: unstable; faint vertical lines: last stable lr of the edge, "
+                 "dotted where censored)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
-def _only_bounds(s: dict[str, Any]) -> bool:
-    """A width-law row (sweep.width_slope) whose frontiers are all the top of the grid: no slope to read."""
-    return bool(s["widths"]) and set(s.get("censored", ())) >= set(s["widths"])
+def _slope_interval(s: dict[str, Any]) -> str:
+    """A width-law row's slope interval over seeds (sweep.width_law): '[-1.6, -0.5]', '<= -0.4' (open below: a
+    censored width), '-' when no seed has two widths."""
+    if not s.get("per_seed"):
+        return "–"
+    lo, hi = s.get("lo"), s.get("hi")
+    if lo is None and hi is None:
+        return "unbounded (censored widths on both sides)"
+    if lo is None:
+        return f"<= {hi:.2f}"
+    if hi is None:
+        return f">= {lo:.2f}"
+    return f"[{lo:.2f}, {hi:.2f}]"
 
 
-def _slope_text(s: dict[str, Any]) -> str:
-    """The measured slope of a width-law row as the plot and the table say it ('' when there is none)."""
-    if _only_bounds(s):
-        return "lower bounds only"
-    if s["measured"] is None:
-        return ""
-    return f"slope {s['measured']:.2f}" + (" (lower bounds in it)" if s.get("censored") else "")
+def _holds(x: bool | None) -> str:
+    return {True: "not excluded", False: "excluded", None: "–"}[x]
+
+
+def _edge_point(r: dict[str, Any]) -> tuple[float, float, float] | None:
+    """(y, below, above) for the frontier plot: the edge's centre and its interval; a censored edge is its lower
+    bound with no interval."""
+    e = r.get("edge") or {}
+    if e.get("lo") is None:
+        return None
+    if e["censored"]:
+        return e["lo"], 0.0, 0.0
+    y = e["centre"]
+    return y, y - e["lo"], e["hi"] - y
 
 
 def plot_frontier(result: dict[str, Any], path: Path) -> Path:
-    """The maximum stable learning rate against width on log-log axes, one line per scheme x warm-up with its
-    measured slope, and Theorem 1's Post-LN slope beside it (anchored at Post-LN without warm-up where it has a
-    frontier, else at the top of the grid: only its slope is the prediction)."""
+    """The stability edge against width on log-log axes, one line per scheme x warm-up: the seeds' interval as an
+    error bar about its geometric centre, a censored edge an open upward triangle at its lower bound (never a
+    point on a slope); Theorem 1's Post-LN slope and a slope of -1 beside them (anchored at the top-left edge:
+    only their slopes are the prediction)."""
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     drawn = bounds = False
+    anchor = None
     for s in result["width_law"]:
-        pts = sorted((r["width"], r["max_stable_lr"]) for r in result["frontier"]
-                     if r["scheme"] == s["scheme"] and r["warmup"] == s["warmup"] and r["max_stable_lr"])  # fmt: skip
+        mine = sorted((r for r in result["frontier"] if r["scheme"] == s["scheme"] and r["warmup"] == s["warmup"]),
+                      key=lambda r: r["width"])  # fmt: skip
+        pts = [(r["width"], _edge_point(r), (r.get("edge") or {}).get("censored")) for r in mine]
+        pts = [(w, p, c) for w, p, c in pts if p is not None]
         if not pts:
             continue
-        slope = _slope_text(s)
         style = _style(result, s["scheme"], s["warmup"])
-        ax.plot([w for w, _ in pts], [lr for _, lr in pts], **style,
-                label=_label(s["scheme"], s["warmup"], result) + (f", {slope}" if slope else ""))
-        # a frontier at the top of the grid is a lower bound: an upward triangle, so that a flat line of them is
-        # not read as a measured slope of 0
-        up = [(w, lr) for w, lr in pts if w in s.get("censored", ())]
+        label = _label(s["scheme"], s["warmup"], result) + f", slope {_slope_interval(s)}"
+        shut = [(w, p) for w, p, c in pts if not c]
+        if shut:
+            ax.errorbar([w for w, _ in shut], [p[0] for _, p in shut], yerr=[[p[1] for _, p in shut],
+                        [p[2] for _, p in shut]], capsize=3, label=label, **style)  # fmt: skip
+            label = None
+            anchor = anchor or (shut[0][0], shut[0][1][0])
+        up = [(w, p) for w, p, c in pts if c]
         if up:
-            ax.plot([w for w, _ in up], [lr for _, lr in up], linestyle="none", marker="^", markersize=8,
-                    markerfacecolor="none", color=style["color"], gid="lower-bound")  # fmt: skip
+            ax.plot([w for w, _ in up], [p[0] for _, p in up], linestyle="none", marker="^", markersize=8,
+                    markerfacecolor="none", color=style["color"], gid="lower-bound", label=label)  # fmt: skip
             bounds = True
         drawn = True
     if bounds:
         ax.plot([], [], linestyle="none", marker="^", markersize=8, markerfacecolor="none", color="grey",
-                label="top of the grid: a lower bound")  # fmt: skip
+                label="censored: no unstable run, a lower bound")  # fmt: skip
     widths = result["config"]["widths"]
     predicted = next((s["predicted_post_ln"] for s in result["width_law"] if s["predicted_post_ln"] is not None), None)
     if predicted is not None:
-        post = [(r["width"], r["max_stable_lr"]) for r in result["frontier"]
-                if r["scheme"] == "post" and r["warmup"] == "none" and r["max_stable_lr"]]  # fmt: skip
-        w0, lr0 = post[0] if post else (widths[0], result["lrs"][-1])
+        w0, lr0 = anchor or (widths[0], result["lrs"][-1])
         ys = [lr0 * (1 / (w * math.sqrt(math.log(w)))) / (1 / (w0 * math.sqrt(math.log(w0)))) for w in widths]
         ax.plot(widths, ys, color="black", linestyle=":", label=f"Theorem 1, Post-LN: lr ~ 1/(d sqrt(ln d)), slope "
                 f"{predicted:.2f}")  # fmt: skip
+        ax.plot(widths, [lr0 * w0 / w for w in widths], color="grey", linestyle="--", linewidth=0.8,
+                label="slope -1")  # fmt: skip
     if not drawn:
-        ax.text(0.5, 0.5, "no curve trained at this scale: no frontier", ha="center", va="center",
-                transform=ax.transAxes)  # fmt: skip
+        ax.text(0.5, 0.5, "no curve has a stable run: no edge", ha="center", va="center", transform=ax.transAxes)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xticks(widths, [str(w) for w in widths])
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("width d")
-    ax.set_ylabel("maximum stable learning rate")
-    ax.set_title("Stability frontier against width (log-log); a point at the top of the grid is a lower bound",
+    ax.set_ylabel("stability edge (learning rate)")
+    ax.set_title("Stability edge against width (log-log): seeds' interval; a triangle is a censored lower bound",
                  fontsize=9)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
@@ -167,7 +192,8 @@ def _frontier_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Rows scheme x warm-up; per width: max stable lr, sensitivity, best lr and loss (and the seed spread)."""
     widths = result["config"]["widths"]
     by = {(r["scheme"], r["warmup"], r["width"]): r for r in result["frontier"]}
-    head = ["scheme", "warm-up"] + [f"d={w}: max stable lr / LR sensitivity / best lr (loss)" for w in widths]
+    head = ["scheme", "warm-up"] + [f"d={w}: stability edge [last stable, first unstable) / LR tolerance / LR "
+                                     "sensitivity / best lr (loss)" for w in widths]  # fmt: skip
     rows = []
     for scheme in result["config"]["schemes"]:
         for warmup in result["config"]["warmups"]:
@@ -177,15 +203,18 @@ def _frontier_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 if r is None:
                     cells.append("not run")
                     continue
-                top = ">=" if r.get("censored") else ""
+                top = ">=" if r.get("tolerance_censored") else ""
                 never = "never leaves the unigram plateau" if r.get("plateau") else "never trains"
-                text = (f"{top + _lr(r['max_stable_lr']) if r['max_stable_lr'] else never} / "
+                e = r.get("edge") or {}
+                text = (f"{edge_text(e)}{' (censored)' if e.get('censored') else ''} / "
+                        f"{top + _lr(r['lr_tolerance']) if r['lr_tolerance'] else never} / "
                         f"{format_number(r['sensitivity'])} / {_lr(r['best_lr'])} ({format_number(r['best_loss'])})")
                 if r["seeds"] > 1:
-                    text += (f"; seeds: lr {', '.join(_lr(x) for x in r['max_stable_lr_per_seed'])}, sensitivity sd "
+                    text += (f"; seeds: edge {', '.join(_seed_edge(x) for x in e.get('per_seed', []))}, LR tolerance "
+                             f"{', '.join(_lr(x) for x in r['lr_tolerance_per_seed'])}, sensitivity sd "
                              f"{format_number(r['sensitivity_sd'])}, best-loss sd {format_number(r['best_loss_sd'])}")
                 if r["diverged_lrs"]:
-                    text += f"; diverged at {', '.join(_lr(x) for x in r['diverged_lrs'])}"
+                    text += f"; unstable at {', '.join(_lr(x) for x in r['diverged_lrs'])}"
                 if r["missing_lrs"]:  # failed, or not finished (--report-only): the curve decides nothing
                     text += f"; incomplete, no result at {', '.join(_lr(x) for x in r['missing_lrs'])}"
                 cells.append(text)
@@ -193,16 +222,39 @@ def _frontier_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def _seed_edge(e: dict[str, Any]) -> str:
+    lo, hi = e.get("last_stable"), e.get("first_unstable")
+    return f"s{e['seed']} " + (f">={_lr(lo)}" if hi is None else f"<{_lr(hi)}" if lo is None
+                               else f"[{_lr(lo)}, {_lr(hi)})")
+
+
 def _width_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    head = ["scheme", "warm-up", "widths with a frontier", "of which at the top of the grid (lower bounds)",
-            "measured slope", "resolution (frontiers known to a grid step)", "Theorem 1 (Post-LN) slope"]
+    head = ["scheme", "warm-up", "widths", "censored widths (lower bounds)", "slope interval over seeds (each seed's "
+            "range from its brackets)", "per seed", "-1", "Theorem 1 (Post-LN) slope", "Theorem 1"]
     rows = [[s["scheme"], s["warmup"], ", ".join(map(str, s["widths"])) or "none",
-             ", ".join(map(str, s.get("censored", []))) or "none",
-             _slope_text(s).removeprefix("slope ") or "–",
-             "±" + format_number(s["resolution"], ".2f") if s.get("resolution") is not None and not _only_bounds(s)
-             else "–",
-             format_number(s["predicted_post_ln"], ".2f")]
+             ", ".join(map(str, s.get("censored", []))) or "none", _slope_interval(s),
+             "; ".join(f"s{p['seed']} " + _slope_interval({"per_seed": [p], **p}) for p in s.get("per_seed", []))
+             or "–", _holds(s["contains"]["-1"]), format_number(s["predicted_post_ln"], ".2f"),
+             _holds(s["contains"]["theorem_1"])]
             for s in result["width_law"]]  # fmt: skip
+    return head, rows
+
+
+def _verdict_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Per scheme x width x warm-up arm: each seed's contrast, the sign test and the verdict; the pre-issue-40
+    reading on the LR tolerance beside it."""
+    head = ["scheme", "width", "warm-up arm", "per seed (+: warm-up edge above beyond the resolution, 0: within it, "
+            "-: below, ?: censored)", "verdict (one-sided sign test)", "LR tolerance's reading (before issue 40)"]
+    sign = {1: "+", 0: "0", -1: "-", None: "?"}
+    rows = []
+    for t in result.get("warmup_truth") or []:
+        for arm, v in (t.get("verdicts") or {}).items():
+            if not v:
+                continue
+            seeds = v.get("seeds") or range(1, len(v["signs"]) + 1)
+            rows.append([t["scheme"], str(t["width"]), _warmup_text(result, arm),
+                         " ".join(f"s{s}{sign[x]}" for s, x in zip(seeds, v["signs"])) or "–",
+                         f"{v['verdict']}: {v['why']}", _NEEDED[t.get("tolerance_needed")]])  # fmt: skip
     return head, rows
 
 
@@ -281,7 +333,12 @@ def _meta_line(result: dict[str, Any]) -> str:
                if m.get("train_time_s") else "")
             + f"; {m['finished']}."
             + (f" Written with --report-only: {m.get('unfinished', 0)} of the {m['runs']} runs had not finished and "
-               "are missing grid points." if m.get("report_only") else ""))  # fmt: skip
+               "are missing grid points." if m.get("report_only") else "")
+            + (f" Edge search: {m['edge_runs']} run(s) beyond the grid in {m['edge_rounds']} round(s)." if m.get(
+               "edge_runs") else "")
+            + (f" {m.get('rerendered', '')}: {m['edge_pending']} curve(s) would need more runs to find their edge; "
+               "the edges below are provisional (censored where no run was unstable)." if m.get("edge_pending") else
+               f" {m['rerendered']}." if m.get("rerendered") else ""))  # fmt: skip
 
 
 def _diagnose_sentence(result: dict[str, Any]) -> str:
@@ -307,13 +364,13 @@ def _diagnose_sentence(result: dict[str, Any]) -> str:
               "no-warm-up arm's best (last column): there warm-up lowered the loss without raising the largest stable "
               "learning rate, and the ground truth counts only the latter"
               + (" (one seed per cell)" if seeds < 2 else ""))
-    plateau = " or left the unigram plateau" if result.get("baseline") else ""
-    return s + (f". Pairs without a ground truth (–): neither arm trained{plateau}, or both frontiers are the top of "
-                "the grid (two lower bounds).")
+    return s + (". The ground truth is the seeds' sign test on the stability edge: a pair whose verdict is "
+                "inconclusive or undecided (–) is not scored.")
 
 
 _SECTIONS = [
-    ("Maximum stable learning rate and LR sensitivity", _frontier_rows),
+    ("Stability edge, LR tolerance and LR sensitivity", _frontier_rows),
+    ("Warm-up needed? Seed by seed, and the sign test", _verdict_rows),
     ("Width law: Theorem 1", _width_rows),
 ]
 
@@ -325,8 +382,12 @@ def write_sweep_report(result: dict[str, Any], out: Path) -> dict[str, Path]:
     images = {"loss_vs_lr": plot_loss_vs_lr(result, out / "loss_vs_lr.png"),
               "frontier": plot_frontier(result, out / "frontier.png")}  # fmt: skip
     rules = result["rules"]
-    rule_lines = [f"Divergence: {rules['divergence']}.", f"Maximum stable lr (margin {rules['margin']:g} nats): "
-                  f"{rules['max_stable_lr']}.", f"LR sensitivity: {rules['sensitivity']}.",
+    rule_lines = [f"Stability: {rules.get('stability', rules['divergence'])}.",
+                  f"Stability edge (cap {rules.get('lr_cap', '–')}, resolution {rules.get('resolution', '–')}x): "
+                  f"{rules.get('edge', '–')}.",
+                  f"Warm-up verdict (sign test at {rules.get('sign_alpha', '–')}): {rules.get('verdict', '–')}.",
+                  f"LR tolerance (margin {rules['margin']:g} nats): {rules['lr_tolerance']}.",
+                  f"LR sensitivity: {rules['sensitivity']}.",
                   f"Width law (Theorem 1): {rules['width_law'].removeprefix('Theorem 1: ')}."]  # fmt: skip
     if result.get("baseline"):
         rule_lines.insert(2, _plateau_sentence(result))
@@ -347,7 +408,7 @@ def _html_table(head: list[str], rows: list[list[str]]) -> str:
 def _write_html(result: dict[str, Any], images: dict[str, Path], rules: list[str], tables: list[Any], path: Path) -> None:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>normlab sweep: {_e(result['meta']['scale'])}"
              f"</title><style>{_CSS}</style></head><body>",
-             "<h1>The stability frontier: maximum stable learning rate per normalization scheme</h1>",
+             "<h1>The stability edge per normalization scheme: where runs become unstable, and the LR tolerance</h1>",
              f"<p class='meta'>{_e(_meta_line(result))}</p>",
              "<h2>Rules</h2><ul>" + "".join(f"<li>{_e(x)}</li>" for x in rules) + "</ul>"]  # fmt: skip
     for title, (head, rows) in tables:
@@ -355,7 +416,7 @@ def _write_html(result: dict[str, Any], images: dict[str, Path], rules: list[str
         if title.startswith("diagnose"):
             parts.append(f"<p>{_e(_diagnose_sentence(result))}</p>")
         parts.append(_html_table(head, rows))
-        if title.startswith("Maximum"):
+        if title.startswith("Stability"):
             parts.append(_img(images["loss_vs_lr"]))
         if title.startswith("Width"):
             parts.append(_img(images["frontier"]))
@@ -376,7 +437,8 @@ def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 def _write_markdown(result: dict[str, Any], images: dict[str, Path], rules: list[str], tables: list[Any],
                     path: Path) -> None:  # fmt: skip
-    lines = ["# The stability frontier: maximum stable learning rate per normalization scheme", "", _meta_line(result),
+    lines = ["# The stability edge per normalization scheme: where runs become unstable, and the LR tolerance", "",
+             _meta_line(result),
              "", "## Rules", ""] + [f"- {x}" for x in rules]  # fmt: skip
     for title, (head, rows) in tables:
         lines += ["", f"## {title}", ""]
@@ -403,7 +465,7 @@ def _plateau_sentence(result: dict[str, Any]) -> str:
     warm-up does not matter there."""
     u, margin = result["baseline"]["unigram_loss"], result["rules"]["margin"]
     rows = result["frontier"]
-    left = sum(r["max_stable_lr"] is not None for r in rows)
+    left = sum(r["lr_tolerance"] is not None for r in rows)
     stuck = sum(bool(r.get("plateau")) for r in rows)
     text = (f"Curves that left the unigram plateau: {left} of {len(rows)} (scheme x warm-up x width), their best run "
             f"more than {margin:g} nats below U = {u:.3f} nats")  # fmt: skip
@@ -465,15 +527,13 @@ def beyond_the_paper(summary: dict[str, Any] | None) -> dict[str, Any]:
         open_ = [t["width"] for t in rows if t["warmup_needed"] is None]
         parts = []
         if need:
-            parts.append("warm-up needed (the no-warm-up frontier falls below a warm-up arm's) at "
+            parts.append("warm-up needed (the seeds' sign test on the stability edge) at "
                          + _widths_text(need))
         if free:
             parts.append(f"not needed at {_widths_text(free)}")
         if open_:
-            why = ("no arm got further than the other (both on the unigram plateau, or neither trained), the warm-up "
-                   "arm is on the plateau beside a no-warm-up frontier (a warm-up can be merely late in a short run)"
-                   if result.get("baseline") else "neither arm trained")
-            parts.append(f"undecided at {_widths_text(open_)} ({why}, or both frontiers are the top of the grid)")
+            parts.append(f"inconclusive or undecided at {_widths_text(open_)} (the seeds disagree, are too few for "
+                         "the sign test, or the edges are censored)")
         arm_names = sorted({w for t in rows for w in t.get("per_arm") or {}}, key=WARMUPS.index)
         if len(arm_names) > 1:  # which arm said what: a short warm-up can miss what a longer one shows
             parts.append("per warm-up arm, needed at: " + ", ".join(
@@ -482,22 +542,20 @@ def beyond_the_paper(summary: dict[str, Any] | None) -> dict[str, Any]:
                 for w in arm_names))  # fmt: skip
         sentences.append(f"{scheme}: " + "; ".join(parts or ["no width was run with both arms"]) + ".")
     for s in result.get("width_law", []):
-        if s["measured"] is None or _only_bounds(s):
-            continue  # fewer than two frontiers, or only lower bounds: no slope to read
+        if not s.get("per_seed"):
+            continue  # fewer than two widths with an edge: no slope to read
         arm = "no warm-up" if s["warmup"] == "none" else f"warm-up {_warmup_length(result, s['warmup'])}"
-        res = (f" ±{s['resolution']:.2f}, each frontier known to one grid step," if s.get("resolution") is not None
-               else "")  # fmt: skip
-        text = (f"{s['scheme']}, {arm}: log-log slope of the "
-                f"maximum stable learning rate against width {s['measured']:.2f}{res} over "
-                f"{_widths_text(s['widths'])} (Theorem 1 predicts {s['predicted_post_ln']:.2f} for Post-LN")
+        text = (f"{s['scheme']}, {arm}: log-log slope of the stability edge against width {_slope_interval(s)} over "
+                f"{_widths_text(s['widths'])} (the union of the {len(s['per_seed'])} seed(s)' ranges; -1 "
+                f"{_holds(s['contains']['-1'])}, Theorem 1's {s['predicted_post_ln']:.2f} for Post-LN "
+                f"{_holds(s['contains']['theorem_1'])}")
         if s["censored"]:
-            text += f"; at {_widths_text(s['censored'])} the frontier is the top of the grid, a lower bound"
+            text += f"; at {_widths_text(s['censored'])} the edge is censored, a lower bound"
         sentences.append(text + ").")
-    if cfg.get("seeds", 1) < 2:
-        step = 10 ** (1 / cfg["per_decade"])
-        sentences.append(f"One seed per cell: a frontier can move by one grid step (x{step:.2f}) from seed noise "
-                         "alone, so a slope from a few widths is a reading, not a test (`normlab sweep --set "
-                         "seeds=3` measures the spread).")  # fmt: skip
+    if cfg.get("seeds", 1) < 5:
+        sentences.append(f"{cfg.get('seeds', 1)} seed(s) per cell: the sign test needs 5 seeds that agree to decide "
+                         "at the 5% level, so every warm-up verdict here is inconclusive or undecided (`normlab sweep "
+                         "--set seeds=5`).")  # fmt: skip
     sentences.append(_diagnose_sentence(result))
     tables = [(title, *fn(result)) for title, fn in _SECTIONS]
     diag = _diagnose_rows(result)

@@ -1,0 +1,233 @@
+"""Issue 40's definitions on synthetic cells (no training): the one stability criterion, the edge search's
+planner (extension, then bisection), censoring, the seeds' sign test, the width law's interval with a censored
+width, and diagnose scored on held-out cells."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from normlab.analysis.diagnose import held_out_agreement
+from normlab.experiments.sweep import (
+    LR_CAP,
+    RESOLUTION,
+    Cell,
+    Edge,
+    analyze,
+    edge,
+    next_grid_lr,
+    plan_edge,
+    plan_edges,
+    predicted_slope,
+    seed_sign,
+    unstable,
+    warmup_truth,
+    warmup_verdict,
+    warmup_verdicts,
+    width_law,
+)
+
+L0 = 9.0
+GRID = (1e-4, 2.15e-4, 4.64e-4, 1e-3, 2.15e-3, 4.64e-3, 1e-2)
+
+
+# ---- the criterion ----
+
+
+def test_one_criterion_non_finite_diverged_or_above_l0():
+    assert not unstable(6.8, L0)  # on the unigram plateau, below l0: stable by this rule (the band sees it)
+    assert not unstable(L0, L0)  # ending where it started is not above it
+    assert unstable(L0 + 1e-6, L0)
+    assert unstable(float("nan"), L0) and unstable(float("inf"), L0) and unstable(None, L0)
+    assert unstable(5.0, L0, "diverged")  # the trainer's status
+    assert not unstable(5.0, None)  # l0 unknown: only non-finite losses count
+
+
+# ---- the planner ----
+
+
+def test_the_planner_extends_on_the_grid_until_a_run_is_unstable_or_the_cap():
+    stable = dict.fromkeys(GRID, False)
+    assert plan_edge(stable, lr_min=1e-4, per_decade=3) == 2.15e-2  # the next point of the same grid
+    assert next_grid_lr(1e-2, 1e-4, 3) == 2.15e-2 and next_grid_lr(4.64e-1, 1e-4, 3) == 1.0
+    at_cap = {**stable, 2.15e-2: False, 4.64e-2: False, 1e-1: False, 2.15e-1: False, 4.64e-1: False, 1.0: False}
+    assert plan_edge(at_cap, lr_min=1e-4, per_decade=3) is None  # stable at the cap: done, censored
+    assert edge(at_cap) == Edge(1.0, None) and edge(at_cap).censored and LR_CAP == 1.0
+    # with a lower cap the extension stops below it
+    assert plan_edge(stable, lr_min=1e-4, per_decade=3, cap=1e-2) is None
+
+
+def test_the_planner_bisects_to_the_resolution():
+    runs = {**dict.fromkeys(GRID, False), 2.15e-2: True}
+    assert edge(runs) == Edge(1e-2, 2.15e-2)
+    mid = plan_edge(runs, lr_min=1e-4, per_decade=3)
+    assert mid == float(f"{math.sqrt(1e-2 * 2.15e-2):.3g}") == 1.47e-2
+    runs[mid] = False  # stable: the bracket is [1.47e-2, 2.15e-2), ratio 1.46
+    nxt = plan_edge(runs, lr_min=1e-4, per_decade=3)
+    assert nxt == 1.78e-2
+    runs[nxt] = True  # unstable: [1.47e-2, 1.78e-2), ratio 1.21 > 1.2: one more
+    last = plan_edge(runs, lr_min=1e-4, per_decade=3)
+    assert 1.47e-2 < last < 1.78e-2
+    runs[last] = False
+    assert plan_edge(runs, lr_min=1e-4, per_decade=3) is None and edge(runs).ratio <= RESOLUTION
+    # unstable from the smallest learning rate: done, no search below the grid
+    assert plan_edge(dict.fromkeys(GRID, True), lr_min=1e-4, per_decade=3) is None
+    assert edge(dict.fromkeys(GRID, True)) == Edge(None, 1e-4)
+
+
+def test_a_stable_run_above_the_first_unstable_one_does_not_move_the_edge():
+    runs = {1e-3: False, 2.15e-3: True, 4.64e-3: False, 1e-2: True}
+    assert edge(runs) == Edge(1e-3, 2.15e-3)
+
+
+def test_plan_edges_per_seed_curve_never_reruns_and_skips_holes():
+    cells = [Cell("post", "none", 64, lr, 1, 6.0, L0) for lr in GRID]  # all stable: extend
+    cells += [Cell("post", "none", 64, lr, 2, 6.0 if lr < 1e-2 else 9.5, L0) for lr in GRID]  # seed 2: bisect
+    cells += [Cell("pre", "none", 64, lr, 1, 6.0, L0) for lr in GRID[:-1]]
+    cells.append(Cell("pre", "none", 64, 1e-2, 1, None, None, "failed"))  # a hole: left out, not a verdict
+    plan = sorted(plan_edges(cells, lr_min=1e-4, per_decade=3))
+    assert plan == [("post", "none", 64, 1, 2.15e-2), ("post", "none", 64, 2, 6.81e-3),
+                    ("pre", "none", 64, 1, 1e-2)]  # fmt: skip
+    # the learning rate it asks for is not already run (a hole at 1e-2 is planned again: it has no result)
+    done = cells + [Cell("post", "none", 64, 2.15e-2, 1, 9.5, L0), Cell("post", "none", 64, 6.81e-3, 2, 6.0, L0)]
+    plan = dict(((k[0], k[3]), k[4]) for k in plan_edges(done, lr_min=1e-4, per_decade=3))
+    assert plan[("post", 1)] == 1.47e-2 and plan[("post", 2)] == 8.25e-3  # both bisect on
+
+
+# ---- censoring and the frontier's interval ----
+
+
+def test_the_interval_over_seeds_and_censoring():
+    cells = [Cell("post", "none", 64, lr, s, 6.0, L0) for s in (1, 2) for lr in GRID]
+    cells += [Cell("post", "none", 64, 2.15e-2, 1, None, None, "diverged"), Cell("post", "none", 64, 1.47e-2, 1,
+              6.0, L0), Cell("post", "none", 64, 2.15e-2, 2, 9.1, L0)]  # fmt: skip
+    (row,) = analyze(cells, grid=GRID)
+    e = row["edge"]
+    assert e["lo"] == 1e-2 and e["hi"] == 2.15e-2 and not e["censored"]  # seed 1 [1.47e-2, 2.15e-2), seed 2 [1e-2, ..)
+    assert [(x["seed"], x["last_stable"], x["first_unstable"]) for x in e["per_seed"]] == [(1, 1.47e-2, 2.15e-2),
+                                                                                          (2, 1e-2, 2.15e-2)]
+    # the extra runs are not on the grid: the band (LR tolerance, sensitivity) reads the grid's 7 points only
+    assert len(row["curve"]["lrs"]) == 7
+    (top,) = analyze([Cell("pre", "none", 64, lr, 1, 6.0, L0) for lr in GRID], grid=GRID)
+    assert top["edge"]["censored"] and top["edge"]["lo"] == 1e-2 and top["edge"]["hi"] is None
+    assert top["edge"]["centre"] is None  # a bound, never a point
+
+
+# ---- the seeds' sign test ----
+
+
+def test_seed_sign_needs_disjoint_brackets():
+    assert seed_sign(Edge(1e-2, 1.2e-2), Edge(1.2e-2, 1.4e-2)) == 1  # warm-up stable where none was not
+    assert seed_sign(Edge(1e-2, 1.2e-2), Edge(1.1e-2, 1.3e-2)) == 0  # overlapping: within the resolution
+    assert seed_sign(Edge(1.4e-2, 1.6e-2), Edge(1e-2, 1.2e-2)) == -1
+    assert seed_sign(Edge(1e-2, None), Edge(1e-2, None)) is None  # two lower bounds
+    assert seed_sign(Edge(1e-3, 1.2e-3), Edge(1e-2, None)) == 1  # a censored warm-up arm above a bracket
+    assert seed_sign(Edge(1e-2, None), Edge(1e-3, 1.2e-3)) == -1
+    assert seed_sign(Edge(1e-3, None), Edge(1e-3, 1.2e-3)) is None  # open: the bound could be anywhere above
+    assert seed_sign(Edge(None, 1e-4), Edge(1e-4, 1.2e-4)) == 1  # unstable everywhere without warm-up
+
+
+def test_sign_test_verdicts():
+    assert warmup_verdict([1] * 5)["verdict"] == "needed"  # 0.5^5 = 0.031 <= 0.05
+    assert warmup_verdict([0, 0, -1, 0, 0])["verdict"] == "not needed"
+    split = warmup_verdict([1, 1, 1, 0, 0])
+    assert split["verdict"] == "inconclusive" and "disagree" in split["why"]
+    few = warmup_verdict([1, 1])  # two seeds agreeing: p = 0.25, too few
+    assert few["verdict"] == "inconclusive" and "too few" in few["why"] and few["p_needed"] == 0.25
+    six = warmup_verdict([1, 1, 1, 1, 1, 1, 0])  # P(X >= 6 | 7, 1/2) = 8/128 = 0.0625 > 0.05: not enough
+    assert six["verdict"] == "inconclusive" and six["p_needed"] == 8 / 128
+    assert warmup_verdict([None, None])["verdict"] == "undecided"
+    assert warmup_verdict([1, None, 1, 1, 1, 1])["decided"] == 5
+
+
+def test_warmup_verdicts_from_rows_seed_by_seed():
+    def curve(warmup, seed, top_stable):
+        return [Cell("post", warmup, 64, lr, seed, 6.0 if lr <= top_stable else None, L0,
+                     "completed" if lr <= top_stable else "diverged") for lr in GRID]  # fmt: skip
+
+    agree = [c for s in range(1, 6) for c in curve("none", s, 1e-3) + curve("adam", s, 4.64e-3)]
+    rows = analyze(agree, grid=GRID)
+    v = warmup_verdicts(rows, "adam")[("post", 64)]
+    assert v["verdict"] == "needed" and v["signs"] == [1] * 5 and v["seeds"] == [1, 2, 3, 4, 5]
+    assert warmup_truth(rows) == {("post", 64): True}
+    # seeds that disagree: three raise it, two do not
+    mixed = [c for s in range(1, 6) for c in curve("none", s, 1e-3) + curve("adam", s, 4.64e-3 if s <= 3 else 1e-3)]
+    v = warmup_verdicts(analyze(mixed, grid=GRID), "adam")[("post", 64)]
+    assert v["verdict"] == "inconclusive" and v["signs"] == [1, 1, 1, 0, 0]
+    assert warmup_truth(analyze(mixed, grid=GRID)) == {("post", 64): None}
+
+
+# ---- the width law ----
+
+
+def test_slope_interval_with_a_censored_width():
+    def rows_for(edges):  # {width: {seed: (last stable, first unstable)}}
+        return [{"scheme": "post", "warmup": "none", "width": w, "missing_lrs": [],
+                 "edge": {"censored": any(hi is None for _, hi in by.values()),
+                          "per_seed": [{"seed": s, "last_stable": lo, "first_unstable": hi} for s, (lo, hi) in
+                                       by.items()]}}
+                for w, by in edges.items()]  # fmt: skip
+
+    # two seeds, each bracketed at 1.2x, the edge halving per doubling (slope -1) for seed 1, falling 1.5x for 2
+    r = 1.2
+    law = width_law(rows_for({64: {1: (1e-2, r * 1e-2), 2: (1e-2, r * 1e-2)},
+                              128: {1: (5e-3, r * 5e-3), 2: (1e-2 / 1.5, r * 1e-2 / 1.5)}}), "post", "none")
+    ln2 = math.log(2)
+    assert law["per_seed"][0]["lo"] == pytest.approx(-1 - math.log(r) / ln2)
+    assert law["per_seed"][0]["hi"] == pytest.approx(-1 + math.log(r) / ln2)
+    assert law["lo"] == pytest.approx(-1 - math.log(r) / ln2)
+    assert law["hi"] == pytest.approx(-math.log(1.5) / ln2 + math.log(r) / ln2)
+    assert law["contains"]["-1"] and law["contains"]["theorem_1"]  # -1.11 at 64-128 lies in [-1.26, -0.32]
+    assert law["predicted_post_ln"] == pytest.approx(predicted_slope([64, 128]))
+    # the smallest width censored (>= 1e-2): its log-edge may be anywhere above, so the slope is open below; the
+    # interval is a bound, never a point
+    law = width_law(rows_for({64: {1: (1e-2, None)}, 128: {1: (5e-3, r * 5e-3)}}), "post", "none")
+    assert law["lo"] is None and law["hi"] == pytest.approx(math.log(r * 0.5) / ln2) and law["censored"] == [64]
+    assert law["contains"]["-1"] and law["contains"]["theorem_1"]
+    # the largest width censored: open above
+    law = width_law(rows_for({64: {1: (1e-2, r * 1e-2)}, 128: {1: (5e-3, None)}}), "post", "none")
+    assert law["hi"] is None and law["lo"] == pytest.approx(math.log(0.5 / r) / ln2)
+    # three widths: the middle one has no weight in the least-squares slope, censored or not
+    law = width_law(rows_for({64: {1: (1e-2, r * 1e-2)}, 128: {1: (1e-3, None)}, 256: {1: (2.5e-3, r * 2.5e-3)}}),
+                    "post", "none")  # fmt: skip
+    assert law["lo"] == pytest.approx(-1 - math.log(r) / (2 * ln2))
+    assert law["hi"] == pytest.approx(-1 + math.log(r) / (2 * ln2)) and law["censored"] == [128]
+    assert law["contains"] == {"-1": True, "theorem_1": True}  # -1.10 in [-1.13, -0.87]: not told apart
+
+
+# ---- diagnose held out ----
+
+
+def test_held_out_scoring_beside_the_trivial_baseline():
+    scores = {("post", 3, 64): 2.0, ("post", 3, 128): 1.9, ("pre", 3, 64): 0.6, ("pre", 3, 128): 0.55,
+              ("peri", 3, 64): 0.3, ("deepnorm", 3, 64): 1.5, ("rezero", 3, 64): None, ("post", 6, 64): 2.2,
+              ("pre", 6, 64): 0.5, ("admin", 3, 64): 0.8}  # fmt: skip
+    truth = {("post", 3, 64): True, ("post", 3, 128): True, ("pre", 3, 64): False, ("pre", 3, 128): False,
+             ("peri", 3, 64): False, ("deepnorm", 3, 64): False, ("rezero", 3, 64): False, ("post", 6, 64): None,
+             ("pre", 6, 64): False, ("admin", 3, 64): True}  # fmt: skip
+    cal = [("post", 3, 64), ("post", 3, 128), ("pre", 3, 64), ("pre", 3, 128)]
+    ev = [k for k in scores if k not in cal]
+    out = held_out_agreement(scores, truth, cal, ev)
+    # calibration: every cut between 0.6 and 1.9 separates the two clusters; the cut points are 0.575 (below the
+    # pre cluster, 1 error), 1.25 (0 errors), ... the one with the fewest errors is 1.25, the only one
+    assert out["threshold"] == pytest.approx((0.6 + 1.9) / 2) and out["calibration"]["agree"] == 4
+    ev_ = out["evaluation"]
+    # decided on the held-out cells: peri (0.3 < t: no, right), deepnorm (1.5 > t: yes, wrong), pre d=6 (right),
+    # admin (0.8 < t: no, wrong); rezero has no S, post d=6 no truth: undecided
+    assert (ev_["decided"], ev_["undecided"], ev_["agree"]) == (4, 2, 2)
+    # the baseline "Post-LN needs warm-up": peri, deepnorm, pre right; admin wrong
+    assert ev_["baseline_agree"] == 3 and ev_["schemes"] == ["admin", "deepnorm", "peri", "pre"]
+    with pytest.raises(ValueError, match="both"):
+        held_out_agreement(scores, truth, cal, cal[:1])
+    # no calibration cell decides: no threshold, nothing scored
+    none = held_out_agreement(scores, {k: None for k in truth}, cal, ev)
+    assert none["threshold"] is None and none["evaluation"]["decided"] == 0
+
+
+def test_held_out_threshold_is_the_median_of_equally_good_cuts():
+    scores = {("post", 1): 3.0, ("pre", 1): 1.0, ("x", 1): 5.0, ("y", 1): 0.0}
+    truth = {("post", 1): True, ("pre", 1): False, ("x", 1): False, ("y", 1): True}
+    # cuts -1, 0.5, 2, 4, 6: errors 2, 3, 2, 3, 2 -> three tie at 2; the median of them is 2
+    out = held_out_agreement(scores, truth, list(scores), [])
+    assert out["threshold"] == 2.0
