@@ -840,8 +840,8 @@ class TrainConfig(Strict):
     )
     attention: Literal["auto", "sdpa", "sdpa-fp32", "matmul"] = field(
         "auto",
-        help="attention kernel: auto (the fastest of the others, timed on the run's first batch at its start and "
-        "kept on resume; normlab/train/kernels.py), sdpa (torch's scaled_dot_product_attention), sdpa-fp32 (the "
+        help="attention kernel: auto (the fastest of the others, timed on three of the run's batches at its start "
+        "and kept on resume; normlab/train/kernels.py), sdpa (torch's scaled_dot_product_attention), sdpa-fp32 (the "
         "same on fp32 copies of bf16 inputs) or matmul (batched matmuls, scores and softmax in fp32); the same "
         "function to rounding",
     )

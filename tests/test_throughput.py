@@ -150,7 +150,8 @@ def _benchmark_module():
     return mod
 
 
-def test_benchmark_runs_end_to_end_at_tiny_size(capsys, monkeypatch):
+def _tiny_benchmark(monkeypatch):
+    """The benchmark module, a one-layer workload, its arguments and the CPU, for the end-to-end tests."""
     bench = _benchmark_module()
     monkeypatch.setattr(bench, "tune_malloc", lambda: False)  # process-wide: not in the test process
     w = bench.Workload(layers=1, batch=2, src_len=6, tgt_len=5, d_model=32, d_ffn=64, heads=4, vocab=60)
@@ -158,7 +159,11 @@ def test_benchmark_runs_end_to_end_at_tiny_size(capsys, monkeypatch):
         normlab_loss="chunked", normlab_adam="trainer", peer_adam="default", warmup=1, updates=2,
         clock="wall", no_memory=False,
     )  # fmt: skip
-    device = torch.device("cpu")
+    return bench, w, args, torch.device("cpu")
+
+
+def test_benchmark_runs_end_to_end_at_tiny_size(capsys, monkeypatch):
+    bench, w, args, device = _tiny_benchmark(monkeypatch)
     # every peer is built, none dropped: the benchmark prints and skips a peer it cannot import, so an absent
     # one is a reported skip here (a failure under `make test`) instead (x-transformers: the test below)
     require_reference("transformers", "pip install -e '.[hf]' (the hf-mbart and hf-marian peers)")
@@ -186,14 +191,7 @@ def test_benchmark_measures_the_x_transformers_peer(monkeypatch):
     """The x-transformers peer of the benchmark, built and timed; absent, a reported skip (make test installs it
     and fails without it), never a peer dropped in silence."""
     require_reference("x_transformers", "make install-ref (x-transformers, the benchmark's peer)")
-    bench = _benchmark_module()
-    monkeypatch.setattr(bench, "tune_malloc", lambda: False)
-    w = bench.Workload(layers=1, batch=2, src_len=6, tgt_len=5, d_model=32, d_ffn=64, heads=4, vocab=60)
-    args = argparse.Namespace(
-        normlab_loss="chunked", normlab_adam="trainer", peer_adam="default", warmup=1, updates=2,
-        clock="wall", no_memory=False,
-    )  # fmt: skip
-    device = torch.device("cpu")
+    bench, w, args, device = _tiny_benchmark(monkeypatch)
     entries = [bench.build(n, w, device, args) for n in ("normlab-post", "x-transformers")]
     assert [e.name for e in entries] == ["normlab-post", "x-transformers"]
     bench.run_dtype(entries, "fp32", w, device, args)
