@@ -336,3 +336,89 @@ def test_quiet_does_not_hide_a_resume_from_an_older_checkpoint(tmp_path, capsys)
     fit(tmp_path, resume=True, max_updates=4, save_every=2, eval_every=2, keep_last=2)  # quiet=True
     err = capsys.readouterr().err
     assert "resuming from update_00000002, the newest intact one" in err
+
+
+# ------------------------------------------------------------------------------ 6. faults under torchrun
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def torchrun(cwd: Path, *argv: str, fault: tuple[str, int] | None = None) -> subprocess.CompletedProcess:
+    """``torchrun --nproc_per_node 2`` of ``normlab ARGV`` on the CPU (gloo); ``fault``: (what, rank) injected by
+    tests/faulty.py."""
+    import sys
+
+    target = [str(ROOT / "tests" / "faulty.py"), fault[0], str(fault[1])] if fault else ["-m", "normlab"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           *target, *argv], env=env, capture_output=True, text=True, timeout=300, cwd=cwd)  # fmt: skip
+
+
+def worker_lines(stderr: str) -> list[str]:
+    """normlab's lines and the tracebacks other than torchrun's own ChildFailedError report."""
+    lines = stderr.splitlines()
+    ours = [ln for ln in lines if ln.startswith("normlab train:")]
+    tracebacks = stderr.count("Traceback (most recent call last)") - stderr.count("ChildFailedError:")
+    return ours + ["<a worker's traceback>"] * tracebacks
+
+
+def test_a_batch_no_rank_can_share_is_refused_before_training_for_any_world_size(tmp_path):
+    """Issue 36: under torchrun a validation batch of 1 example among 2 ranks failed after all 30 updates. Now every
+    world size is checked, the training and the validation splits, before anything is written."""
+    from normlab.config import TrainConfig
+    from normlab.data.corpora import DataError
+    from normlab.train.distributed import Dist
+    from normlab.train.trainer import Trainer
+    from tests.synthetic import ReverseTask
+    from tests.test_trainer import config
+
+    cfg = TrainConfig.from_dict(config(max_epochs=1))  # max_tokens 200: batches of >= 18 (train), >= 14 (valid)
+    for world, split, fewest in ((16, "validation", 14), (19, "training", 18)):
+        trainer = Trainer(cfg, tmp_path / "run", ReverseTask(), ReverseTask(n=64, seed=1), progress=False)
+        trainer.dist = Dist(rank=0, world=world)  # the check comes before any collective
+        with pytest.raises(DataError, match=rf"^the {split} split: a global batch of {fewest} examples cannot give "
+                                            rf"each of {world} ranks one \(raise DataConfig.max_tokens above 200"):
+            trainer.fit()
+        assert not (tmp_path / "run").exists()
+
+
+def test_under_torchrun_an_unshareable_validation_batch_is_refused_before_training(small_corpora, small_translation,
+                                                                                   data_cache, tmp_path):  # fmt: skip
+    """The issue's case end to end: 2 ranks, a validation split of 16 examples whose longest is a batch of its own
+    at max_tokens=512. Before: every update trained, then
+    each rank failed in the validation, no checkpoint, status ``running``. Now: exit 2 before training, the
+    same line on each rank that got to say it, nothing written."""
+    out = torchrun(tmp_path, "train", "--out", str(tmp_path / "run"), "--quiet",
+                   *small_run(small_corpora["de-en-tsv"], data_cache, "max_epochs=1"))
+    assert out.returncode != 0 and "exitcode  : 2" in out.stderr, out.stderr[-3000:]
+    lines = worker_lines(out.stderr)
+    assert 1 <= len(lines) <= 2 and len(set(lines)) == 1, out.stderr[-3000:]
+    assert lines[0] == ("normlab train: error: the validation split: a global batch of 1 examples cannot give each "
+                        "of 2 ranks one (raise DataConfig.max_tokens above 512, or train on fewer ranks)")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("rank", [1, 0])
+def test_under_torchrun_a_rank_failing_after_training_loses_nothing(rank, small_corpora, small_translation,
+                                                                   data_cache, tmp_path, capsys):  # fmt: skip
+    """Issue 36: what can fail after the last update (validation, BLEU, the summary) comes after its checkpoint;
+    one rank's fault ends every rank with one line in all (the peer that stops because of it says nothing) and
+    the status ``failed``; --resume then does the validation that was due and completes."""
+    run = tmp_path / "run"
+    out = torchrun(tmp_path, "train", "--out", str(run), "--quiet",
+                   *small_run(small_corpora["de-en-tsv"], data_cache, "max_epochs=1", "data.valid_subset=24"),
+                   fault=("evaluate-eio", rank))  # fmt: skip
+    assert out.returncode != 0
+    assert worker_lines(out.stderr) == ["normlab train: error: Input/output error (injected): valid"], out.stderr[-3000:]
+    rd = RunDir(run)
+    summary = rd.summary()
+    assert summary["status"] == "failed", summary
+    assert summary["error"] == ("Input/output error (injected): valid" if rank == 0 else
+                                "rank 0 stopped: another rank failed (" + summary["error"].split("(", 1)[1])
+    total = summary["total_updates"]
+    assert [int(p.name.split("_")[1]) for p in rd.list_checkpoints()] == [total]  # every update kept
+    assert not [r for r in rd.metrics() if r["type"] == "valid"]
+    assert cli(capsys, "train", "--out", str(run), "--resume", "--quiet")[0] == 0
+    assert rd.status() == "completed"
+    assert [r["update"] for r in rd.metrics() if r["type"] == "valid"] == [total]
+    assert rd.summary()["best_update"] == total and (rd.checkpoints / "best").is_dir()

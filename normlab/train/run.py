@@ -7,7 +7,14 @@ Python: ``train(cfg, out)``. From the shell::
     torchrun --nproc_per_node 4 -m normlab train --config run.yaml --out runs/ddp
 
 Exit codes: 0 completed, 2 configuration error (one line, nothing written), 3 diverged, 130 interrupted by
-Ctrl-C (one line: where it stopped and how to resume; the run's status is ``interrupted``).
+Ctrl-C (one line: where it stopped and how to resume; the run's status is ``interrupted``), 1 any other fault
+and 143 SIGTERM (the run's status is ``failed``, with the error in summary.json; ``--resume`` continues it from
+its last checkpoint).
+
+Under torchrun a rank that fails says why in one line and the run's status becomes ``failed``; the ranks that stop
+because of it (a collective whose peer is gone, torchrun's SIGTERM) exit 1 without a line. torchrun itself then
+prints its ChildFailedError report (a traceback of torchrun's own ``main``, whatever the worker does): the grid
+(:mod:`normlab.experiments.grid`) reports the run's status and its error line instead.
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ from typing import Any
 from normlab.config import ConfigError, TrainConfig, add_set_argument, apply_overrides, load_config_file
 from normlab.rundir import RunDir
 from normlab.train.distributed import init_distributed, shutdown
-from normlab.train.trainer import EXIT_DIVERGED, EXIT_INTERRUPTED, Trainer, prepare_run_dir
+from normlab.train.trainer import (EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_TERMINATED, PeerFailed, Terminated, Trainer,
+                                   prepare_run_dir)  # fmt: skip
 
 __all__ = ["train", "resolve_config", "add_arguments", "run"]
 
@@ -154,7 +162,15 @@ def run(args: argparse.Namespace) -> int:
     cfg = resolve_config(args.config, args.set, args.out, args.resume)
     if args.accept_changed_data and not args.resume:
         raise ConfigError("--accept-changed-data applies to --resume only")
-    summary = train(cfg, args.out, resume=args.resume, quiet=args.quiet, accept_changed_data=args.accept_changed_data)
+    try:
+        summary = train(cfg, args.out, resume=args.resume, quiet=args.quiet,
+                        accept_changed_data=args.accept_changed_data)  # fmt: skip
+    except PeerFailed:  # another rank failed and said why in its line; this one adds none (status: failed)
+        return 1
+    except Terminated:
+        print(f"normlab train: stopped by SIGTERM; the run's status is failed; continue with: normlab train --out "
+              f"{args.out} --resume", file=sys.stderr)  # fmt: skip
+        return EXIT_TERMINATED
     if summary["status"] == "diverged":
         return EXIT_DIVERGED
     if summary["status"] == "interrupted":
