@@ -410,6 +410,7 @@ def test_under_torchrun_a_rank_failing_after_training_loses_nothing(rank, small_
                    fault=("evaluate-eio", rank))  # fmt: skip
     assert out.returncode != 0
     assert worker_lines(out.stderr) == ["normlab train: error: Input/output error (injected): valid"], out.stderr[-3000:]
+    assert "To enable traceback" not in out.stderr  # torchrun's report shows each rank's line (error files)
     rd = RunDir(run)
     summary = rd.summary()
     assert summary["status"] == "failed", summary

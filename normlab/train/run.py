@@ -165,7 +165,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         summary = train(cfg, args.out, resume=args.resume, quiet=args.quiet,
                         accept_changed_data=args.accept_changed_data)  # fmt: skip
-    except PeerFailed:  # another rank failed and said why in its line; this one adds none (status: failed)
+    except PeerFailed as e:  # another rank failed and said why in its line; this one adds none (status: failed)
+        from normlab.cli import report_to_torchrun
+
+        report_to_torchrun(str(e))  # torchrun's report only
         return 1
     except Terminated:
         print(f"normlab train: stopped by SIGTERM; the run's status is failed; continue with: normlab train --out "
