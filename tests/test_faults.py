@@ -423,3 +423,71 @@ def test_under_torchrun_a_rank_failing_after_training_loses_nothing(rank, small_
     assert rd.status() == "completed"
     assert [r["update"] for r in rd.metrics() if r["type"] == "valid"] == [total]
     assert rd.summary()["best_update"] == total and (rd.checkpoints / "best").is_dir()
+
+
+# ------------------------------------------------------------------------- 7. what a resume may change; status
+
+
+def test_a_resume_may_change_the_length_not_the_optimizer_unless_asked(small_corpora, data_cache, tmp_path, capsys):
+    """Issue 36: a resume with another learning rate was accepted silently and rewrote config.yaml. Now the run's
+    length and cadence may change; the optimizer, the schedule, accumulate and label_smoothing are one line (exit
+    2) naming each, nothing written, unless --accept-changed-settings."""
+    out = tmp_path / "run"
+    assert cli(capsys, "train", "--out", str(out), "--quiet",
+               *small_run(small_corpora["de-en-tsv"], data_cache, "max_updates=2"))[0] == 0  # fmt: skip
+    before = snapshot(out)
+    status, err = cli(capsys, "train", "--out", str(out), "--resume", "--quiet", "--set", "optim.lr=0.01",
+                      "--set", "schedule.warmup_updates=1", "--set", "max_updates=3")  # fmt: skip
+    assert status == 2 and len(err) == 1, err
+    assert err[0].startswith("normlab train: error: --resume: optim.lr (0.0005 -> 0.01), schedule.warmup_updates "
+                             "(0 -> 1) differ from the run's; a resume may change only ")  # fmt: skip
+    assert err[0].endswith("pass --accept-changed-settings to train on with the new ones, or start a new run")
+    assert snapshot(out) == before
+    assert cli(capsys, "train", "--out", str(out), "--resume", "--quiet", "--set", "max_updates=3",
+               "--set", "save_every=1", "--set", "eval_every=1")[0] == 0  # fmt: skip
+    assert RunDir(out).summary()["update"] == 3
+    status, err = cli(capsys, "train", "--out", str(out), "--resume", "--quiet", "--accept-changed-settings",
+                      "--set", "optim.lr=0.01", "--set", "max_updates=4")  # fmt: skip
+    assert status == 0, err
+    assert RunDir(out).read_config().optim.lr == 0.01 and RunDir(out).summary()["update"] == 4
+    status, err = cli(capsys, "train", "--out", str(out), "--quiet", "--accept-changed-settings")
+    assert status == 2 and err == ["normlab train: error: --accept-changed-settings applies to --resume only"]
+
+
+def test_a_diverged_runs_resume_names_the_update_it_diverged_at(tmp_path, capsys):
+    """Issue 36: resuming a diverged run (nothing to do) said "update 0", its checkpoint's update."""
+    from normlab.config import TrainConfig
+    from normlab.train.trainer import Trainer
+    from tests.synthetic import ReverseTask
+    from tests.test_trainer import config
+
+    cfg = TrainConfig.from_dict(config(optim={"name": "sgd", "lr": 1e9}, model={"placement": "post"}, max_updates=20,
+                                       schedule={"warmup_updates": 0, "decay": "constant"}, save_every=1))  # fmt: skip
+    summary = Trainer(cfg, tmp_path, ReverseTask(), None, progress=False).fit()
+    at = summary["diverged_at_update"]
+    assert summary["status"] == "diverged" and at > 1
+    capsys.readouterr()
+    Trainer(cfg, tmp_path, ReverseTask(), None, progress=False).fit(resume=True)
+    assert capsys.readouterr().err.strip() == (f"{tmp_path}: the run diverged at update {at} (last checkpoint: update "
+                                               f"{at - 1}); with the configuration it diverged with, nothing to do")
+
+
+def test_a_fault_in_training_leaves_the_status_failed_naming_it(tmp_path):
+    """Issue 36: a fault that ended a single-process run left its status ``running``, as if it still trained."""
+    import errno
+
+    from normlab.config import TrainConfig
+    from normlab.train.trainer import Trainer
+    from tests.synthetic import ReverseTask
+    from tests.test_trainer import config
+
+    def broken(model, epoch):
+        raise OSError(errno.EIO, "Input/output error", "the BLEU's references")
+
+    cfg = TrainConfig.from_dict(config(max_updates=3, schedule={"warmup_updates": 0}))
+    trainer = Trainer(cfg, tmp_path, ReverseTask(), ReverseTask(n=64, seed=1), extra_eval=broken, progress=False)
+    with pytest.raises(OSError):
+        trainer.fit()
+    summary = RunDir(tmp_path).summary()
+    assert summary["status"] == "failed" and summary["error"] == "Input/output error: the BLEU's references"
+    assert [p.name for p in RunDir(tmp_path).list_checkpoints()] == ["update_00000003"]  # saved before it failed

@@ -45,6 +45,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--accept-changed-data", action="store_true",
                    help="with --resume: train on a corpus that changed since the run started, encoded with the "
                         "run's own tokenizer.model (without it, changed data is refused)")  # fmt: skip
+    p.add_argument("--accept-changed-settings", action="store_true",
+                   help="with --resume: train on with another optimizer, schedule, accumulate or label_smoothing "
+                        "than the run's (without it, a resume may change only the run's length, its evaluation and "
+                        "checkpoint cadence and how it computes)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
 
 
@@ -120,13 +124,13 @@ def _resume_data(rd: RunDir, cfg: TrainConfig, fingerprint: dict[str, str], acce
 
 def train(
     cfg: TrainConfig, out: str | Path, *, resume: bool = False, progress: bool | None = None, quiet: bool = False,
-    accept_changed_data: bool = False,
+    accept_changed_data: bool = False, accept_changed_settings: bool = False,
 ) -> dict[str, Any]:
     """Prepare the data, build the model, and train; returns the run's summary (also in ``out/summary.json``).
     ``accept_changed_data``: a resume may train on a changed corpus, with the run's tokenizer (:func:`_resume_data`)."""
     from normlab.data import fingerprint, prepare
 
-    prepare_run_dir(out, cfg, resume)  # before anything is written (prepare only fills the data cache)
+    prepare_run_dir(out, cfg, resume, accept_changed_settings)  # before anything is written (prepare only fills the data cache)
     files = fingerprint(cfg.data)
     if resume:
         data = _resume_data(RunDir(out), cfg, files, accept_changed_data)
@@ -160,11 +164,12 @@ def train(
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     cfg = resolve_config(args.config, args.set, args.out, args.resume)
-    if args.accept_changed_data and not args.resume:
-        raise ConfigError("--accept-changed-data applies to --resume only")
+    for flag in ("accept_changed_data", "accept_changed_settings"):
+        if getattr(args, flag) and not args.resume:
+            raise ConfigError(f"--{flag.replace('_', '-')} applies to --resume only")
     try:
-        summary = train(cfg, args.out, resume=args.resume, quiet=args.quiet,
-                        accept_changed_data=args.accept_changed_data)  # fmt: skip
+        summary = train(cfg, args.out, resume=args.resume, quiet=args.quiet, accept_changed_data=args.accept_changed_data,
+                        accept_changed_settings=args.accept_changed_settings)  # fmt: skip
     except PeerFailed as e:  # another rank failed and said why in its line; this one adds none (status: failed)
         from normlab.cli import report_to_torchrun
 

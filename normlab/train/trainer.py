@@ -124,12 +124,24 @@ def divergence(loss: float, gnorm: float, outputs: int, factor: float) -> str | 
     return None
 
 
-def prepare_run_dir(run_dir: str | Path, cfg: TrainConfig, resume: bool) -> TrainConfig:
+# What a resume may change without being asked twice: the run's length, its evaluation and checkpoint cadence,
+# how it computes (device, precision, kernels) and when it counts as diverged. The optimizer, the schedule and
+# how a loss is formed (accumulate, label_smoothing) shape the weights the checkpoints hold: a resume that changes
+# them is another experiment, allowed with --accept-changed-settings only. The model, the data and the seed never.
+RESUME_MAY_CHANGE = frozenset({"max_epochs", "max_updates", "eval_every", "save_every", "keep_last", "keep_every",
+                               "log_every", "valid_bleu", "beam", "lenpen", "device", "precision", "attention",
+                               "loss_impl", "init_from", "diverge_factor"})  # fmt: skip
+
+
+def prepare_run_dir(run_dir: str | Path, cfg: TrainConfig, resume: bool, accept_changed_settings: bool = False
+                    ) -> TrainConfig:  # fmt: skip
     """Check a run directory before anything is written; returns the configuration to run.
 
     A new run needs an empty or missing directory. ``resume`` needs the directory of an earlier run; its model
-    configuration must equal ``cfg``'s (a checkpoint of another shape is not a resume), other settings may
-    change (e.g. more epochs) and the new ones are saved.
+    configuration, data and seed must equal ``cfg``'s (a checkpoint of another shape is not a resume); the
+    settings of :data:`RESUME_MAY_CHANGE` may change (e.g. more epochs), the others (the optimizer, the schedule,
+    accumulate, label_smoothing) only with ``accept_changed_settings``; the new ones are saved. A learning rate
+    changed on resume was accepted silently and config.yaml rewritten (issue 36): now one line naming each.
     """
     rd = RunDir(run_dir)
     if rd.path.exists() and not rd.path.is_dir():
@@ -146,6 +158,16 @@ def prepare_run_dir(run_dir: str | Path, cfg: TrainConfig, resume: bool) -> Trai
             raise ConfigError(f"--resume: the model configuration differs from the run's in {diff}")
         if saved.data != cfg.data or saved.seed != cfg.seed:
             raise ConfigError("--resume: the data or the seed differ from the run's; start a new run instead")
+        if not accept_changed_settings:
+            from normlab.config import flat_dict
+
+            mine, theirs = flat_dict(cfg.to_dict()), flat_dict(saved.to_dict())
+            changed = [f"{k} ({theirs[k]!r} -> {v!r})" for k, v in mine.items() if not k.startswith(("model.", "data."))
+                       and k.split(".")[0] not in RESUME_MAY_CHANGE and theirs.get(k) != v]  # fmt: skip
+            if changed:
+                raise ConfigError(f"--resume: {', '.join(changed)} differ from the run's; a resume may change only "
+                                  f"{', '.join(sorted(RESUME_MAY_CHANGE))}; pass --accept-changed-settings to train "
+                                  "on with the new ones, or start a new run")  # fmt: skip
     else:
         rd.check_unlocked()
         rd.check_new()
@@ -659,9 +681,15 @@ class Trainer:
                     self.rundir.check_new()  # another trainer may have started here since prepare_run_dir
                 damaged = self._resume() if resume else []
                 if self._finished(resume, total):
-                    self._say(f"{self.run_dir}: the run is {self.rundir.status()} (update {self.state.update}); "
-                              "nothing to do")  # fmt: skip
-                    return self.rundir.summary()
+                    summary = self.rundir.summary()
+                    if summary.get("status") == "diverged":  # the checkpoint's update is before it: name both
+                        self._say(f"{self.run_dir}: the run diverged at update {summary.get('diverged_at_update')} "
+                                  f"(last checkpoint: update {self.state.update}); with the configuration it "
+                                  "diverged with, nothing to do")  # fmt: skip
+                    else:
+                        self._say(f"{self.run_dir}: the run is {summary.get('status')} (update {self.state.update}); "
+                                  "nothing to do")  # fmt: skip
+                    return summary
                 if cfg.init_from and self.state.update == 0:
                     self._init_from(Path(cfg.init_from))
                 self._profile_init()
