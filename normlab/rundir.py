@@ -6,7 +6,8 @@ Layout::
     tokenizer.model   the run's sentencepiece model
     data.json         the sha256 of every corpus file and of tokenizer.model at the start (``--resume`` checks them)
     metrics.jsonl     one strict-JSON object per update ("type": "train") and per evaluation ("type": "valid")
-    summary.json      status (running / completed / diverged / interrupted / failed), last update, best validation score, timings
+    summary.json      status (running / completed / diverged / interrupted / failed), last update, best validation
+                      score, timings
     tb/               TensorBoard event files
     checkpoints/      update_XXXXXXXX/ (the last ``keep_last``) and best/  (see normlab/train/checkpoint.py)
     .lock             the trainer's lock (``flock``) and its pid

@@ -409,7 +409,8 @@ def test_under_torchrun_a_rank_failing_after_training_loses_nothing(rank, small_
                    *small_run(small_corpora["de-en-tsv"], data_cache, "max_epochs=1", "data.valid_subset=24"),
                    fault=("evaluate-eio", rank))  # fmt: skip
     assert out.returncode != 0
-    assert worker_lines(out.stderr) == ["normlab train: error: Input/output error (injected): valid"], out.stderr[-3000:]
+    lines = worker_lines(out.stderr)
+    assert lines == ["normlab train: error: Input/output error (injected): valid"], out.stderr[-3000:]
     assert "To enable traceback" not in out.stderr  # torchrun's report shows each rank's line (error files)
     rd = RunDir(run)
     summary = rd.summary()
@@ -491,3 +492,49 @@ def test_a_fault_in_training_leaves_the_status_failed_naming_it(tmp_path):
     summary = RunDir(tmp_path).summary()
     assert summary["status"] == "failed" and summary["error"] == "Input/output error: the BLEU's references"
     assert [p.name for p in RunDir(tmp_path).list_checkpoints()] == ["update_00000003"]  # saved before it failed
+
+
+def test_sigterm_in_training_is_one_line_status_failed_and_resumable(small_corpora, small_translation, data_cache,
+                                                                     tmp_path, capsys, monkeypatch):  # fmt: skip
+    """SIGTERM (a kill; torchrun's way of stopping the other ranks) ended the process on the spot with the status
+    ``running``. Now: one line, exit 143, status ``failed``, the SIGTERM handler put back, and --resume goes on."""
+    from normlab.train.trainer import Trainer
+
+    args = small_run(small_corpora["de-en-tsv"], data_cache, "max_updates=4", "save_every=2")
+    real_step, calls = Trainer.train_step, []
+
+    def step(self, *a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_step(self, *a, **k)
+
+    run = tmp_path / "run"
+    monkeypatch.setattr(Trainer, "train_step", step)
+    status, err = cli(capsys, "train", "--out", str(run), "--quiet", *args)
+    assert status == 143 and err == [f"normlab train: stopped by SIGTERM; the run's status is failed; continue with: "
+                                     f"normlab train --out {run} --resume"]  # fmt: skip
+    rd = RunDir(run)
+    assert rd.summary()["status"] == "failed" and rd.summary()["error"] == "stopped by SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    monkeypatch.setattr(Trainer, "train_step", real_step)
+    assert cli(capsys, "train", "--out", str(run), "--resume", "--quiet")[0] == 0
+    assert rd.status() == "completed" and rd.summary()["update"] == 4
+
+
+def test_a_validation_after_its_checkpoint_rewrites_only_the_state(tmp_path, monkeypatch):
+    """The checkpoint before a validation is not written twice: the score goes into its state.json alone."""
+    from normlab.config import TrainConfig
+    from normlab.train import checkpoint as ck
+    from normlab.train.trainer import Trainer
+    from tests.synthetic import ReverseTask
+    from tests.test_trainer import config
+
+    real, saved = ck.save_checkpoint, []
+    monkeypatch.setattr(ck, "save_checkpoint", lambda *a, **k: saved.append(a[1]) or real(*a, **k))
+    cfg = TrainConfig.from_dict(config(max_epochs=2, schedule={"warmup_updates": 0}))
+    summary = Trainer(cfg, tmp_path, ReverseTask(), ReverseTask(n=64, seed=1), progress=False).fit()
+    assert saved == [10, 20] and summary["best_update"] in saved
+    state = ck.read_state(RunDir(tmp_path).latest())
+    assert state["pending_valid"] is None and state["best_valid"] == summary["best_valid_nll"]
+    assert ck.read_state(RunDir(tmp_path).checkpoints / "best")["update"] == summary["best_update"]

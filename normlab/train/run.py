@@ -130,7 +130,8 @@ def train(
     ``accept_changed_data``: a resume may train on a changed corpus, with the run's tokenizer (:func:`_resume_data`)."""
     from normlab.data import fingerprint, prepare
 
-    prepare_run_dir(out, cfg, resume, accept_changed_settings)  # before anything is written (prepare only fills the data cache)
+    # before anything is written (prepare only fills the data cache)
+    prepare_run_dir(out, cfg, resume, accept_changed_settings)
     files = fingerprint(cfg.data)
     if resume:
         data = _resume_data(RunDir(out), cfg, files, accept_changed_data)
@@ -168,7 +169,8 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, flag) and not args.resume:
             raise ConfigError(f"--{flag.replace('_', '-')} applies to --resume only")
     try:
-        summary = train(cfg, args.out, resume=args.resume, quiet=args.quiet, accept_changed_data=args.accept_changed_data,
+        summary = train(cfg, args.out, resume=args.resume, quiet=args.quiet,
+                        accept_changed_data=args.accept_changed_data,
                         accept_changed_settings=args.accept_changed_settings)  # fmt: skip
     except PeerFailed as e:  # another rank failed and said why in its line; this one adds none (status: failed)
         from normlab.cli import report_to_torchrun

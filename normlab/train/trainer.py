@@ -84,7 +84,7 @@ def _error_line(e: BaseException) -> str:
     """The line the CLI prints for ``e`` (after ``normlab train: error: ``), for summary.json's ``error``."""
     from normlab.cli import fault_line  # the CLI owns the wording of faults; imported when one happened
 
-    if isinstance(e, (ConfigError, PeerFailed)):
+    if isinstance(e, (ConfigError, PeerFailed, Terminated)):
         return str(e)
     return fault_line(e) or f"{type(e).__name__}: {_last_line(e)}"
 
@@ -295,12 +295,12 @@ class Trainer:
 
     def save(self) -> Path | None:
         """Checkpoint the state, unless saved already. A checkpoint comes before the validation of its update
-        (:meth:`_save_and_validate`); when the validation then changes the best score, only the checkpoint's
-        state.json is rewritten (the tensors are those already saved) and best/ copies it."""
+        (:meth:`_save_then_validate`); after it only the checkpoint's state.json is rewritten (the score, the
+        validation done: the tensors are those already saved), and best/ copies it when the score is the best."""
         if not self.dist.is_main or self._saved_at == dataclasses.asdict(self.state):
             return None
         before, self._saved_at = self._saved_at, dataclasses.asdict(self.state)
-        best = ("best_valid", "best_update")
+        best = ("best_valid", "best_update", "pending_valid")
         path = self.ckpt_dir / f"update_{self.state.update:08d}"
         if (before is not None and path.is_dir()
                 and all(before[k] == v for k, v in self._saved_at.items() if k not in best)):  # fmt: skip
