@@ -291,6 +291,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _error(line: str) -> None:
+    """Print the one line of an error, and hand it to torchrun (:func:`report_to_torchrun`)."""
+    print(line, file=sys.stderr)
+    report_to_torchrun(line)
+
+
+def report_to_torchrun(line: str) -> None:
+    """Under torchrun, write ``line`` into the worker's error file (TORCHELASTIC_ERROR_FILE), so that torchrun's
+    ChildFailedError report shows it where it would say "To enable traceback see ...". The report itself, a
+    traceback of torchrun's own main, comes whatever the worker does."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if path:
+        import json
+        import time
+
+        try:
+            Path(path).write_text(json.dumps({"message": line, "timestamp": int(time.time())}), encoding="utf-8")
+        except OSError:
+            pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -305,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.set = resolve_overrides(*args.set_root, args.set)
         return run(args)
     except ConfigError as e:
-        print(f"normlab {args.command}: error: {e}", file=sys.stderr)
+        _error(f"normlab {args.command}: error: {e}")
         return EXIT_USAGE
     except KeyboardInterrupt:
         # a second Ctrl-C in training, or one outside it (`normlab train` stops at an update boundary itself)
@@ -321,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         line = fault_line(e)
         if line is None or os.environ.get("NORMLAB_TRACEBACK"):
             raise
-        print(f"normlab {args.command}: error: {line}", file=sys.stderr)
+        _error(f"normlab {args.command}: error: {line}")
         return EXIT_FAULT
 
 

@@ -6,7 +6,8 @@ Layout::
     tokenizer.model   the run's sentencepiece model
     data.json         the sha256 of every corpus file and of tokenizer.model at the start (``--resume`` checks them)
     metrics.jsonl     one strict-JSON object per update ("type": "train") and per evaluation ("type": "valid")
-    summary.json      status (running / completed / diverged / interrupted), last update, best validation score, timings
+    summary.json      status (running / completed / diverged / interrupted / failed), last update, best validation
+                      score, timings
     tb/               TensorBoard event files
     checkpoints/      update_XXXXXXXX/ (the last ``keep_last``) and best/  (see normlab/train/checkpoint.py)
     .lock             the trainer's lock (``flock``) and its pid
@@ -303,7 +304,13 @@ class RunDir:
 
     def status(self) -> str | None:
         """``running`` (in progress, or killed), ``completed``, ``diverged``, ``interrupted`` (stopped by Ctrl-C at
-        an update boundary, with a checkpoint: ``--resume`` continues it), or None (no summary)."""
+        an update boundary, with a checkpoint: ``--resume`` continues it), ``failed`` (stopped by an error, named in
+        the summary's ``error``; ``--resume`` continues from the last checkpoint), or None (no summary).
+
+        A full disk is ``failed`` too, though nothing is lost and ``--resume`` continues once there is room:
+        ``running`` would say that a process still trains it, which is what a grid or a reader of the status asks;
+        whether a run can be resumed is a question of its checkpoints, which every status but ``completed`` and a
+        ``diverged`` under the same configuration answers the same way."""
         return self.summary().get("status")
 
     def finished(self) -> bool:
@@ -320,12 +327,13 @@ class RunDir:
         recs = read_jsonl(self.metrics_path)
         return recs if kind is None else [r for r in recs if r.get("type") == kind]
 
-    def truncate_metrics(self, update: int) -> None:
+    def truncate_metrics(self, update: int, valid: bool = True) -> None:
         """Keep the records up to ``update`` (a resume forgets what the killed run logged after its checkpoint:
-        it is about to be done again); atomic."""
+        it is about to be done again); ``valid=False``: not the validation at ``update`` either; atomic."""
         if not self.metrics_path.exists():
             return
-        kept = [r for r in self.metrics() if isinstance(r.get("update"), int) and r["update"] <= update]
+        kept = [r for r in self.metrics() if isinstance(r.get("update"), int)
+                and (r["update"] < update or (r["update"] == update and (valid or r.get("type") != "valid")))]
         write_atomic(self.metrics_path, "".join(json_line(r) + "\n" for r in kept))
 
     @contextlib.contextmanager

@@ -336,3 +336,205 @@ def test_quiet_does_not_hide_a_resume_from_an_older_checkpoint(tmp_path, capsys)
     fit(tmp_path, resume=True, max_updates=4, save_every=2, eval_every=2, keep_last=2)  # quiet=True
     err = capsys.readouterr().err
     assert "resuming from update_00000002, the newest intact one" in err
+
+
+# ------------------------------------------------------------------------------ 6. faults under torchrun
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def torchrun(cwd: Path, *argv: str, fault: tuple[str, int] | None = None) -> subprocess.CompletedProcess:
+    """``torchrun --nproc_per_node 2`` of ``normlab ARGV`` on the CPU (gloo); ``fault``: (what, rank) injected by
+    tests/faulty.py."""
+    import sys
+
+    target = [str(ROOT / "tests" / "faulty.py"), fault[0], str(fault[1])] if fault else ["-m", "normlab"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           *target, *argv], env=env, capture_output=True, text=True, timeout=300, cwd=cwd)  # fmt: skip
+
+
+def worker_lines(stderr: str) -> list[str]:
+    """normlab's lines and the tracebacks other than torchrun's own ChildFailedError report."""
+    lines = stderr.splitlines()
+    ours = [ln for ln in lines if ln.startswith("normlab train:")]
+    tracebacks = stderr.count("Traceback (most recent call last)") - stderr.count("ChildFailedError:")
+    return ours + ["<a worker's traceback>"] * tracebacks
+
+
+def test_a_batch_no_rank_can_share_is_refused_before_training_for_any_world_size(tmp_path):
+    """Issue 36: under torchrun a validation batch of 1 example among 2 ranks failed after all 30 updates. Now every
+    world size is checked, the training and the validation splits, before anything is written."""
+    from normlab.config import TrainConfig
+    from normlab.data.corpora import DataError
+    from normlab.train.distributed import Dist
+    from normlab.train.trainer import Trainer
+    from tests.synthetic import ReverseTask
+    from tests.test_trainer import config
+
+    cfg = TrainConfig.from_dict(config(max_epochs=1))  # max_tokens 200: batches of >= 18 (train), >= 14 (valid)
+    for world, split, fewest in ((16, "validation", 14), (19, "training", 18)):
+        trainer = Trainer(cfg, tmp_path / "run", ReverseTask(), ReverseTask(n=64, seed=1), progress=False)
+        trainer.dist = Dist(rank=0, world=world)  # the check comes before any collective
+        with pytest.raises(DataError, match=rf"^the {split} split: a global batch of {fewest} examples cannot give "
+                                            rf"each of {world} ranks one \(raise DataConfig.max_tokens above 200"):
+            trainer.fit()
+        assert not (tmp_path / "run").exists()
+
+
+def test_under_torchrun_an_unshareable_validation_batch_is_refused_before_training(small_corpora, small_translation,
+                                                                                   data_cache, tmp_path):  # fmt: skip
+    """The issue's case end to end: 2 ranks, a validation split of 16 examples whose longest is a batch of its own
+    at max_tokens=512. Before: every update trained, then
+    each rank failed in the validation, no checkpoint, status ``running``. Now: exit 2 before training, the
+    same line on each rank that got to say it, nothing written."""
+    out = torchrun(tmp_path, "train", "--out", str(tmp_path / "run"), "--quiet",
+                   *small_run(small_corpora["de-en-tsv"], data_cache, "max_epochs=1"))
+    assert out.returncode != 0 and "exitcode  : 2" in out.stderr, out.stderr[-3000:]
+    lines = worker_lines(out.stderr)
+    assert 1 <= len(lines) <= 2 and len(set(lines)) == 1, out.stderr[-3000:]
+    assert lines[0] == ("normlab train: error: the validation split: a global batch of 1 examples cannot give each "
+                        "of 2 ranks one (raise DataConfig.max_tokens above 512, or train on fewer ranks)")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("rank", [1, 0])
+def test_under_torchrun_a_rank_failing_after_training_loses_nothing(rank, small_corpora, small_translation,
+                                                                   data_cache, tmp_path, capsys):  # fmt: skip
+    """Issue 36: what can fail after the last update (validation, BLEU, the summary) comes after its checkpoint;
+    one rank's fault ends every rank with one line in all (the peer that stops because of it says nothing) and
+    the status ``failed``; --resume then does the validation that was due and completes."""
+    run = tmp_path / "run"
+    out = torchrun(tmp_path, "train", "--out", str(run), "--quiet",
+                   *small_run(small_corpora["de-en-tsv"], data_cache, "max_epochs=1", "data.valid_subset=24"),
+                   fault=("evaluate-eio", rank))  # fmt: skip
+    assert out.returncode != 0
+    lines = worker_lines(out.stderr)
+    assert lines == ["normlab train: error: Input/output error (injected): valid"], out.stderr[-3000:]
+    assert "To enable traceback" not in out.stderr  # torchrun's report shows each rank's line (error files)
+    rd = RunDir(run)
+    summary = rd.summary()
+    assert summary["status"] == "failed", summary
+    assert summary["error"] == ("Input/output error (injected): valid" if rank == 0 else
+                                "rank 0 stopped: another rank failed (" + summary["error"].split("(", 1)[1])
+    total = summary["total_updates"]
+    assert [int(p.name.split("_")[1]) for p in rd.list_checkpoints()] == [total]  # every update kept
+    assert not [r for r in rd.metrics() if r["type"] == "valid"]
+    assert cli(capsys, "train", "--out", str(run), "--resume", "--quiet")[0] == 0
+    assert rd.status() == "completed"
+    assert [r["update"] for r in rd.metrics() if r["type"] == "valid"] == [total]
+    assert rd.summary()["best_update"] == total and (rd.checkpoints / "best").is_dir()
+
+
+# ------------------------------------------------------------------------- 7. what a resume may change; status
+
+
+def test_a_resume_may_change_the_length_not_the_optimizer_unless_asked(small_corpora, data_cache, tmp_path, capsys):
+    """Issue 36: a resume with another learning rate was accepted silently and rewrote config.yaml. Now the run's
+    length and cadence may change; the optimizer, the schedule, accumulate and label_smoothing are one line (exit
+    2) naming each, nothing written, unless --accept-changed-settings."""
+    out = tmp_path / "run"
+    assert cli(capsys, "train", "--out", str(out), "--quiet",
+               *small_run(small_corpora["de-en-tsv"], data_cache, "max_updates=2"))[0] == 0  # fmt: skip
+    before = snapshot(out)
+    status, err = cli(capsys, "train", "--out", str(out), "--resume", "--quiet", "--set", "optim.lr=0.01",
+                      "--set", "schedule.warmup_updates=1", "--set", "max_updates=3")  # fmt: skip
+    assert status == 2 and len(err) == 1, err
+    assert err[0].startswith("normlab train: error: --resume: optim.lr (0.0005 -> 0.01), schedule.warmup_updates "
+                             "(0 -> 1) differ from the run's; a resume may change only ")  # fmt: skip
+    assert err[0].endswith("pass --accept-changed-settings to train on with the new ones, or start a new run")
+    assert snapshot(out) == before
+    assert cli(capsys, "train", "--out", str(out), "--resume", "--quiet", "--set", "max_updates=3",
+               "--set", "save_every=1", "--set", "eval_every=1")[0] == 0  # fmt: skip
+    assert RunDir(out).summary()["update"] == 3
+    status, err = cli(capsys, "train", "--out", str(out), "--resume", "--quiet", "--accept-changed-settings",
+                      "--set", "optim.lr=0.01", "--set", "max_updates=4")  # fmt: skip
+    assert status == 0, err
+    assert RunDir(out).read_config().optim.lr == 0.01 and RunDir(out).summary()["update"] == 4
+    status, err = cli(capsys, "train", "--out", str(out), "--quiet", "--accept-changed-settings")
+    assert status == 2 and err == ["normlab train: error: --accept-changed-settings applies to --resume only"]
+
+
+def test_a_diverged_runs_resume_names_the_update_it_diverged_at(tmp_path, capsys):
+    """Issue 36: resuming a diverged run (nothing to do) said "update 0", its checkpoint's update."""
+    from normlab.config import TrainConfig
+    from normlab.train.trainer import Trainer
+    from tests.synthetic import ReverseTask
+    from tests.test_trainer import config
+
+    cfg = TrainConfig.from_dict(config(optim={"name": "sgd", "lr": 1e9}, model={"placement": "post"}, max_updates=20,
+                                       schedule={"warmup_updates": 0, "decay": "constant"}, save_every=1))  # fmt: skip
+    summary = Trainer(cfg, tmp_path, ReverseTask(), None, progress=False).fit()
+    at = summary["diverged_at_update"]
+    assert summary["status"] == "diverged" and at > 1
+    capsys.readouterr()
+    Trainer(cfg, tmp_path, ReverseTask(), None, progress=False).fit(resume=True)
+    assert capsys.readouterr().err.strip() == (f"{tmp_path}: the run diverged at update {at} (last checkpoint: update "
+                                               f"{at - 1}); with the configuration it diverged with, nothing to do")
+
+
+def test_a_fault_in_training_leaves_the_status_failed_naming_it(tmp_path):
+    """Issue 36: a fault that ended a single-process run left its status ``running``, as if it still trained."""
+    import errno
+
+    from normlab.config import TrainConfig
+    from normlab.train.trainer import Trainer
+    from tests.synthetic import ReverseTask
+    from tests.test_trainer import config
+
+    def broken(model, epoch):
+        raise OSError(errno.EIO, "Input/output error", "the BLEU's references")
+
+    cfg = TrainConfig.from_dict(config(max_updates=3, schedule={"warmup_updates": 0}))
+    trainer = Trainer(cfg, tmp_path, ReverseTask(), ReverseTask(n=64, seed=1), extra_eval=broken, progress=False)
+    with pytest.raises(OSError):
+        trainer.fit()
+    summary = RunDir(tmp_path).summary()
+    assert summary["status"] == "failed" and summary["error"] == "Input/output error: the BLEU's references"
+    assert [p.name for p in RunDir(tmp_path).list_checkpoints()] == ["update_00000003"]  # saved before it failed
+
+
+def test_sigterm_in_training_is_one_line_status_failed_and_resumable(small_corpora, small_translation, data_cache,
+                                                                     tmp_path, capsys, monkeypatch):  # fmt: skip
+    """SIGTERM (a kill; torchrun's way of stopping the other ranks) ended the process on the spot with the status
+    ``running``. Now: one line, exit 143, status ``failed``, the SIGTERM handler put back, and --resume goes on."""
+    from normlab.train.trainer import Trainer
+
+    args = small_run(small_corpora["de-en-tsv"], data_cache, "max_updates=4", "save_every=2")
+    real_step, calls = Trainer.train_step, []
+
+    def step(self, *a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_step(self, *a, **k)
+
+    run = tmp_path / "run"
+    monkeypatch.setattr(Trainer, "train_step", step)
+    status, err = cli(capsys, "train", "--out", str(run), "--quiet", *args)
+    assert status == 143 and err == [f"normlab train: stopped by SIGTERM; the run's status is failed; continue with: "
+                                     f"normlab train --out {run} --resume"]  # fmt: skip
+    rd = RunDir(run)
+    assert rd.summary()["status"] == "failed" and rd.summary()["error"] == "stopped by SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    monkeypatch.setattr(Trainer, "train_step", real_step)
+    assert cli(capsys, "train", "--out", str(run), "--resume", "--quiet")[0] == 0
+    assert rd.status() == "completed" and rd.summary()["update"] == 4
+
+
+def test_a_validation_after_its_checkpoint_rewrites_only_the_state(tmp_path, monkeypatch):
+    """The checkpoint before a validation is not written twice: the score goes into its state.json alone."""
+    from normlab.config import TrainConfig
+    from normlab.train import checkpoint as ck
+    from normlab.train.trainer import Trainer
+    from tests.synthetic import ReverseTask
+    from tests.test_trainer import config
+
+    real, saved = ck.save_checkpoint, []
+    monkeypatch.setattr(ck, "save_checkpoint", lambda *a, **k: saved.append(a[1]) or real(*a, **k))
+    cfg = TrainConfig.from_dict(config(max_epochs=2, schedule={"warmup_updates": 0}))
+    summary = Trainer(cfg, tmp_path, ReverseTask(), ReverseTask(n=64, seed=1), progress=False).fit()
+    assert saved == [10, 20] and summary["best_update"] in saved
+    state = ck.read_state(RunDir(tmp_path).latest())
+    assert state["pending_valid"] is None and state["best_valid"] == summary["best_valid_nll"]
+    assert ck.read_state(RunDir(tmp_path).checkpoints / "best")["update"] == summary["best_update"]

@@ -199,6 +199,7 @@ def test_interrupted_run_resumes_from_its_checkpoint(pre_run, small_corpora, tmp
     """Killed after its first epoch's checkpoint, a fine-tuning run resumes from that checkpoint (the pre-trained
     encoder is not loaded over it) and ends exactly where an uninterrupted run ends. (On the word-in-context task,
     from a checkpoint directory.)"""
+    from normlab.train.checkpoint import read_state
     from normlab.train.trainer import Trainer
 
     # a named kernel: the two runs are compared bit for bit, and attention "auto" picks by timing
@@ -220,8 +221,10 @@ def test_interrupted_run_resumes_from_its_checkpoint(pre_run, small_corpora, tmp
         finetune(pre_run, fc, tmp_path / "b", say=quiet)
     monkeypatch.undo()
     run_a, run_b = (tmp_path / x / "runs" / "bs32-lr0.001-ep2" / "seed1" for x in "ab")
-    # a KeyboardInterrupt is a Ctrl-C to the trainer: the run is marked interrupted, resumable (issue 36)
+    # a KeyboardInterrupt mid-run is a second Ctrl-C (commit 7c67737): interrupted; the checkpoint comes before its
+    # epoch's validation, which the resumed run does first (issue 36)
     assert json.loads((run_b / "summary.json").read_text())["status"] == "interrupted"
+    assert read_state(max((run_b / "checkpoints").glob("update_*")))["pending_valid"] == 1
     lines: list[str] = []
     finetune(pre_run, fc, tmp_path / "b", say=lines.append)
     assert "finished earlier" not in lines[-1]

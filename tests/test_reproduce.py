@@ -284,6 +284,20 @@ def test_a_failing_run_is_recorded_and_the_grid_goes_on(tmp_path):
     assert outcomes[specs[1].name].status == "completed"
 
 
+def test_a_run_failing_under_torchrun_is_recorded_with_its_own_line(tmp_path):
+    """Issue 36: the grid recorded the last 8 lines of the log, which under torchrun are its ChildFailedError
+    report; now the rank's own line (the same on each rank that said it)."""
+    specs = fig6_small_lr(get_scale("smoke"), Context(translation_updates_per_epoch=9))
+    bad = specs[0].config.replace(data=specs[0].config.data.replace(corpus=str(tmp_path / "no-such-corpus")))
+    specs = [specs[0].__class__(**{**specs[0].__dict__, "config": bad})]
+    outcomes = run_grid(specs, tmp_path / "grid", jobs=1, threads=1, launcher="torchrun", nproc=2,
+                        say=lambda line: None)  # fmt: skip
+    outcome = outcomes[specs[0].name]
+    assert outcome.status == "failed", outcome
+    assert outcome.error.startswith("exit code 1: normlab train: error: ") and "no-such-corpus" in outcome.error
+    assert "\n" not in outcome.error and "ChildFailedError" not in outcome.error and "=====" not in outcome.error
+
+
 def test_the_wall_time_estimate():
     """budget.estimate: a probe of the grid's first translation run, times its updates, over the jobs; the
     matmul rates measured beside it; no estimate (and says so) when there is no translation run to probe."""

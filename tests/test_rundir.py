@@ -386,7 +386,8 @@ def test_a_full_disk_is_one_line_exit_2_loses_nothing_and_resumes_exactly(
     assert [p.name for p in rd.list_checkpoints()] == ["update_00000004"]
     assert not [p.name for p in rd.checkpoints.iterdir() if p.name.startswith(".")]
     rd.load_model("translation", which="last")
-    assert rd.status() == "running"
+    # failed, not running (no process runs it); as resumable as a killed run: --resume continues from update 4
+    assert rd.status() == "failed" and rd.summary()["error"] == err[0].removeprefix("normlab train: error: ")
     # room again: --resume continues and ends where an uninterrupted run ends
     monkeypatch.setattr(ck, "save_file", real_save_file)
     assert cli(capsys, "train", "--out", str(run), "--resume", "--quiet")[0] == 0

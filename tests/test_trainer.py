@@ -196,6 +196,8 @@ def test_config_error_under_torchrun_is_one_line_per_rank(tmp_path):
     ours = [ln for ln in out.stderr.splitlines() if ln.startswith("normlab train: error:")]
     assert 1 <= len(ours) <= 2 and len(set(ours)) == 1 and "OptimConfig.lr" in ours[0], out.stderr[-3000:]
     assert "exitcode  : 2" in out.stderr  # torchrun's report: the first rank to fail exited with 2
+    # the report shows the rank's line (written to TORCHELASTIC_ERROR_FILE), not "To enable traceback see ..."
+    assert f"traceback : {ours[0]}" in out.stderr and "To enable traceback" not in out.stderr, out.stderr[-3000:]
     worker_tracebacks = [ln for ln in out.stderr.splitlines() if ln.startswith("[rank") and "Traceback" in ln]
     assert not worker_tracebacks, out.stderr[-3000:]
     assert not (tmp_path / "run").exists()

@@ -6,7 +6,8 @@ started with; ``OUT/logs/NAME.log`` its output. Running the grid again
 * skips a run whose ``summary.json`` says ``completed`` or ``diverged`` (a diverged run is a result),
 * resumes a run that has a checkpoint (it was killed),
 * starts over a run killed before its first checkpoint,
-* records a run that fails (an exit code other than 0 or 3) as ``failed`` with the end of its log, and goes on,
+* records a run that fails (an exit code other than 0 or 3) as ``failed`` with one line (:func:`failure_line`: the
+  error the run said last, not torchrun's report that follows it), and goes on,
 * refuses, before it starts anything, a directory holding a run of the same name trained with other settings
   (:func:`changed_settings`: e.g. a scale whose schedule changed since), so that a report never mixes them.
 
@@ -38,7 +39,7 @@ from normlab.config import ConfigError, flat_dict
 from normlab.experiments.figures import RunSpec
 from normlab.rundir import RunDir, write_atomic
 
-__all__ = ["RunOutcome", "run_grid", "run_status", "changed_settings", "FINISHED"]
+__all__ = ["RunOutcome", "run_grid", "run_status", "changed_settings", "failure_line", "FINISHED"]
 
 # What a run's result does not depend on: checkpoint and log cadence; the device (`auto` on one invocation and
 # `cpu` on the next are the same run; precision, which changes the numbers, does count); the attention kernel
@@ -104,6 +105,24 @@ class RunOutcome:
 def run_status(run_dir: Path) -> str | None:
     """The status in ``summary.json`` (``running`` while a run is in progress or was killed), or None."""
     return RunDir(run_dir).status()
+
+
+def failure_line(run_dir: Path, log_path: Path) -> str:
+    """Why a run failed, in one line: the last ``normlab train: error:`` line of its log since it last started (a
+    rank's own line: the ranks stopped by it say nothing, and torchrun's ChildFailedError report comes after);
+    else the error that summary.json records with the status ``failed``; else the end of the log (a traceback's
+    last lines: a bug of ours)."""
+    text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.is_file() else ""
+    lines = text.splitlines()
+    starts = [i for i, ln in enumerate(lines) if ln.startswith("=== ")]
+    lines = lines[starts[-1] + 1 :] if starts else lines
+    ours = [ln for ln in lines if ln.startswith("normlab train: error: ")]
+    if ours:
+        return ours[-1]
+    summary = RunDir(run_dir).summary()
+    if summary.get("status") == "failed" and summary.get("error"):
+        return f"normlab train: error: {summary['error']}"
+    return " | ".join(lines[-8:])
 
 
 def die_with_parent() -> None:  # runs in the child between fork and exec
@@ -265,8 +284,8 @@ def run_grid(
         elif code == 3 and status == "diverged":
             outcome = RunOutcome(name, "diverged", seconds)
         else:
-            tail = (out / "logs" / f"{name}.log").read_text(encoding="utf-8", errors="replace").splitlines()[-8:]
-            outcome = RunOutcome(name, "failed", seconds, f"exit code {code}: " + " | ".join(tail))
+            line = failure_line(out / "runs" / name, out / "logs" / f"{name}.log")
+            outcome = RunOutcome(name, "failed", seconds, f"exit code {code}: {line}")
         outcomes[name] = outcome
         done += 1
         elapsed = time.perf_counter() - t_grid

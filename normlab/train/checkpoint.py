@@ -25,6 +25,7 @@ directory's ``best`` / ``last`` / ``N`` means is :meth:`normlab.rundir.RunDir.re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -47,6 +48,7 @@ __all__ = [
     "mark_best",
     "rotate",
     "read_state",
+    "update_state",
     "CheckpointError",
 ]
 
@@ -176,6 +178,27 @@ def save_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def update_state(path: str | Path, changes: dict[str, Any]) -> None:
+    """Rewrite a saved checkpoint's state.json with ``changes`` merged in, atomically (a temporary file, fsync-ed,
+    renamed over it): the trainer checkpoints before it validates, and records the validation's best score in the
+    checkpoint afterwards without writing its tensors twice."""
+    path = Path(path)
+    payload = dict(read_state(path), **changes)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(payload, indent=1, sort_keys=True))
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)
+        os.replace(tmp, path / STATE)
+        fsync_dir(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def list_checkpoints(directory: str | Path) -> list[Path]:

@@ -7,7 +7,14 @@ Python: ``train(cfg, out)``. From the shell::
     torchrun --nproc_per_node 4 -m normlab train --config run.yaml --out runs/ddp
 
 Exit codes: 0 completed, 2 configuration error (one line, nothing written), 3 diverged, 130 interrupted by
-Ctrl-C (one line: where it stopped and how to resume; the run's status is ``interrupted``).
+Ctrl-C (one line: where it stopped and how to resume; the run's status is ``interrupted``), 1 any other fault
+and 143 SIGTERM (the run's status is ``failed``, with the error in summary.json; ``--resume`` continues it from
+its last checkpoint).
+
+Under torchrun a rank that fails says why in one line and the run's status becomes ``failed``; the ranks that stop
+because of it (a collective whose peer is gone, torchrun's SIGTERM) exit 1 without a line. torchrun itself then
+prints its ChildFailedError report (a traceback of torchrun's own ``main``, whatever the worker does): the grid
+(:mod:`normlab.experiments.grid`) reports the run's status and its error line instead.
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ from typing import Any
 from normlab.config import ConfigError, TrainConfig, add_set_argument, apply_overrides, load_config_file
 from normlab.rundir import RunDir
 from normlab.train.distributed import init_distributed, shutdown
-from normlab.train.trainer import EXIT_DIVERGED, EXIT_INTERRUPTED, Trainer, prepare_run_dir
+from normlab.train.trainer import (EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_TERMINATED, PeerFailed, Terminated, Trainer,
+                                   prepare_run_dir)  # fmt: skip
 
 __all__ = ["train", "resolve_config", "add_arguments", "run"]
 
@@ -37,6 +45,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--accept-changed-data", action="store_true",
                    help="with --resume: train on a corpus that changed since the run started, encoded with the "
                         "run's own tokenizer.model (without it, changed data is refused)")  # fmt: skip
+    p.add_argument("--accept-changed-settings", action="store_true",
+                   help="with --resume: train on with another optimizer, schedule, accumulate or label_smoothing "
+                        "than the run's (without it, a resume may change only the run's length, its evaluation and "
+                        "checkpoint cadence and how it computes)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
 
 
@@ -112,13 +124,14 @@ def _resume_data(rd: RunDir, cfg: TrainConfig, fingerprint: dict[str, str], acce
 
 def train(
     cfg: TrainConfig, out: str | Path, *, resume: bool = False, progress: bool | None = None, quiet: bool = False,
-    accept_changed_data: bool = False,
+    accept_changed_data: bool = False, accept_changed_settings: bool = False,
 ) -> dict[str, Any]:
     """Prepare the data, build the model, and train; returns the run's summary (also in ``out/summary.json``).
     ``accept_changed_data``: a resume may train on a changed corpus, with the run's tokenizer (:func:`_resume_data`)."""
     from normlab.data import fingerprint, prepare
 
-    prepare_run_dir(out, cfg, resume)  # before anything is written (prepare only fills the data cache)
+    # before anything is written (prepare only fills the data cache)
+    prepare_run_dir(out, cfg, resume, accept_changed_settings)
     files = fingerprint(cfg.data)
     if resume:
         data = _resume_data(RunDir(out), cfg, files, accept_changed_data)
@@ -152,9 +165,22 @@ def train(
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     cfg = resolve_config(args.config, args.set, args.out, args.resume)
-    if args.accept_changed_data and not args.resume:
-        raise ConfigError("--accept-changed-data applies to --resume only")
-    summary = train(cfg, args.out, resume=args.resume, quiet=args.quiet, accept_changed_data=args.accept_changed_data)
+    for flag in ("accept_changed_data", "accept_changed_settings"):
+        if getattr(args, flag) and not args.resume:
+            raise ConfigError(f"--{flag.replace('_', '-')} applies to --resume only")
+    try:
+        summary = train(cfg, args.out, resume=args.resume, quiet=args.quiet,
+                        accept_changed_data=args.accept_changed_data,
+                        accept_changed_settings=args.accept_changed_settings)  # fmt: skip
+    except PeerFailed as e:  # another rank failed and said why in its line; this one adds none (status: failed)
+        from normlab.cli import report_to_torchrun
+
+        report_to_torchrun(str(e))  # torchrun's report only
+        return 1
+    except Terminated:
+        print(f"normlab train: stopped by SIGTERM; the run's status is failed; continue with: normlab train --out "
+              f"{args.out} --resume", file=sys.stderr)  # fmt: skip
+        return EXIT_TERMINATED
     if summary["status"] == "diverged":
         return EXIT_DIVERGED
     if summary["status"] == "interrupted":

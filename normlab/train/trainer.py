@@ -53,16 +53,48 @@ from normlab.train.optim import build_optimizer, set_lr
 from normlab.train.schedules import Schedule, build_schedule
 from normlab.train.throughput import release_memory
 
-__all__ = ["Trainer", "Dataset", "EXIT_DIVERGED", "EXIT_INTERRUPTED", "prepare_run_dir", "divergence"]
+__all__ = ["Trainer", "Dataset", "EXIT_DIVERGED", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "PeerFailed", "Terminated",
+           "prepare_run_dir", "divergence"]
 
 EXIT_DIVERGED = 3  # `normlab train` exits with this code when the run diverged (2 is a usage error)
 EXIT_INTERRUPTED = 128 + 2  # stopped by Ctrl-C (SIGINT), as a shell reports a process the signal ended
+EXIT_TERMINATED = 128 + 15  # stopped by SIGTERM
 # On the CPU, freed heap pages go back to the OS every this many updates, after each validation and at the end of
 # a run (normlab.train.throughput.release_memory: without it the heap fragments and a quick-scale run grew from
 # 1.2 to 2.6 GB over 100 updates). Each release makes the next update fault its pages in again; measured at the
 # quick scale (1 thread, bf16, 2-core Zen 4): 0.960 s per update, thread time, median of 20, with a release every
 # 10 updates against 0.99-1.02 s without in runs of the same length, i.e. within the noise.
 RELEASE_EVERY = 10
+
+
+class Terminated(Exception):
+    """The process got SIGTERM while training (torchrun sends it to every rank once one has failed)."""
+
+
+class PeerFailed(RuntimeError):
+    """This rank stopped because another one failed: it says nothing more (the failed rank has said why)."""
+
+
+def _last_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[-1].strip() if text else type(e).__name__
+
+
+def _error_line(e: BaseException) -> str:
+    """The line the CLI prints for ``e`` (after ``normlab train: error: ``), for summary.json's ``error``."""
+    from normlab.cli import fault_line  # the CLI owns the wording of faults; imported when one happened
+
+    if isinstance(e, (ConfigError, PeerFailed, Terminated)):
+        return str(e)
+    return fault_line(e) or f"{type(e).__name__}: {_last_line(e)}"
+
+
+def _peer_gone(e: BaseException) -> bool:
+    """Whether ``e`` is a collective that failed because a peer process went away (gloo: "Connection closed by
+    peer"; torch's DistBackendError / DistNetworkError on other backends)."""
+    if type(e).__name__ in ("DistBackendError", "DistNetworkError", "DistError"):
+        return True
+    return isinstance(e, RuntimeError) and any(w in str(e) for w in ("by peer", "Broken pipe", "Connection reset"))
 
 
 class Dataset(Protocol):
@@ -92,12 +124,24 @@ def divergence(loss: float, gnorm: float, outputs: int, factor: float) -> str | 
     return None
 
 
-def prepare_run_dir(run_dir: str | Path, cfg: TrainConfig, resume: bool) -> TrainConfig:
+# What a resume may change without being asked twice: the run's length, its evaluation and checkpoint cadence,
+# how it computes (device, precision, kernels) and when it counts as diverged. The optimizer, the schedule and
+# how a loss is formed (accumulate, label_smoothing) shape the weights the checkpoints hold: a resume that changes
+# them is another experiment, allowed with --accept-changed-settings only. The model, the data and the seed never.
+RESUME_MAY_CHANGE = frozenset({"max_epochs", "max_updates", "eval_every", "save_every", "keep_last", "keep_every",
+                               "log_every", "valid_bleu", "beam", "lenpen", "device", "precision", "attention",
+                               "loss_impl", "init_from", "diverge_factor"})  # fmt: skip
+
+
+def prepare_run_dir(run_dir: str | Path, cfg: TrainConfig, resume: bool, accept_changed_settings: bool = False
+                    ) -> TrainConfig:  # fmt: skip
     """Check a run directory before anything is written; returns the configuration to run.
 
     A new run needs an empty or missing directory. ``resume`` needs the directory of an earlier run; its model
-    configuration must equal ``cfg``'s (a checkpoint of another shape is not a resume), other settings may
-    change (e.g. more epochs) and the new ones are saved.
+    configuration, data and seed must equal ``cfg``'s (a checkpoint of another shape is not a resume); the
+    settings of :data:`RESUME_MAY_CHANGE` may change (e.g. more epochs), the others (the optimizer, the schedule,
+    accumulate, label_smoothing) only with ``accept_changed_settings``; the new ones are saved. A learning rate
+    changed on resume was accepted silently and config.yaml rewritten (issue 36): now one line naming each.
     """
     rd = RunDir(run_dir)
     if rd.path.exists() and not rd.path.is_dir():
@@ -114,6 +158,16 @@ def prepare_run_dir(run_dir: str | Path, cfg: TrainConfig, resume: bool) -> Trai
             raise ConfigError(f"--resume: the model configuration differs from the run's in {diff}")
         if saved.data != cfg.data or saved.seed != cfg.seed:
             raise ConfigError("--resume: the data or the seed differ from the run's; start a new run instead")
+        if not accept_changed_settings:
+            from normlab.config import flat_dict
+
+            mine, theirs = flat_dict(cfg.to_dict()), flat_dict(saved.to_dict())
+            changed = [f"{k} ({theirs[k]!r} -> {v!r})" for k, v in mine.items() if not k.startswith(("model.", "data."))
+                       and k.split(".")[0] not in RESUME_MAY_CHANGE and theirs.get(k) != v]  # fmt: skip
+            if changed:
+                raise ConfigError(f"--resume: {', '.join(changed)} differ from the run's; a resume may change only "
+                                  f"{', '.join(sorted(RESUME_MAY_CHANGE))}; pass --accept-changed-settings to train "
+                                  "on with the new ones, or start a new run")  # fmt: skip
     else:
         rd.check_unlocked()
         rd.check_new()
@@ -135,6 +189,9 @@ class TrainState:
     # normlab.model.default_attention, which runs from before the kernel was measured have); chosen once at the
     # start (normlab.train.kernels) and kept on resume, so that a resumed run is bit-identical
     attention: str | None = None
+    # the epoch whose validation is due at this update: set in the checkpoint written before the validation,
+    # cleared once it is done, so that a run stopped in between validates first when resumed (_save_then_validate)
+    pending_valid: int | None = None
 
 
 class Trainer:
@@ -237,12 +294,20 @@ class Trainer:
         return dict(dataclasses.asdict(self.state), config=self.cfg.to_dict(), normlab_version=__version__)
 
     def save(self) -> Path | None:
-        # saved already, unless an evaluation since then changed the state (e.g. save_every coincides with the
-        # run's last update, evaluated after it): re-saved, so that the checkpoint and best/ carry the score
+        """Checkpoint the state, unless saved already. A checkpoint comes before the validation of its update
+        (:meth:`_save_then_validate`); after it only the checkpoint's state.json is rewritten (the score, the
+        validation done: the tensors are those already saved), and best/ copies it when the score is the best."""
         if not self.dist.is_main or self._saved_at == dataclasses.asdict(self.state):
             return None
-        self._saved_at = dataclasses.asdict(self.state)
-        path = ckpt.save_checkpoint(self.ckpt_dir, self.state.update, self.model, self.optimizer, self._ckpt_state())
+        before, self._saved_at = self._saved_at, dataclasses.asdict(self.state)
+        best = ("best_valid", "best_update", "pending_valid")
+        path = self.ckpt_dir / f"update_{self.state.update:08d}"
+        if (before is not None and path.is_dir()
+                and all(before[k] == v for k, v in self._saved_at.items() if k not in best)):  # fmt: skip
+            ckpt.update_state(path, {k: self._saved_at[k] for k in best})
+        else:
+            path = ckpt.save_checkpoint(self.ckpt_dir, self.state.update, self.model, self.optimizer,
+                                        self._ckpt_state())  # fmt: skip
         if self.state.best_update == self.state.update:
             ckpt.mark_best(path)
         ckpt.rotate(self.ckpt_dir, self.cfg.keep_last, self.cfg.keep_every)
@@ -266,6 +331,7 @@ class Trainer:
             if "attention" not in saved:  # a checkpoint from before the kernel was chosen: keep its kernel
                 self.state.attention = "default"
             self._resumed_from = path
+            self._saved_at = dataclasses.asdict(self.state)  # what the checkpoint holds: not saved again as it is
             if damaged:
                 self._warn(f"resume: {len(damaged)} newer checkpoint(s) damaged; resuming from {path.name}, the newest "
                           "intact one")  # fmt: skip
@@ -422,7 +488,7 @@ class Trainer:
         return record
 
     @torch.no_grad()
-    def evaluate(self, data: Dataset | None = None) -> dict[str, float]:
+    def evaluate(self, data: Dataset | None = None, epoch: int | None = None) -> dict[str, float]:
         """Validation loss, NLL and perplexity per target position (and accuracy for classification)."""
         data = data or self.valid_data
         if data is None:
@@ -446,14 +512,14 @@ class Trainer:
         if cfg.data.task == "classification":
             out["accuracy"] = correct / max(n, 1)
         if self.extra_eval is not None:
-            out.update(self.extra_eval(self.model, self.state.epoch))
+            out.update(self.extra_eval(self.model, self.state.epoch if epoch is None else epoch))
         return out
 
     def _validate(self, epoch: int) -> None:
         if self._evaluated_at == self.state.update:  # e.g. eval_every and the end of the run coincide
             return
         self._evaluated_at = self.state.update
-        metrics = self.evaluate()
+        metrics = self.evaluate(epoch=epoch)
         self._release()  # evaluation and decoding allocate shapes the updates never do
         if not metrics:
             return
@@ -526,36 +592,83 @@ class Trainer:
     def fit(self, resume: bool = False) -> dict[str, Any]:
         """Train until ``max_epochs`` / ``max_updates`` or divergence; returns the summary (also in summary.json)."""
         cfg = self.cfg
-        per_epoch = math.ceil(len(self._epoch_plan(1)) / cfg.accumulate)
+        plan = self._epoch_plan(1)
+        per_epoch = math.ceil(len(plan) / cfg.accumulate)
         total = cfg.max_epochs * per_epoch
         if cfg.max_updates:
             total = min(total, cfg.max_updates)
         if why := cfg.schedule.past_the_end(total):
             raise ConfigError(f"TrainConfig.schedule: {why} ({total} updates = {cfg.max_epochs} epochs of {per_epoch})")
         schedule: Schedule = build_schedule(cfg.schedule, cfg.optim.lr, total, per_epoch)
+        self._check_shards("training", plan)
         if self.valid_data is not None:  # a validation example longer than max_tokens: now, not after an epoch
             from normlab.data.corpora import DataError
 
             try:
-                self.valid_data.epoch_batches(0, cfg.seed, cfg.data.max_tokens, shuffle=False,
-                                              max_sentences=cfg.data.max_sentences)  # fmt: skip
+                valid = self.valid_data.epoch_batches(0, cfg.seed, cfg.data.max_tokens, shuffle=False,
+                                                      max_sentences=cfg.data.max_sentences)  # fmt: skip
             except DataError as e:
                 raise DataError(f"the validation split: {e}") from None
-        if not self.dist.is_main:
-            damaged = self._resume() if resume else []
-            if self._finished(resume, total):
-                return self.rundir.summary()
-            if cfg.init_from and self.state.update == 0:
-                self._init_from(Path(cfg.init_from))
-            self._profile_init()
-            return self._fit(schedule, total, per_epoch)
+            self._check_shards("validation", valid)
         try:
-            return self._fit_main(resume, schedule, total, per_epoch)
-        except OSError as e:  # a full or read-only disk: one line (exit 2); what was written stays resumable
-            error = self.rundir.unwritable(e)
-            if error is None:
+            if not self.dist.is_main:
+                damaged = self._resume() if resume else []
+                if self._finished(resume, total):
+                    return self.rundir.summary()
+                if cfg.init_from and self.state.update == 0:
+                    self._init_from(Path(cfg.init_from))
+                self._profile_init()
+                return self._fit(schedule, total, per_epoch)
+            try:
+                return self._fit_main(resume, schedule, total, per_epoch)
+            except OSError as e:  # a full or read-only disk: one line (exit 2); what was written stays resumable
+                error = self.rundir.unwritable(e)
+                if error is None:
+                    raise
+                raise error from None
+        except Exception as e:
+            error = self._failed(e)
+            if error is e:
                 raise
             raise error from None
+
+    def _check_shards(self, split: str, plan: list[np.ndarray]) -> None:
+        """Every global batch must give each rank at least one example (:func:`normlab.data.batching.shard`):
+        checked before training, on every rank alike, for every world size. Under torchrun a validation batch of 1
+        example among 2 ranks failed only after all 30 updates of a run, which had no checkpoint yet (issue 36).
+        The training split's first epoch stands for all: batches are cut from the examples sorted by size, so every
+        epoch has the same batch lengths (only their order and which equal-size examples fill them differ)."""
+        world = self.dist.world
+        fewest = min((len(b) for b in plan), default=world)
+        if fewest < world:
+            from normlab.data.corpora import DataError
+
+            raise DataError(f"the {split} split: a global batch of {fewest} examples cannot give each of {world} "
+                            f"ranks one (raise DataConfig.max_tokens above {self.cfg.data.max_tokens}, or train on "
+                            "fewer ranks)")  # fmt: skip
+
+    def _failed(self, e: BaseException) -> BaseException:
+        """After an error in training: the run's status becomes ``failed`` (it stayed ``running``, as if still
+        alive, issue 36), naming the error; returns the exception to raise. A rank that stopped because another
+        failed (a collective whose peer is gone, or torchrun's SIGTERM) raises :class:`PeerFailed`, which the CLI
+        ends without a line of its own: the rank that failed first has said why. --resume continues a failed run
+        from its last checkpoint, as it does a killed one."""
+        import signal
+        import threading
+
+        if self.dist.enabled and (isinstance(e, Terminated) or _peer_gone(e)):
+            e = PeerFailed(f"rank {self.dist.rank} stopped: another rank failed ({_last_line(e)})")
+        if not (self.dist.is_main and self._extra is not None):  # training had not started: nothing to record
+            return e
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, signal.SIG_IGN) if main else None  # torchrun's must not cut it
+        try:
+            with contextlib.suppress(OSError):  # a full disk may refuse this too: the line still says it all
+                self._summary("failed", error=_error_line(e), **self._extra)
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous)
+        return e
 
     def _fit_main(self, resume: bool, schedule: Schedule, total: int, per_epoch: int) -> dict[str, Any]:
         """:meth:`fit` on the rank that writes: the lock, the checks, then the run directory is written."""
@@ -568,9 +681,15 @@ class Trainer:
                     self.rundir.check_new()  # another trainer may have started here since prepare_run_dir
                 damaged = self._resume() if resume else []
                 if self._finished(resume, total):
-                    self._say(f"{self.run_dir}: the run is {self.rundir.status()} (update {self.state.update}); "
-                              "nothing to do")  # fmt: skip
-                    return self.rundir.summary()
+                    summary = self.rundir.summary()
+                    if summary.get("status") == "diverged":  # the checkpoint's update is before it: name both
+                        self._say(f"{self.run_dir}: the run diverged at update {summary.get('diverged_at_update')} "
+                                  f"(last checkpoint: update {self.state.update}); with the configuration it "
+                                  "diverged with, nothing to do")  # fmt: skip
+                    else:
+                        self._say(f"{self.run_dir}: the run is {summary.get('status')} (update {self.state.update}); "
+                                  "nothing to do")  # fmt: skip
+                    return summary
                 if cfg.init_from and self.state.update == 0:
                     self._init_from(Path(cfg.init_from))
                 self._profile_init()
@@ -590,7 +709,8 @@ class Trainer:
             if self.fingerprint is not None:
                 self.rundir.write_data_record(self.fingerprint, self.files.get(RunDir.TOKENIZER, b""))
             if resume:
-                self.rundir.truncate_metrics(self.state.update)  # each update once, even without a checkpoint
+                # each update once, even without a checkpoint; a validation still due is done again
+                self.rundir.truncate_metrics(self.state.update, valid=self.state.pending_valid is None)
             return self._fit(schedule, total, per_epoch)
         finally:
             self._lock.release()
@@ -633,6 +753,10 @@ class Trainer:
             self._set_attention(self._epoch_plan(s.epoch), extra)
             self._release()
         self._summary("running", **extra)
+        if s.pending_valid is not None:  # resumed from a checkpoint whose validation had not been done
+            self._validate(s.pending_valid)
+            s.pending_valid = None
+            self.save()
         while s.update < total and s.epoch <= cfg.max_epochs:
             plan = self._epoch_plan(s.epoch)
             groups = [plan[i : i + cfg.accumulate] for i in range(0, len(plan), cfg.accumulate)]
@@ -655,27 +779,46 @@ class Trainer:
                 self._progress(record, total)
                 if s.update % RELEASE_EVERY == 0:
                     self._release()
-                if cfg.eval_every and s.update % cfg.eval_every == 0 and s.step_in_epoch < len(groups):
+                mid = s.step_in_epoch < len(groups)
+                if mid and cfg.save_every and s.update % cfg.save_every == 0:
+                    self._save_then_validate(s.epoch, validate=bool(cfg.eval_every and s.update % cfg.eval_every == 0))
+                elif mid and cfg.eval_every and s.update % cfg.eval_every == 0:
                     self._validate(s.epoch)
-                if cfg.save_every and s.update % cfg.save_every == 0 and s.step_in_epoch < len(groups):
-                    self.save()
                 # a Ctrl-C stops here, at an update boundary, with a checkpoint (not at an epoch's last update:
                 # the epoch's validation and checkpoint below come first)
                 if s.step_in_epoch < len(groups) and s.update < total and self._stopping():
                     return self._interrupted(extra)
-            if s.step_in_epoch >= len(groups):  # the epoch is complete: validate and checkpoint (paper: per epoch)
-                self._validate(s.epoch)
+            if s.step_in_epoch >= len(groups):  # the epoch is complete: checkpoint and validate (paper: per epoch)
                 s.epoch += 1
                 s.step_in_epoch = 0
-                self.save()
+                self._save_then_validate(s.epoch - 1)
                 if s.update < total and self._stopping():
                     return self._interrupted(extra)
             else:  # stopped inside an epoch by max_updates
                 break
-        if s.step_in_epoch > 0:  # the run ended mid-epoch: a last evaluation and checkpoint
-            self._validate(s.epoch)
-            self.save()
+        if s.step_in_epoch > 0:  # the run ended mid-epoch: a last checkpoint and evaluation
+            self._save_then_validate(s.epoch)
         return self._summary(status, **extra)
+
+    def _save_then_validate(self, epoch: int, validate: bool = True) -> None:
+        """Checkpoint, then validate (``epoch``: the epoch the validation is logged under), then record the score in
+        that checkpoint. The checkpoint comes first because validation can fail where training did not (a
+        validation batch that cannot be shared among the ranks, BLEU's decoding): under torchrun a run of 30
+        updates lost all of them to its end-of-run validation (issue 36). The checkpoint says that its validation
+        is due (``pending_valid``): a run stopped before it is done validates first when resumed."""
+        s = self.state
+        validate = validate and self.valid_data is not None and self._evaluated_at != s.update
+        if validate:
+            s.pending_valid = epoch
+        self.save()
+        if validate:
+            self._validate(epoch)
+            s.pending_valid = None
+            self.save()  # state.json only, and best/ when the score is the best
+
+    def _on_terminate(self, signum: int, frame: Any) -> None:
+        """SIGTERM (torchrun stops every rank so once one has failed; a kill): end with status ``failed``."""
+        raise Terminated("stopped by SIGTERM")
 
     def _interrupted(self, extra: dict[str, Any]) -> dict[str, Any]:
         self.save()
@@ -708,10 +851,12 @@ class Trainer:
             yield
             return
         previous = signal.signal(signal.SIGINT, self._on_interrupt)
+        previous_term = signal.signal(signal.SIGTERM, self._on_terminate)
         try:
             yield
         finally:
             signal.signal(signal.SIGINT, previous)
+            signal.signal(signal.SIGTERM, previous_term)
 
     def _progress(self, record: dict[str, Any], total: int) -> None:
         if not self.dist.is_main or self.quiet:
