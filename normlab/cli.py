@@ -227,8 +227,9 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
                  _evaluate_args, _evaluate),
     "reproduce": ("run the paper's experiments at a scale and write the report with a verdict per claim",
                   _reproduce_args, _reproduce),
-    "sweep": ("the stability frontier: maximum stable learning rate and LR sensitivity per normalization scheme, "
-              "with and without warm-up, across widths", _sweep_args, _sweep),
+    "sweep": ("the stability edge (the largest learning rate that does not diverge, bisected), the LR tolerance and "
+              "LR sensitivity per normalization scheme, with and without warm-up, across widths", _sweep_args,
+              _sweep),
     "finetune": ("fine-tune a masked-LM checkpoint on sentence pairs: the paper's grid, 6 seeds, t confidence "
                  "intervals", _finetune_args, _finetune),
     "export-hf": ("write a Post-LN masked-LM checkpoint as a Hugging Face BertForMaskedLM", _export_hf_args,

@@ -86,6 +86,13 @@ against the 3-layer threshold 0.87. The sweep's ground truth is "is the no-warm-
    rate (0.83 lr_max over the run): one step above the no-warm-up frontier, Post-LN's warm-up runs ended 0.23-0.28
    nats below the no-warm-up curve read at 0.83 lr.
 
+Both readings above took "frontier" to be the largest learning rate within 0.1 nats of a curve's best final loss.
+Issue 40 showed that this band (now named the LR tolerance) is not a stability boundary: none of those runs was
+unstable, so under the stability edge (experiments/sweep.py) every edge is censored at the grid's top, no pair is
+decided, and the 5/5 above is agreement with the LR tolerance, which any threshold between the two clusters of S
+(or the rule "Post-LN needs warm-up") also gets. diagnose is not validated until the edge search decides pairs;
+:func:`held_out_agreement` is how it will be scored then (calibrated on some cells, scored on others).
+
 The rule is unchanged: the disagreement came from a ground truth whose only warm-up was too short for the
 effect, not from S. The 8-layer references stay held out of the threshold's calibration, and the sweep's cells
 never entered it. What diagnose does with this evidence: when every flagged stack has :data:`SHALLOW_LAYERS` or
