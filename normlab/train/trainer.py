@@ -555,7 +555,7 @@ class Trainer:
         if self.device.type == "cpu":
             release_memory()
 
-    def _set_attention(self, plan: list[np.ndarray], extra: dict[str, Any]) -> None:
+    def _set_attention(self, plan: list[np.ndarray], extra: dict[str, Any], *, measure: bool = True) -> None:
         """Choose the attention kernel (``cfg.attention``; ``auto``: the fastest measured on batches of this
         epoch, :mod:`normlab.train.kernels`), set it on the model and record it in the summary. A resumed run
         keeps the kernel it started with unless the configuration names another.
@@ -566,7 +566,7 @@ class Trainer:
         cfg, s = self.cfg, self.state
         if cfg.attention != "auto":
             s.attention = cfg.attention
-        elif s.attention is None:
+        elif s.attention is None and measure:
             order = sorted(range(len(plan)), key=lambda i: len(plan[i]))
             picks = sorted({order[round(q * (len(order) - 1))] for q in (0.1, 0.5, 0.9)})
             batches = [self.train_data.collate(plan[i], rank=self.dist.rank, world=self.dist.world, seed=cfg.seed,
@@ -582,8 +582,8 @@ class Trainer:
             extra["attention_ms"] = choice["ms"]
             self._say(f"attention: {s.attention} (forward + backward of the {choice['calls']} attention calls of "
                       f"{len(batches)} batches: " + ", ".join(f"{k} {v:.1f} ms" for k, v in choice["ms"].items()) + ")")
-        set_attention(self.model, None if s.attention == "default" else s.attention)
-        extra["attention"] = s.attention
+        set_attention(self.model, None if s.attention in (None, "default") else s.attention)
+        extra["attention"] = s.attention or "default"
 
     def _epoch_plan(self, epoch: int) -> list[np.ndarray]:
         d = self.cfg.data
@@ -749,9 +749,10 @@ class Trainer:
     def _loop(self, schedule: Schedule, total: int, extra: dict[str, Any]) -> dict[str, Any]:
         cfg, s = self.cfg, self.state
         status = "completed"
-        if s.update < total:
-            self._set_attention(self._epoch_plan(s.epoch), extra)
-            self._release()
+        # the kernel of the run (kept, or measured when there are updates left to make it pay): a pending
+        # validation of a resumed run computes with the kernel the uninterrupted run would have used
+        self._set_attention(self._epoch_plan(s.epoch), extra, measure=s.update < total)
+        self._release()
         self._summary("running", **extra)
         if s.pending_valid is not None:  # resumed from a checkpoint whose validation had not been done
             self._validate(s.pending_valid)
