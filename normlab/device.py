@@ -19,7 +19,7 @@ import torch
 
 from normlab.config import ConfigError
 
-__all__ = ["pick_device", "autocast_dtype", "autocast", "attention_upcast"]
+__all__ = ["pick_device", "autocast_dtype", "autocast", "attention_upcast", "compute_dtype", "LOW_PRECISION"]
 
 
 def pick_device(preference: str = "auto", local_rank: int = 0) -> torch.device:
@@ -67,7 +67,7 @@ def autocast(device: torch.device | str, dtype: torch.dtype | str | None) -> con
 # so running it in fp32 costs little, and it keeps the softmax's precision. AMX CPUs, non-x86 CPUs (neither
 # measured) and CUDA keep the native kernel.
 _CPU_UPCAST = platform.machine().lower() in ("x86_64", "amd64") and not torch.cpu._is_amx_tile_supported()
-_LOW = (torch.bfloat16, torch.float16)
+LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
 def attention_upcast(*xs: torch.Tensor) -> torch.dtype | None:
@@ -77,4 +77,13 @@ def attention_upcast(*xs: torch.Tensor) -> torch.dtype | None:
     kernel."""
     if not _CPU_UPCAST or xs[0].device.type != "cpu":
         return None
-    return next((x.dtype for x in xs if x.dtype in _LOW), None)
+    return next((x.dtype for x in xs if x.dtype in LOW_PRECISION), None)
+
+
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype a matmul on ``x`` computes in here: the autocast dtype when autocast is on for x's device, else
+    x's own (the chunked loss head and the matmul attention kernel run their products in it explicitly)."""
+    dev = x.device.type
+    if torch.amp.is_autocast_available(dev) and torch.is_autocast_enabled(dev):
+        return torch.get_autocast_dtype(dev)
+    return x.dtype

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from normlab.config import ModelConfig, Placement
-from normlab.device import attention_upcast
+from normlab.device import LOW_PRECISION, attention_upcast, compute_dtype
 
 __all__ = [
     "NORM_SLOTS",
@@ -615,7 +615,7 @@ def _matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_c
     and a query row whose keys are all masked out gives 0 (PyTorch 2.13's kernels do the same; such a row, e.g.
     cross-attention from a source of padding only, would otherwise average the values)."""
     dev = q.device.type
-    cd = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else q.dtype
+    cd = compute_dtype(q)
     with torch.autocast(dev, enabled=False):
         # the casts of q and k also make them contiguous in one pass, which the batched product needs anyway
         # (at the quick shape on Zen 4 these scores cost 14.0 ms forward + backward against 12.5 in bf16)
@@ -648,7 +648,7 @@ def _sdpa(
     impl = impl or default_attention(q, k, v)
     if impl == "matmul":
         return _matmul_attention(q, k, v, mask, is_causal, dropout)
-    if impl == "sdpa-fp32" and (dtype := next((x.dtype for x in (q, k, v) if x.dtype in _LOW), None)) is not None:
+    if impl == "sdpa-fp32" and (dtype := next((x.dtype for x in (q, k, v) if x.dtype in LOW_PRECISION), None)) is not None:
         with torch.autocast(q.device.type, enabled=False):
             o = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout,
                                                is_causal=is_causal)  # fmt: skip
@@ -658,7 +658,6 @@ def _sdpa(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
 
 
-_LOW = (torch.bfloat16, torch.float16)
 
 
 def _attend(

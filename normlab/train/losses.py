@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from normlab.data.batch import PAD
+from normlab.device import compute_dtype
 
 __all__ = [
     "LOSS_IMPLS",
@@ -134,14 +135,6 @@ def default_chunk_size(vocab: int, device: torch.device | str = "cpu") -> int:
     matmul peak) and 128 MB on a GPU, where larger products are needed to fill the device."""
     elements = 1 << (25 if torch.device(device).type == "cuda" else 23)
     return max(64, elements // max(vocab, 1))
-
-
-def _compute_dtype(x: Tensor) -> torch.dtype:
-    """The dtype F.linear would compute in here: the autocast dtype when autocast is on for x's device."""
-    dev = x.device.type
-    if torch.amp.is_autocast_available(dev) and torch.is_autocast_enabled(dev):
-        return torch.get_autocast_dtype(dev)
-    return x.dtype
 
 
 class _Head:
@@ -340,7 +333,7 @@ def linear_label_smoothed_nll_loss(
             h, t = h[keep], t[keep]
     n = t.shape[0]
     chunk = chunk_size or default_chunk_size(V, h.device)
-    cd = _compute_dtype(h)
+    cd = compute_dtype(h)
     # under no_grad (evaluation) autograd still reports needs_input_grad: never precompute gradients there
     precompute = impl == "chunked" and torch.is_grad_enabled()
     loss, nll = _LinearLabelSmoothedCE.apply(h, weight, bias, t, conf, eps_i, chunk, cd, precompute)
