@@ -74,10 +74,11 @@ from normlab.config import (
     field,
     flat_dict,
 )
+from normlab.files import write_atomic, write_json_atomic
 from normlab.metrics import mean_ci
 from normlab.model import PairClassifier
 from normlab.pretrained import Pretrained, locate_pretrained
-from normlab.rundir import RunDir, write_atomic, write_json_atomic
+from normlab.rundir import RunDir
 
 __all__ = [
     "FinetuneConfig", "SCALES", "PAPER", "Setting", "FinetuneRun", "data_config", "run_config", "grid", "finetune",

@@ -25,115 +25,36 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import math
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from normlab.config import ConfigError, TrainConfig, load_yaml
+from normlab.data.tokenizer import Tokenizer
+from normlab.device import pick_device
+from normlab.files import (
+    fsync_dir,
+    json_line,
+    read_jsonl,
+    remove_tree,
+    strict_json,
+    sweep,
+    write_atomic,
+    write_json_atomic,
+)
+from normlab.model import build_model
+from normlab.train.checkpoint import STATE, CheckpointError, list_checkpoints, load_checkpoint
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from normlab.data.tokenizer import Tokenizer
-
-__all__ = ["RunDir", "RunLocked", "RunDirUnwritable", "write_atomic", "write_json_atomic", "fsync_dir", "strict_json",
-           "json_line"]
+# the file mechanics live in normlab/files.py (the ground floor); they are named here too, where callers found them
+__all__ = ["RunDir", "RunDirUnwritable", "RunLocked", "fsync_dir", "json_line", "read_jsonl", "remove_tree",
+           "strict_json", "sweep", "write_atomic", "write_json_atomic"]  # fmt: skip
 
 FINISHED = ("completed", "diverged")
-
-
-# ------------------------------------------------------------------------------------------------ atomic writes
-
-
-def fsync_dir(path: str | Path) -> None:
-    """Make a rename (or creation) inside ``path`` durable; a no-op where directories cannot be opened."""
-    try:
-        fd = os.open(str(path), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _read_umask() -> int:
-    mask = os.umask(0)  # the only way to read it is to set it: put it back at once
-    os.umask(mask)
-    return mask
-
-
-# read once, at import (in the main thread): os.umask is process-wide, and setting it while another thread creates a
-# file would give that file the wrong mode
-_UMASK = _read_umask()
-
-
-def write_atomic(path: str | Path, data: bytes | str) -> None:
-    """Write ``data`` to ``path``: a temporary file in the same directory, fsync, rename, fsync the directory.
-    A kill at any moment leaves the old file or the new one, never an empty or partial one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        # mkstemp creates the file 0600; the result gets the mode of the file it replaces, else that of a file
-        # opened for writing (0666 less the umask), so that a report or summary stays readable by others
-        if hasattr(os, "fchmod"):  # not on Windows, where the mode bits mean little
-            os.fchmod(fd, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_UMASK)
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
-
-
-def strict_json(value: Any) -> Any:
-    """``value`` with every non-finite float replaced by None: JSON has no NaN or Infinity (RFC 8259), and
-    ``json.dumps`` would write the tokens ``NaN`` / ``Infinity`` that strict parsers refuse."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: strict_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict_json(v) for v in value]
-    return value
-
-
-def json_line(record: dict[str, Any]) -> str:
-    """One strict-JSON line (a metrics.jsonl record)."""
-    return json.dumps(strict_json(record), sort_keys=True, allow_nan=False, default=str)
-
-
-def write_json_atomic(path: str | Path, data: Any) -> None:
-    write_atomic(path, json.dumps(strict_json(data), indent=1, sort_keys=True, allow_nan=False, default=str) + "\n")
-
-
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a JSON-lines file; a line cut by a kill (or otherwise unreadable) is skipped."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    out = []
-    with open(path, "rb") as f:
-        for raw in f:
-            try:
-                rec = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                continue
-            if isinstance(rec, dict):
-                out.append(rec)
-    return out
 
 
 # ------------------------------------------------------------------------------------------------------ lock
@@ -286,8 +207,6 @@ class RunDir:
         write_json_atomic(self.path / self.DATA, {"files": files, "tokenizer": hashlib.sha256(tokenizer).hexdigest()})
 
     def tokenizer(self) -> Tokenizer:
-        from normlab.data.tokenizer import Tokenizer
-
         if not self.tokenizer_path.is_file():
             raise ConfigError(f"{self.path}: no {self.TOKENIZER} (runs trained by normlab train have one)")
         return Tokenizer.load(self.tokenizer_path)
@@ -420,8 +339,6 @@ class RunDir:
 
     def list_checkpoints(self) -> list[Path]:
         """Complete ``update_*`` checkpoints, oldest first."""
-        from normlab.train.checkpoint import list_checkpoints
-
         return list_checkpoints(self.checkpoints)
 
     def latest(self) -> Path | None:
@@ -430,8 +347,6 @@ class RunDir:
 
     def resolve(self, which: str | int = "best") -> Path:
         """``best``, ``last``, or an update number; a one-line error otherwise."""
-        from normlab.train.checkpoint import STATE, CheckpointError
-
         ckpts = self.checkpoints
         which = str(which)
         if which == "best":
@@ -466,10 +381,6 @@ class RunDir:
     ) -> tuple[nn.Module, TrainConfig, Path]:
         """The run's model with the weights of checkpoint ``which``, in eval mode, its configuration and the
         checkpoint's path. ``task``: refuse (one line) a run of another task."""
-        from normlab.device import pick_device
-        from normlab.model import build_model
-        from normlab.train.checkpoint import load_checkpoint
-
         cfg = self.read_config()
         if task is not None and cfg.data.task != task:
             raise ConfigError(f"{self.path}: a {cfg.data.task} run, not a {task} run")
@@ -478,21 +389,3 @@ class RunDir:
         model = build_model(cfg.model, cfg.data.task).to(dev)
         load_checkpoint(path, model, device=dev)
         return model.eval(), cfg, path
-
-
-def remove_tree(path: Path) -> None:
-    """Delete a directory so that a kill midway leaves no partial copy under its name: rename it to a hidden
-    ``.trash-*`` sibling first (atomic), then delete that (a later :func:`sweep` finishes an interrupted one)."""
-    if not path.exists():
-        return
-    trash = Path(tempfile.mkdtemp(prefix=".trash-", dir=path.parent))
-    os.replace(path, trash / path.name)
-    fsync_dir(path.parent)
-    shutil.rmtree(trash, ignore_errors=True)
-
-
-def sweep(directory: Path) -> None:
-    """Remove what an interrupted save or deletion left in ``directory`` (hidden ``.tmp-*`` / ``.trash-*``)."""
-    for pattern in (".tmp-*", ".trash-*", ".old-best-*"):
-        for stale in directory.glob(pattern):
-            shutil.rmtree(stale, ignore_errors=True)

@@ -26,10 +26,11 @@ from normlab.data.batch import EOS, PAD
 from normlab.data.cache import digest
 from normlab.data.tokenizer import Tokenizer
 from normlab.device import autocast_dtype
+from normlab.files import strict_json, write_atomic
 from normlab.generate import translate_batch
 from normlab.metrics import bleu
 from normlab.model import Seq2Seq
-from normlab.rundir import RunDir, strict_json, write_atomic
+from normlab.rundir import RunDir
 
 __all__ = ["load_run", "translate_tokens", "translate_lines", "validation_bleu", "evaluate_run"]
 

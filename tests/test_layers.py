@@ -31,8 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("model", ("normlab", "normlab.model", "normlab.generate", "normlab.metrics", "normlab.hf")),
     ("train", ("normlab.train", "normlab.rundir")),
     # what uses a trained model or trains one for a purpose, and the analyses at initialisation
-    ("tasks", ("normlab.train.run", "normlab.translate", "normlab.pretrained", "normlab.finetune",
-               "normlab.analysis")),  # fmt: skip
+    ("tasks", ("normlab.train.run", "normlab.translate", "normlab.pretrained", "normlab.finetune", "normlab.analysis")),
     # the data experiments hand to the report
     ("results", ("normlab.results",)),
     ("report", ("normlab.report",)),

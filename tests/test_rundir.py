@@ -60,12 +60,12 @@ def test_atomic_write_and_tolerant_metrics_reader(tmp_path):
     write_atomic(tmp_path / "a.json", "{}")
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]  # no temporary file left
     if os.name == "posix":  # the mode of a file opened for writing (not mkstemp's 0600), or of the one replaced
-        import normlab.rundir as rundir
+        import normlab.files as files
 
         write_atomic(tmp_path / "b.json", "{}")
         (tmp_path / "c.json").write_text("{}")  # what open() gives under the process' umask
         assert (tmp_path / "b.json").stat().st_mode & 0o777 == (tmp_path / "c.json").stat().st_mode & 0o777
-        assert (tmp_path / "b.json").stat().st_mode & 0o777 == 0o666 & ~rundir._UMASK
+        assert (tmp_path / "b.json").stat().st_mode & 0o777 == 0o666 & ~files.UMASK
         (tmp_path / "b.json").chmod(0o640)
         write_atomic(tmp_path / "b.json", "[]")
         assert (tmp_path / "b.json").stat().st_mode & 0o777 == 0o640

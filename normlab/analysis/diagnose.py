@@ -113,7 +113,7 @@ import torch
 from torch import Tensor, nn
 
 from normlab.analysis.gradients import GradientMoments, fit_linear_slope
-from normlab.rundir import strict_json
+from normlab.files import strict_json
 
 __all__ = [
     "THRESHOLD",

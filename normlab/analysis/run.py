@@ -41,7 +41,7 @@ from normlab.analysis.theory import (
 )
 from normlab.config import NORMS, ConfigError, ModelConfig, Placement, Strict, config, field, scheme_errors
 from normlab.data.batch import TranslationBatch
-from normlab.rundir import strict_json
+from normlab.files import strict_json
 
 __all__ = ["AnalysisConfig", "SCALES", "analysis_scale", "run_analysis", "claims_numbers", "summary_lines", "depth_scan_lines", "print_progress", "resolve_device"]
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from normlab.config import DataConfig
+from normlab.files import write_atomic
 
 # Bump when the layout of a cached file changes: old files are then simply not found.
 FORMAT_VERSION = 1
@@ -49,14 +50,6 @@ def digest(*parts: Any) -> str:
     """A short hex key for JSON-serialisable ``parts``."""
     text = json.dumps([FORMAT_VERSION, *parts], sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (:func:`normlab.rundir.write_atomic`: write, fsync, rename, fsync
-    the directory)."""
-    from normlab.rundir import write_atomic as _write_atomic
-
-    _write_atomic(path, data)
 
 
 def save_arrays(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:

@@ -32,8 +32,8 @@ import numpy as np
 import sentencepiece as spm
 
 from normlab.data.batch import BOS, CLS, EOS, MASK, PAD, SEP, SPECIAL_TOKENS, UNK
-from normlab.data.cache import write_atomic
 from normlab.data.corpora import DataError
+from normlab.files import write_atomic
 
 log = logging.getLogger("normlab.data")
 

@@ -37,7 +37,8 @@ import yaml
 
 from normlab.config import ConfigError, flat_dict
 from normlab.experiments.figures import RunSpec
-from normlab.rundir import RunDir, write_atomic
+from normlab.files import write_atomic
+from normlab.rundir import RunDir
 
 __all__ = ["RunOutcome", "run_grid", "run_status", "changed_settings", "failure_line", "FINISHED"]
 

@@ -42,11 +42,11 @@ from normlab.experiments.grid import (
 )
 from normlab.experiments.results import collect
 from normlab.experiments.scales import Scale, get_scale
+from normlab.files import write_atomic
 from normlab.report.claims import evaluate_claims
 from normlab.report.html import write_html
 from normlab.report.markdown import write_markdown
 from normlab.report.plots import plot_all
-from normlab.rundir import write_atomic
 
 __all__ = ["reproduce", "add_arguments", "run", "make_context", "rerender"]
 

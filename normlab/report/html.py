@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from normlab.rundir import write_atomic
+from normlab.files import write_atomic
 
 __all__ = ["write_html", "format_number", "verdict_counts", "counts_sentence", "progress_sentence", "time_phrase",
            "baseline_lines", "RUN_COLUMNS", "run_cells"]

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from normlab.files import write_atomic
 from normlab.report.html import (
     RUN_COLUMNS,
     baseline_lines,
@@ -15,7 +16,6 @@ from normlab.report.html import (
     run_cells,
     time_phrase,
 )
-from normlab.rundir import write_atomic
 
 __all__ = ["write_markdown"]
 

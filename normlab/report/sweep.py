@@ -16,8 +16,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from normlab.experiments.sweep import WARMUPS, arms, best_loss_gap, edge_text, warm_arms  # noqa: E402
+from normlab.files import write_atomic  # noqa: E402
 from normlab.report.html import _CSS, _e, _img, format_number  # noqa: E402
-from normlab.rundir import write_atomic  # noqa: E402
 
 __all__ = ["write_sweep_report", "plot_loss_vs_lr", "plot_frontier", "beyond_the_paper"]
 

@@ -39,7 +39,7 @@ from safetensors.torch import load_file, save_file, save_model
 from torch import nn
 
 from normlab.config import ConfigError
-from normlab.rundir import _UMASK, fsync_dir, remove_tree, sweep
+from normlab.files import UMASK, fsync_dir, remove_tree, sweep
 
 __all__ = [
     "save_checkpoint",
@@ -140,8 +140,8 @@ def _publish_modes(tmp: Path) -> None:
     if not hasattr(os, "fchmod"):  # not on Windows, where the mode bits mean little
         return
     for f in tmp.iterdir():
-        os.chmod(f, 0o666 & ~_UMASK)
-    os.chmod(tmp, 0o777 & ~_UMASK)
+        os.chmod(f, 0o666 & ~UMASK)
+    os.chmod(tmp, 0o777 & ~UMASK)
 
 
 def save_checkpoint(
@@ -192,7 +192,7 @@ def update_state(path: str | Path, changes: dict[str, Any]) -> None:
             f.write(json.dumps(payload, indent=1, sort_keys=True))
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)
+        os.chmod(tmp, 0o666 & ~UMASK)
         os.replace(tmp, path / STATE)
         fsync_dir(path)
     except BaseException:
