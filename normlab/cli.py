@@ -12,10 +12,19 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
-from normlab import __version__
-from normlab.config import ConfigError
+from normlab import __version__, finetune, pretrained, translate
+from normlab.analysis.diagnose import diagnose_config
+from normlab.analysis.run import AnalysisConfig, analysis_scale, print_progress, run_analysis, summary_lines
+from normlab.assets import load_config_file
+from normlab.config import ConfigError, ModelConfig, add_set_argument, apply_overrides, resolve_overrides
+from normlab.data import summary as data_summary
+from normlab.experiments import reproduce, sweep
+from normlab.faults import fault_line, report_to_torchrun
+from normlab.model import build_model, describe
+from normlab.train import run as train_run
+
+__all__ = ["COMMANDS", "build_parser", "fault_line", "main", "report_to_torchrun"]
 
 EXIT_FAULT = 1
 EXIT_USAGE = 2
@@ -24,8 +33,6 @@ EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a process killed by SIGP
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
-    from normlab.config import ModelConfig, add_set_argument
-
     p.add_argument("--config", help="YAML file or bundled config (bert-tiny-post, ...); its `model:` section (or "
                                     "the whole file) is the ModelConfig")  # fmt: skip
     add_set_argument(p, ModelConfig, section="model")
@@ -33,9 +40,6 @@ def _model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _model(args: argparse.Namespace) -> int:
-    from normlab.config import ModelConfig, apply_overrides, load_config_file
-    from normlab.model import build_model, describe
-
     data = load_config_file(args.config, "model") if args.config else {}
     cfg = ModelConfig.from_dict(apply_overrides(data, args.set))
     print(describe(build_model(cfg, args.task)))
@@ -46,9 +50,6 @@ def _model(args: argparse.Namespace) -> int:
 
 
 def _analyze_args(p: argparse.ArgumentParser) -> None:
-    from normlab.analysis.run import AnalysisConfig
-    from normlab.config import add_set_argument
-
     p.add_argument("--scale", choices=["smoke", "quick", "paper"], default="quick",
                    help="smoke: seconds; quick: minutes on 2 CPU cores; paper: the paper's sizes")
     p.add_argument("--out", required=True, help="directory for analysis.json and the figures")
@@ -62,9 +63,6 @@ def _analyze_args(p: argparse.ArgumentParser) -> None:
 
 
 def _analyze(args: argparse.Namespace) -> int:
-    from normlab.analysis.run import AnalysisConfig, print_progress, analysis_scale, run_analysis, summary_lines
-    from normlab.config import apply_overrides
-
     overrides = list(args.set)
     if args.checkpoint:
         overrides.append(f"checkpoint={args.checkpoint}")
@@ -99,9 +97,6 @@ def _diagnose_args(p: argparse.ArgumentParser) -> None:
 def _diagnose(args: argparse.Namespace) -> int:
     import json
 
-    from normlab.analysis.diagnose import diagnose_config
-    from normlab.config import ModelConfig, apply_overrides, load_config_file
-
     data = load_config_file(args.config, "model") if args.config else {}
     cfg = ModelConfig.from_dict(apply_overrides(data, args.set))
     if args.steps <= 0:
@@ -118,166 +113,29 @@ def _diagnose(args: argparse.Namespace) -> int:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result.to_dict(), f, indent=1, allow_nan=False)  # strict: undefined numbers are null
     return 0
-def _data_args(p: argparse.ArgumentParser) -> None:
-    from normlab.data.summary import add_arguments
-
-    add_arguments(p)
-
-
-def _data(args: argparse.Namespace) -> int:
-    from normlab.data.summary import run
-
-    return run(args)
-
-
-def _train_args(p: argparse.ArgumentParser) -> None:
-    from normlab.train.run import add_arguments
-
-    add_arguments(p)
-
-
-def _train(args: argparse.Namespace) -> int:
-    from normlab.train.run import run
-
-    return run(args)
-
-
-def _reproduce_args(p: argparse.ArgumentParser) -> None:
-    from normlab.experiments.reproduce import add_arguments
-
-    add_arguments(p)
-
-
-def _reproduce(args: argparse.Namespace) -> int:
-    from normlab.experiments.reproduce import run
-
-    return run(args)
-
-
-def _sweep_args(p: argparse.ArgumentParser) -> None:
-    from normlab.experiments.sweep import add_arguments
-
-    add_arguments(p)
-
-
-def _sweep(args: argparse.Namespace) -> int:
-    from normlab.experiments.sweep import run
-
-    return run(args)
-
-
-def _translate_args(p: argparse.ArgumentParser) -> None:
-    from normlab.translate import add_translate_arguments
-
-    add_translate_arguments(p)
-
-
-def _translate(args: argparse.Namespace) -> int:
-    from normlab.translate import run_translate
-
-    return run_translate(args)
-
-
-def _evaluate_args(p: argparse.ArgumentParser) -> None:
-    from normlab.translate import add_evaluate_arguments
-
-    add_evaluate_arguments(p)
-
-
-def _evaluate(args: argparse.Namespace) -> int:
-    from normlab.translate import run_evaluate
-
-    return run_evaluate(args)
-
-
-def _finetune_args(p: argparse.ArgumentParser) -> None:
-    from normlab.finetune import add_arguments
-
-    add_arguments(p)
-
-
-def _finetune(args: argparse.Namespace) -> int:
-    from normlab.finetune import run
-
-    return run(args)
-
-
-def _export_hf_args(p: argparse.ArgumentParser) -> None:
-    from normlab.pretrained import add_export_arguments
-
-    add_export_arguments(p)
-
-
-def _export_hf(args: argparse.Namespace) -> int:
-    from normlab.pretrained import run_export
-
-    return run_export(args)
-
-
 # name -> (help, add arguments, run); each run returns the exit code
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "model": ("print a model's configuration, parameter count and where its LayerNorms sit", _model_args, _model),
     "analyze": ("measure Figure 3, Theorem 1, Lemmas 2-3 and concentration at initialisation", _analyze_args, _analyze),
     "diagnose": ("per-layer gradients at initialisation and a warm-up verdict for a model config", _diagnose_args, _diagnose),
-    "data": ("prepare a corpus (tokenizer, binarized splits; cached) and print its statistics", _data_args, _data),
-    "train": ("train a translation, masked-LM or classification model (exit 3 when it diverges)", _train_args, _train),
+    "data": ("prepare a corpus (tokenizer, binarized splits; cached) and print its statistics",
+             data_summary.add_arguments, data_summary.run),
+    "train": ("train a translation, masked-LM or classification model (exit 3 when it diverges)",
+              train_run.add_arguments, train_run.run),
     "translate": ("translate sentences (stdin or --input) with a trained run, streamed to stdout",
-                  _translate_args, _translate),
+                  translate.add_translate_arguments, translate.run_translate),
     "evaluate": ("BLEU (sacreBLEU and tokenized) and NLL of a run on its valid or test split, or on your own files",
-                 _evaluate_args, _evaluate),
+                 translate.add_evaluate_arguments, translate.run_evaluate),
     "reproduce": ("run the paper's experiments at a scale and write the report with a verdict per claim",
-                  _reproduce_args, _reproduce),
+                  reproduce.add_arguments, reproduce.run),
     "sweep": ("the stability edge (the largest learning rate that does not diverge, bisected), the LR tolerance and "
-              "LR sensitivity per normalization scheme, with and without warm-up, across widths", _sweep_args,
-              _sweep),
+              "LR sensitivity per normalization scheme, with and without warm-up, across widths",
+              sweep.add_arguments, sweep.run),
     "finetune": ("fine-tune a masked-LM checkpoint on sentence pairs: the paper's grid, 6 seeds, t confidence "
-                 "intervals", _finetune_args, _finetune),
-    "export-hf": ("write a Post-LN masked-LM checkpoint as a Hugging Face BertForMaskedLM", _export_hf_args,
-                  _export_hf),
+                 "intervals", finetune.add_arguments, finetune.run),
+    "export-hf": ("write a Post-LN masked-LM checkpoint as a Hugging Face BertForMaskedLM",
+                  pretrained.add_export_arguments, pretrained.run_export),
 }
-
-
-def _last_line(e: BaseException) -> str:
-    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else type(e).__name__
-
-
-def _raised_in(e: BaseException, *packages: str) -> bool:
-    """Whether the innermost frame of ``e``'s traceback lies in one of ``packages`` (their own errors are plain
-    RuntimeErrors: sentencepiece's "Vocabulary size is too high" or a model file it cannot parse)."""
-    tb, last = e.__traceback__, None
-    while tb is not None:
-        last, tb = tb, tb.tb_next
-    if last is None:
-        return False
-    parts = Path(last.tb_frame.f_code.co_filename).parts
-    return any(p in parts for p in packages)
-
-
-def fault_line(e: BaseException) -> str | None:
-    """The one line for an error of the machine or of a library that reached the CLI (issue 36: OSError,
-    safetensors, sentencepiece, yaml, memory, torch's overflow), or None for anything else, a bug of ours,
-    whose traceback is wanted."""
-    if isinstance(e, OSError):
-        where = e.filename2 or e.filename  # a copy names its source first and the file it writes second
-        what = e.strerror or _last_line(e)
-        return f"{what}: {where}" if where else what
-    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
-        return f"out of memory ({_last_line(e)}); use a smaller model, batch (data.max_tokens) or beam"
-    if isinstance(e, OverflowError):
-        return f"a number too large for the kernels ({_last_line(e)}); check the sizes in the configuration"
-    name = type(e).__name__
-    if name == "SafetensorError":
-        return f"safetensors: {_last_line(e)}"
-    if name.endswith("YAMLError") or _raised_in(e, "yaml"):
-        return f"YAML: {_last_line(e)}"
-    if isinstance(e, RuntimeError):
-        text = _last_line(e)
-        if _raised_in(e, "sentencepiece"):
-            return f"sentencepiece: {text}"
-        if "overflow" in text.lower() or "can't allocate memory" in text or "not enough memory" in text:
-            return f"{text}; check the sizes in the configuration"
-    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -298,21 +156,6 @@ def _error(line: str) -> None:
     report_to_torchrun(line)
 
 
-def report_to_torchrun(line: str) -> None:
-    """Under torchrun, write ``line`` into the worker's error file (TORCHELASTIC_ERROR_FILE), so that torchrun's
-    ChildFailedError report shows it where it would say "To enable traceback see ...". The report itself, a
-    traceback of torchrun's own main, comes whatever the worker does."""
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if path:
-        import json
-        import time
-
-        try:
-            Path(path).write_text(json.dumps({"message": line, "timestamp": int(time.time())}), encoding="utf-8")
-        except OSError:
-            pass
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -322,8 +165,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     _, _, run = COMMANDS[args.command]
     try:
         if hasattr(args, "set_root"):  # one --set convention: keys become relative to the command's config
-            from normlab.config import resolve_overrides
-
             args.set = resolve_overrides(*args.set_root, args.set)
         return run(args)
     except ConfigError as e:

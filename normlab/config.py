@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import enum
+import math
 import re
 import types
-from pathlib import Path
 import typing
 from typing import Any, ClassVar, Literal, Self
 
@@ -29,7 +28,7 @@ import yaml
 __all__ = [
     "ConfigError", "Strict", "config", "field", "Placement", "NORMS", "ModelConfig", "OptimConfig", "ScheduleConfig",
     "DataConfig", "TrainConfig", "VENDORED_CORPORA", "DEFAULT_CORPUS",
-    "parse_override", "apply_overrides", "load_yaml", "load_config_file", "Setting", "settings", "settings_help",
+    "parse_override", "apply_overrides", "load_yaml", "Setting", "settings", "settings_help",
     "add_set_argument", "resolve_overrides", "flat_dict",
 ]  # fmt: skip
 
@@ -295,32 +294,6 @@ def apply_overrides(data: dict[str, Any], overrides: typing.Iterable[str]) -> di
 
 def _deepcopy_dict(d: dict[str, Any]) -> dict[str, Any]:
     return {k: _deepcopy_dict(v) if isinstance(v, dict) else v for k, v in d.items()}
-
-
-def load_config_file(name: str, section: str = "") -> dict[str, Any]:
-    """A ``--config`` file as a plain dict: a YAML path, or a config bundled with normlab by name
-    (``bert-tiny-post``, see normlab/assets). With ``section`` (``model``, ``data``), that section of a run
-    config, or the whole file when it has no such section."""
-    from normlab.assets import config_file
-
-    if Path(name).expanduser().is_dir():
-        raise ConfigError(f"--config {name}: is a directory, not a YAML file")
-    path = config_file(name)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{name}: not UTF-8 text (byte {e.start})") from None
-    except OSError as e:
-        raise ConfigError(f"{name}: cannot be read ({e.strerror})") from None
-    try:
-        data = load_yaml(text) or {}
-    except ConfigError as e:
-        raise ConfigError(f"{name}: {e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{name}: expected a mapping of config sections")
-    if section:
-        data = data.get(section, data)
-    return data
 
 
 # --------------------------------------------------------------------------------------------------------

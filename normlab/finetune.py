@@ -62,6 +62,7 @@ import numpy as np
 import torch
 
 from normlab.config import (
+    VENDORED_CORPORA,
     ConfigError,
     DataConfig,
     OptimConfig,
@@ -74,11 +75,15 @@ from normlab.config import (
     field,
     flat_dict,
 )
+from normlab.data import Tokenizer, prepare
+from normlab.data.corpora import locate
 from normlab.files import write_atomic, write_json_atomic
 from normlab.metrics import mean_ci
 from normlab.model import PairClassifier
 from normlab.pretrained import Pretrained, locate_pretrained
 from normlab.rundir import RunDir
+from normlab.train.checkpoint import read_state
+from normlab.train.trainer import Trainer, prepare_run_dir
 
 __all__ = [
     "FinetuneConfig", "SCALES", "PAPER", "Setting", "FinetuneRun", "data_config", "run_config", "grid", "finetune",
@@ -267,9 +272,6 @@ def epoch_curve(run_dir: str | Path) -> list[dict[str, Any]]:
 
 
 def _train_one(run: FinetuneRun, pre: Pretrained, data: Any, status: str, *, keep: bool, verbose: bool) -> None:
-    from normlab.train.checkpoint import read_state
-    from normlab.train.trainer import Trainer, prepare_run_dir
-
     if read_state(pre.checkpoint)["update"] != pre.update:  # e.g. `best` moved on while the pre-training continues
         raise ConfigError(f"{pre.checkpoint} changed during the grid (now update {read_state(pre.checkpoint)['update']}"
                           f", was {pre.update}); fine-tune a fixed checkpoint: --from RUN/checkpoints/update_N")
@@ -391,10 +393,6 @@ def finetune(
 ) -> dict[str, Any]:
     """Run (or resume) the grid of ``fc`` from the masked-LM checkpoint ``source``; returns the results (also in
     ``out/results.json``). ``say`` receives the progress lines."""
-    from normlab.config import VENDORED_CORPORA
-    from normlab.data import Tokenizer, prepare
-    from normlab.data.corpora import locate
-
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ConfigError("normlab finetune runs its grid in one process, not under torchrun; to spread a grid over "
                           "devices, start one command per device with its own --set lrs=[...] and --out")  # fmt: skip

@@ -23,14 +23,14 @@ from safetensors import safe_open
 from torch import nn
 
 from normlab.config import ConfigError, TrainConfig
+from normlab.data import Tokenizer, prepare
+from normlab.hf import bert_inputs, export_bert, export_refusal
 from normlab.model import MaskedLM
 from normlab.rundir import RunDir
 from normlab.train.checkpoint import MODEL, STATE, CheckpointError, load_checkpoint, read_state
 
 if TYPE_CHECKING:
     import argparse
-
-    from normlab.data import Tokenizer
 
 __all__ = ["Pretrained", "locate_pretrained", "export_hf", "ENCODER_PREFIX", "EXPORT_TOLERANCE"]
 
@@ -59,8 +59,6 @@ class Pretrained:
     def tokenizer(self) -> Tokenizer:
         """The pre-training tokenizer: the run's own ``tokenizer.model`` (``normlab train`` writes it), or else
         the one its data configuration makes; a :class:`ConfigError` when its size differs from the checkpoint's."""
-        from normlab.data import Tokenizer, prepare
-
         saved = None if self.run_dir is None else RunDir(self.run_dir).tokenizer_path
         if saved is not None and saved.is_file():
             tok = Tokenizer.load(saved)
@@ -136,14 +134,11 @@ def export_hf(source: str | Path, out: str | Path, which: str = "best") -> dict:
     pad 0, unk 1, bos 2, eos 3, [CLS] 4, [SEP] 5, [MASK] 6). Checks that HF computes what normlab computes on a
     padded two-segment batch and returns what it did. Refuses Pre-/Peri-LN (and what else BERT cannot express)
     with the one-line reason of :func:`normlab.hf.export_refusal`, before anything is written."""
-    from normlab.hf import bert_inputs, export_refusal
-
     pre = locate_pretrained(source, which)
     reason = export_refusal(pre.cfg.model)
     if reason is not None:
         raise ConfigError(reason)
     try:
-        from normlab.hf import export_bert
         import transformers  # noqa: F401 - the optional dependency, checked before anything is written
     except ImportError as e:
         raise ConfigError(str(e)) from None

@@ -22,8 +22,11 @@ import numpy as np
 import torch
 
 from normlab.config import ConfigError, TrainConfig
+from normlab.data import prepare
 from normlab.data.batch import EOS, PAD
 from normlab.data.cache import digest
+from normlab.data.corpora import DataError
+from normlab.data.datasets import read_test_pairs
 from normlab.data.tokenizer import Tokenizer
 from normlab.device import autocast_dtype
 from normlab.files import strict_json, write_atomic
@@ -31,6 +34,7 @@ from normlab.generate import translate_batch
 from normlab.metrics import bleu
 from normlab.model import Seq2Seq
 from normlab.rundir import RunDir
+from normlab.train.objectives import compute_loss
 
 __all__ = ["load_run", "translate_tokens", "translate_lines", "validation_bleu", "evaluate_run"]
 
@@ -164,16 +168,11 @@ def evaluate_run(
                 raise ConfigError(f"{flag} {f!r}: {why}")
     model, cfg, tok, path = load_run(run_dir, checkpoint, device)
     if source is None or reference is None:
-        from normlab.data import prepare
-
         data = prepare(cfg.data.replace(valid_subset=0), cfg.model.max_positions)
         if split not in data.splits:
             raise ConfigError(f"{run_dir}: the corpus has no {split!r} split (has {sorted(data.splits)})")
         ds, what, stem = data.splits[split], {"split": split}, split
     else:
-        from normlab.data.corpora import DataError
-        from normlab.data.datasets import read_test_pairs
-
         try:  # read as prepare reads a corpus' split, with the run's tokenizer
             ds, dropped = read_test_pairs(Path(source), Path(reference), tok, cfg.model.max_positions)
         except DataError as e:
@@ -197,8 +196,6 @@ def evaluate_run(
 def _score(model: Seq2Seq, cfg: TrainConfig, tok: Tokenizer, ds: Any, n: int, *, beam: int, lenpen: float,
            max_tokens: int) -> dict[str, Any]:  # fmt: skip
     """BLEU and NLL of the first ``n`` examples of ``ds`` (and the hypotheses, for the .hyp file)."""
-    from normlab.train.objectives import compute_loss
-
     t0 = time.perf_counter()
     sources = [list(ds.source_tokens(i)) for i in range(n)]
     amp = autocast_dtype(cfg.precision, next(model.parameters()).device)

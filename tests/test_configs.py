@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from normlab.assets import bundled_configs, config_file, configs_dir
-from normlab.config import ConfigError, Placement, TrainConfig, load_config_file, load_yaml
+from normlab.assets import bundled_configs, config_file, configs_dir, load_config_file
+from normlab.config import ConfigError, Placement, TrainConfig, load_yaml
 from normlab.hf import export_refusal
 
 CONFIGS = sorted(configs_dir().glob("*.yaml"))

@@ -112,8 +112,16 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from normlab.analysis.gradients import GradientMoments, fit_linear_slope
+from normlab.analysis.gradients import GradientMoments, fit_linear_slope, training_loss
+from normlab.analysis.sources import (
+    synthetic_classification_batches,
+    synthetic_mlm_batches,
+    synthetic_translation_batches,
+)
+from normlab.config import ModelConfig
+from normlab.data.batch import PAD
 from normlab.files import strict_json
+from normlab.model import NORM_TYPES, build_model, profile_init
 
 __all__ = [
     "THRESHOLD",
@@ -504,15 +512,6 @@ def diagnose_config(
     (mlm), cross entropy per sentence (classification)."""
     import torch.nn.functional as F
 
-    from normlab.analysis.gradients import training_loss
-    from normlab.analysis.sources import (
-        synthetic_classification_batches,
-        synthetic_mlm_batches,
-        synthetic_translation_batches,
-    )
-    from normlab.data.batch import PAD
-    from normlab.model import build_model
-
     torch.manual_seed(seed)
     model = build_model(cfg, task).to(device)
     model.train(mode == "train")
@@ -524,7 +523,6 @@ def diagnose_config(
         batches = synthetic_classification_batches(
             steps, vocab_size=cfg.vocab_size, num_classes=cfg.num_classes, length=min(32, cfg.max_positions), seed=seed
         )
-    from normlab.model import profile_init
 
     profile_init(model, batches[0], seed=seed)  # Admin's omega is part of its initialisation (no-op otherwise)
     it = iter(_cycle([b.to(device) for b in batches]))
@@ -537,8 +535,6 @@ def diagnose_config(
             select = b.targets.ne(PAD)
             return F.cross_entropy(model(b.tokens, b.segments, select=select), b.targets[select])
         return F.cross_entropy(model(b.tokens, b.segments), b.labels)
-
-    from normlab.model import NORM_TYPES
 
     # every norm function a normlab model may hold (ModelConfig.norm), not only nn.LayerNorm
     return diagnose(model, closure, steps=steps, threshold=threshold, norm_types=NORM_TYPES)
@@ -566,10 +562,6 @@ def calibration_diagnoses(*, layers: int = 12, steps: int = 8, seed: int = 0) ->
     """The diagnoses behind :data:`CALIBRATION`: for each model kind (``mlm``, ``seq2seq``, ``torch``) and
     placement, :func:`diagnose` at initialisation, eval mode, ``steps`` synthetic batches, seed ``seed``."""
     import torch.nn.functional as F
-
-    from normlab.analysis.sources import synthetic_mlm_batches
-    from normlab.config import ModelConfig
-    from normlab.data.batch import PAD
 
     out: dict[str, dict[str, Diagnosis]] = {"mlm": {}, "seq2seq": {}, "torch": {}}
     for placement in ("post", "pre"):

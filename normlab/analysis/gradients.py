@@ -35,6 +35,8 @@ from torch import Tensor, nn
 from normlab.config import ModelConfig, parse_scheme
 from normlab.data.batch import PAD, TranslationBatch
 from normlab.device import autocast
+from normlab.model import Seq2Seq, profile_init
+from normlab.train.losses import label_smoothed_nll_loss
 
 __all__ = [
     "FFN_WEIGHT",
@@ -61,8 +63,6 @@ def training_loss(logits: Tensor, target: Tensor, n_tokens: int, label_smoothing
     :func:`normlab.train.losses.label_smoothed_nll_loss` in fp32), summed over the non-pad targets and
     divided by ``n_tokens`` (fairseq's ``sample_size = ntokens``), so that the gradient is the one the
     optimizer would see at the first update."""
-    from normlab.train.losses import label_smoothed_nll_loss
-
     loss, _ = label_smoothed_nll_loss(logits, target, label_smoothing, PAD)
     return loss / max(n_tokens, 1)
 
@@ -256,8 +256,6 @@ def figure3cd(
     (None otherwise). ``slopes`` gathers, per scheme, both stacks' slopes and Theorem 1's (None where the
     theorem says nothing).
     """
-    from normlab.model import Seq2Seq, profile_init
-
     out: dict[str, Any] = {"depths": list(depths), "seeds": list(seeds), "theory_slope": dict(THEOREM1_SLOPE),
                            "schemes": list(schemes), "slopes": {}}
     for scheme in schemes:

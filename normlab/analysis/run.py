@@ -41,7 +41,8 @@ from normlab.analysis.theory import (
 )
 from normlab.config import NORMS, ConfigError, ModelConfig, Placement, Strict, config, field, scheme_errors
 from normlab.data.batch import TranslationBatch
-from normlab.files import strict_json
+from normlab.files import strict_json, write_atomic
+from normlab.model import Seq2Seq
 
 __all__ = ["AnalysisConfig", "SCALES", "analysis_scale", "run_analysis", "claims_numbers", "summary_lines", "depth_scan_lines", "print_progress", "resolve_device"]
 
@@ -383,13 +384,11 @@ def run_analysis(
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        from normlab.analysis.plots import write_figures
+        from normlab.analysis.plots import write_figures  # matplotlib: 0.5-0.8 s to import, for figures only
 
         result["figures"] = write_figures(result, out)
         text = json.dumps(strict_json(result), indent=1, allow_nan=False)  # a slope of two points has no s.e.: null
         # atomic: `normlab reproduce` skips the analysis when analysis.json exists, so never a truncated one
-        from normlab.rundir import write_atomic
-
         write_atomic(out / "analysis.json", text + "\n")
     return result
 
@@ -409,8 +408,6 @@ last entry is x^{pre}_{L+1} (the input of the final LayerNorm)."""
 
 def _ab_model(cfg: AnalysisConfig, vocab: int, placement: str, seed: int, d: int, device: torch.device) -> nn.Module:
     """The 6-6 model of Figure 3(a,b) under ``seed``, at width ``d`` (FFN and heads at the config's ratio)."""
-    from normlab.model import Seq2Seq
-
     model_cfg = cfg.model_config(vocab, placement, cfg.layers)
     if d != cfg.d_model:
         model_cfg = model_cfg.replace(d_model=d, d_ffn=cfg.d_ffn * d // cfg.d_model)

@@ -25,7 +25,11 @@ import torch
 from torch import nn
 
 from normlab.config import ConfigError, DataConfig, ModelConfig
+from normlab.data import DataError, prepare
 from normlab.data.batch import BOS, CLS, EOS, MASK, PAD, SEP, ClassificationBatch, MLMBatch, TranslationBatch
+from normlab.model import build_model
+from normlab.rundir import RunDir
+from normlab.train.checkpoint import STATE, read_state
 
 __all__ = [
     "FIRST_CONTENT_ID",
@@ -149,8 +153,6 @@ def de_en_batches(
     with its 10k joint BPE, unless ``data`` says otherwise), shuffled with ``seed`` as the trainer's first
     epoch is, and the tokenizer's vocabulary size. The tokenizer and binarized splits come from the data
     pipeline's cache (built on first use: up to a minute)."""
-    from normlab.data import DataError, prepare
-
     cfg = data or DataConfig(task="translation", corpus="de-en")
     cfg = cfg.replace(max_tokens=max_tokens)
     try:
@@ -178,11 +180,7 @@ def load_checkpoint(path: str | Path, task: str = "translation") -> nn.Module:
     """
     from safetensors.torch import load_model
 
-    from normlab.model import build_model
-
     path = Path(path)
-    from normlab.rundir import RunDir
-    from normlab.train.checkpoint import STATE, read_state
 
     if path.is_dir() and RunDir(path).checkpoints.is_dir():
         path = RunDir(path).resolve("last")

@@ -28,8 +28,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from normlab.analysis.gradients import fit_loglog_slope
 from normlab.config import ModelConfig, Placement
 from normlab.data.batch import PAD, TranslationBatch
+from normlab.device import autocast
+from normlab.model import MaskedLM
 
 __all__ = [
     "LEMMA2_POST",
@@ -111,8 +114,6 @@ def lemma2_theory(
     standard deviation over positions and the per-seed means; ``samples`` holds the raw squared norms for the
     concentration table (dropped before writing JSON).
     """
-    from normlab.model import MaskedLM
-
     placement = Placement(placement)
     cfg = theory_config(d, n_layers, placement, n_positions)
     per_seed: list[dict[str, list[Tensor]]] = []
@@ -167,8 +168,6 @@ def hidden_norms(
     FFN branch of about 0.44 d rather than d/2; multi-head attention is not uniform), so the measurement is
     the test of how far the theory carries.
     """
-    from normlab.device import autocast
-
     placement = model.cfg.placement
     was_training = model.training
     model.eval()
@@ -240,7 +239,6 @@ def lemma3(
                 xnorm.append(float(x.norm()))
                 bound.append(math.sqrt(d) / float(x.norm()))
         ratio = np.asarray(spec) / np.asarray(bound)
-        from normlab.analysis.gradients import fit_loglog_slope
 
         out["families"][family] = {
             "x_norm": xnorm,

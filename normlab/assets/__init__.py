@@ -15,10 +15,11 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
-from normlab.config import ConfigError
+from normlab.config import ConfigError, load_yaml
 
-__all__ = ["corpora_root", "configs_dir", "bundled_configs", "config_file"]
+__all__ = ["corpora_root", "configs_dir", "bundled_configs", "config_file", "load_config_file"]
 
 
 def _dir(name: str) -> Path:
@@ -61,3 +62,27 @@ def config_file(name: str) -> Path:
     if bundled.is_file():
         raise ConfigError(f"--config {name}: no such file; the bundled config is --config {stem}")
     raise ConfigError(f"--config {name}: no such file, nor a bundled config ({', '.join(bundled_configs())})")
+
+
+def load_config_file(name: str, section: str = "") -> dict[str, Any]:
+    """A ``--config`` file as a plain dict: a YAML path, or a config bundled with normlab by name
+    (``bert-tiny-post``, :func:`config_file`). With ``section`` (``model``, ``data``), that section of a run
+    config, or the whole file when it has no such section."""
+    if Path(name).expanduser().is_dir():
+        raise ConfigError(f"--config {name}: is a directory, not a YAML file")
+    path = config_file(name)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{name}: not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise ConfigError(f"{name}: cannot be read ({e.strerror})") from None
+    try:
+        data = load_yaml(text) or {}
+    except ConfigError as e:
+        raise ConfigError(f"{name}: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{name}: expected a mapping of config sections")
+    if section:
+        data = data.get(section, data)
+    return data

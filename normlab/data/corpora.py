@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from normlab.assets import corpora_root
 from normlab.config import VENDORED_CORPORA, ConfigError, DataConfig
 
 log = logging.getLogger("normlab.data")
@@ -58,8 +59,6 @@ class DataError(ConfigError):
 def data_root() -> Path:
     """The vendored corpora: ``$NORMLAB_DATA``, else the package data ``normlab/assets/corpora`` (found through
     importlib.resources, so in a wheel's install as in a checkout)."""
-    from normlab.assets import corpora_root
-
     return corpora_root()
 
 

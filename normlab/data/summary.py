@@ -7,7 +7,8 @@ import time
 
 import numpy as np
 
-from normlab.config import DataConfig, add_set_argument, apply_overrides, load_config_file
+from normlab.assets import load_config_file
+from normlab.config import DataConfig, add_set_argument, apply_overrides
 from normlab.data.batch import PAD
 from normlab.data.datasets import Prepared, TranslationDataset, prepare
 

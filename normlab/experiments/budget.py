@@ -22,7 +22,13 @@ from typing import Any
 import torch
 
 from normlab.config import TrainConfig
+from normlab.device import autocast, autocast_dtype
 from normlab.experiments.figures import Context, RunSpec
+from normlab.model import build_model, set_attention
+from normlab.train.kernels import choose_attention
+from normlab.train.losses import translation_loss
+from normlab.train.optim import build_optimizer
+from normlab.train.throughput import limit_onednn_cache, matmul_peak_flops
 
 __all__ = ["Estimate", "probe_update_seconds", "estimate", "grid_work", "evaluations", "updates_per_epoch",
            "native_bf16"]
@@ -92,17 +98,9 @@ def probe_update_seconds(cfg: TrainConfig, *, threads: int, updates: int = 3, se
 def _updater(cfg: TrainConfig, sentence_len: int) -> Any:
     """One training update of ``cfg``'s translation model on a fixed random batch of ``cfg.data.max_tokens`` tokens,
     as a function (synchronised on CUDA, so that timing it times the update)."""
-    from normlab.device import autocast, autocast_dtype
-    from normlab.model import build_model, set_attention
-    from normlab.train.kernels import choose_attention
-    from normlab.train.losses import translation_loss
-    from normlab.train.optim import build_optimizer
-
     device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
                           else "cpu")  # fmt: skip
     if device.type == "cpu":  # as the grid's workers run: oneDNN's cache capped (normlab/train/throughput.py)
-        from normlab.train.throughput import limit_onednn_cache
-
         limit_onednn_cache()
     gen = torch.Generator().manual_seed(0)
     model = build_model(cfg.model).to(device)
@@ -247,8 +245,6 @@ def estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int,
     pre-training and fine-tuning updates are weighted by their tokens and layers against the probed one.
     ``compete``: on a CPU, probe beside ``jobs - 1`` processes training the same model, as the grid will run
     (``normlab sweep``; reproduce's probe already runs beside its Figure 3 analysis)."""
-    from normlab.train.throughput import matmul_peak_flops
-
     trans = [s for s in specs if s.kind == "translation"]
     ref = (trans or list(specs))[0].config
     device = torch.device("cuda" if ref.device == "cuda" or (ref.device == "auto" and torch.cuda.is_available())

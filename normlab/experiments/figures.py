@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from typing import Literal
 
 from normlab.config import DataConfig, ModelConfig, OptimConfig, ScheduleConfig, TrainConfig
+from normlab.experiments.finetuning import finetune_config
 from normlab.experiments.scales import PAPER, Scale, scaled_updates
+from normlab.report.claims import LEVEL, _noise_k
+from normlab.results import split_seed
 
 __all__ = [
     "Context",
@@ -29,6 +31,7 @@ __all__ = [
     "FIGURES",
     "all_runs",
     "mappings",
+    "split_seed",
 ]
 
 
@@ -254,8 +257,6 @@ def finetune_points(scale: Scale) -> list[int]:
 def fig5_finetune(scale: Scale, ctx: Context, parents: list[RunSpec] | None = None) -> list[RunSpec]:
     """Figure 5(b, c): each pre-training run's checkpoints fine-tuned on the two pair tasks, over seeds.
     (The run that the paper found to diverge, Post-LN at 3e-4, is not fine-tuned.)"""
-    from normlab.experiments.finetuning import finetune_config
-
     parents = parents or [r for r in fig5_bert(scale, ctx) if r.name != "bert-post-3e-4"]
     specs = []
     for parent in parents:
@@ -318,15 +319,6 @@ def _selected(scale: Scale, spec: RunSpec) -> bool:
     return not chosen or spec.name in chosen
 
 
-_SEEDED = re.compile(r"^(?P<base>.+)-s(?P<seed>\d+)$")
-
-
-def split_seed(name: str) -> tuple[str, int | None]:
-    """``NAME-sK`` -> (``NAME``, K), the inverse of :func:`with_seeds`' naming; a name without it -> (name, None)."""
-    m = _SEEDED.match(name)
-    return (m["base"], int(m["seed"])) if m else (name, None)
-
-
 def with_seeds(spec: RunSpec, seeds: int) -> list[RunSpec]:
     """``spec`` once per training seed, named ``NAME-s1``, ``NAME-s2``, ... (group ``NAME``)."""
     return [dataclasses.replace(spec, name=f"{spec.name}-s{k}", group=spec.name,
@@ -337,8 +329,6 @@ def with_seeds(spec: RunSpec, seeds: int) -> list[RunSpec]:
 def seeds_mapping(seeds: int) -> Mapping:
     """The report's "seeds" row: how many, and the interval the verdicts read off them, with the numbers of the
     rules in report/claims.py (computed here, so that the text cannot drift from the code that decides)."""
-    from normlab.report.claims import LEVEL, _noise_k
-
     if seeds < 2:
         here = f"{seeds} per training run: the seed noise is not measured, and every training claim is inconclusive"
     else:

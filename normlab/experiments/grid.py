@@ -35,10 +35,13 @@ from typing import Any
 
 import yaml
 
-from normlab.config import ConfigError, flat_dict
+from normlab.config import ConfigError, TrainConfig, flat_dict
 from normlab.experiments.figures import RunSpec
 from normlab.files import write_atomic
 from normlab.rundir import RunDir
+from normlab.train.run import train
+from normlab.train.throughput import limit_onednn_cache
+from normlab.train.trainer import EXIT_DIVERGED
 
 __all__ = ["RunOutcome", "run_grid", "run_status", "changed_settings", "failure_line", "FINISHED"]
 
@@ -153,8 +156,6 @@ def _worker_init(threads: int) -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
 
-    from normlab.train.throughput import limit_onednn_cache
-
     torch.set_num_threads(threads)
     # before the worker's first matmul: it trains run after run, and oneDNN's default cache would hold 1,024
     # primitives of shapes from every one of them
@@ -167,10 +168,6 @@ def _train_in_worker(config: dict[str, Any], run_dir: str, resume: bool, log_pat
     import contextlib
     import logging
     import traceback
-
-    from normlab.config import ConfigError, TrainConfig
-    from normlab.train.run import train
-    from normlab.train.trainer import EXIT_DIVERGED
 
     with open(log_path, "a", encoding="utf-8") as log, contextlib.redirect_stderr(log), contextlib.redirect_stdout(log):
         handler = logging.StreamHandler(log)

@@ -29,8 +29,12 @@ from typing import Any
 import torch
 
 from normlab import __version__
-from normlab.config import ConfigError
-from normlab.experiments.figures import Context, all_runs, mappings
+from normlab.analysis.run import analysis_scale, claims_numbers, summary_lines
+from normlab.config import ConfigError, OptimConfig, ScheduleConfig, TrainConfig
+from normlab.data import prepare
+from normlab.experiments.budget import estimate, updates_per_epoch
+from normlab.experiments.figures import Context, _translation, all_runs, fig5_bert, mappings, seeds_mapping
+from normlab.experiments.finetuning import finetune_config
 from normlab.experiments.grid import (
     FINISHED,
     any_finished,
@@ -40,13 +44,11 @@ from normlab.experiments.grid import (
     run_grid,
     run_status,
 )
-from normlab.experiments.results import collect
-from normlab.experiments.scales import Scale, get_scale
-from normlab.files import write_atomic
-from normlab.report.claims import evaluate_claims
-from normlab.report.html import write_html
-from normlab.report.markdown import write_markdown
-from normlab.report.plots import plot_all
+from normlab.experiments.results import collect, group_runs
+from normlab.experiments.scales import QUICK_BUDGET, Scale, get_scale
+from normlab.experiments.sweep import run_sweep, sweep_scale
+from normlab.metrics import majority_share, unigram_plateau
+from normlab.report.render import evaluate_claims, plot_all, progress_sentence, write_report
 
 __all__ = ["reproduce", "add_arguments", "run", "make_context", "rerender"]
 
@@ -81,8 +83,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _prepare(data_cfg: Any, max_positions: int) -> Any:
     """``data.prepare``, once per data config in this process: the context and the baselines read the same
     splits (from the cache on disk, but each read logged its dropped examples again)."""
-    from normlab.data import prepare
-
     return prepare(data_cfg, max_positions)
 
 
@@ -93,11 +93,6 @@ def make_context(
     """Measure what the grid depends on: the updates in an epoch of the scale's translation data and, for
     Figure 5, of the pre-training data and each fine-tuning task (the warm-ups are fractions of the run; the
     wall-time estimate counts validation passes per epoch)."""
-    from normlab.config import OptimConfig, ScheduleConfig, TrainConfig
-    from normlab.experiments.budget import updates_per_epoch
-    from normlab.experiments.figures import _translation, fig5_bert
-    from normlab.experiments.finetuning import finetune_config
-
     def per_epoch(cfg: TrainConfig) -> int:
         return updates_per_epoch(_prepare(cfg.data, cfg.model.max_positions), cfg)
 
@@ -117,11 +112,6 @@ def baselines(scale: Scale, ctx: Context, figures: tuple[str, ...]) -> dict[str,
     and pre-training data the unigram loss of the validation targets (nats per token: their cross-entropy under
     the training targets' token frequencies, the plateau a model that learned only frequencies sits on) beside
     their plug-in entropy; the majority-class share of each fine-tuning task's validation labels."""
-    from normlab.config import OptimConfig, ScheduleConfig
-    from normlab.experiments.figures import _translation, fig5_bert
-    from normlab.experiments.finetuning import finetune_config
-    from normlab.metrics import majority_share, unigram_plateau
-
     out: dict[str, Any] = {}
 
     def entropy(cfg: Any, masked_lm: bool = False) -> dict[str, Any]:
@@ -182,8 +172,6 @@ class _Analysis:
     def _stale(self, name: str) -> str:
         """The settings in which an existing analysis.json differs from the scale's analysis (e.g. fewer seeds,
         from an older normlab), or "": such an analysis is run again rather than judged by today's rules."""
-        from normlab.analysis.run import analysis_scale
-
         try:
             saved = json.loads((self.target / "analysis.json").read_text(encoding="utf-8"))["config"]
         except (OSError, ValueError, KeyError, TypeError):
@@ -203,7 +191,6 @@ class _Analysis:
                 _say(f"analysis failed (exit code {code}); see {self.log}")
                 return None, {}, ""
             _say("analysis: done")
-        from normlab.analysis.run import claims_numbers, summary_lines
 
         data = json.loads((self.target / "analysis.json").read_text(encoding="utf-8"))
         try:  # from the measurements, with this normlab's claims_numbers (an older analysis.json lacks fields)
@@ -269,9 +256,6 @@ def reproduce(
                                   f"scale has finished in {out} yet." + (others_note(specs, out / "runs") or
                                   " Run it without --report-only first."))  # fmt: skip
         if train and probe and todo:
-            from normlab.experiments.budget import estimate
-            from normlab.experiments.scales import QUICK_BUDGET
-
             budget = QUICK_BUDGET["minutes"] if scale.name == "quick" else None
             _say(estimate(todo, ctx, jobs=jobs, threads=threads, budget_minutes=budget).text())
         base = baselines(scale, ctx, figures)
@@ -349,14 +333,9 @@ def reproduce(
                      ("completed", "diverged", "failed", "skipped", "cached")},
     }  # fmt: skip
     report.mkdir(parents=True, exist_ok=True)
-    # atomic: a --report-only in another process may be reading it (_prior_wall), or writing the same folder
-    write_atomic(report / "results.json", json.dumps(results, indent=1, default=_json_default))
-    write_html(results, images, report / "index.html")
-    write_markdown(results, images, report / "REPORT.md")
+    write_report(results, images, report)  # results.json atomic: a --report-only elsewhere may be reading it (_prior_wall)
     _say(f"report: {report / 'index.html'} ({wall / 60:.1f} min)")
     if not train:
-        from normlab.report.html import progress_sentence
-
         _say(progress_sentence(results["meta"]))
     for c in results["claims"]:
         _say(f"  {c['id']:>4} {c['verdict']:<22} {c['claim']}")
@@ -368,9 +347,6 @@ def rerender(report: Path | str) -> dict[str, Any]:
     report/claims.py, without the runs: every number a verdict reads is in results.json. Rewrites results.json's
     ``claims`` and the mapping table's "seeds" row (the rules' numbers), then REPORT.md and, if present,
     index.html, with the figures already in the folder. Returns the new results."""
-    from normlab.experiments.figures import seeds_mapping
-    from normlab.experiments.results import group_runs
-
     report = Path(report)
     results = json.loads((report / "results.json").read_text(encoding="utf-8"))
     meta = results.get("meta", {})
@@ -385,17 +361,12 @@ def rerender(report: Path | str) -> dict[str, Any]:
     results["mappings"] = [seeds_mapping(seeds).__dict__ if m.get("what") == "seeds" else m
                            for m in results.get("mappings", [])]  # fmt: skip
     images = {png.stem: png for png in sorted(report.glob("*.png"))}
-    write_atomic(report / "results.json", json.dumps(results, indent=1, default=_json_default))
-    write_markdown(results, images, report / "REPORT.md")
-    if (report / "index.html").exists():
-        write_html(results, images, report / "index.html")
+    write_report(results, images, report, html=(report / "index.html").exists())
     return results
 
 
 def _width_sweep(scale: Scale, out: Path, **kw: Any) -> dict[str, Any]:
     """The ``width`` figure: ``normlab sweep`` at the scale's preset into OUT/width (its own report there too)."""
-    from normlab.experiments.sweep import run_sweep, sweep_scale
-
     _say(f"width (beyond the paper): the {scale.sweep!r} stability sweep -> {out / 'width'}"
          + ("" if kw.get("train", True) else " (its finished runs)"))
     return run_sweep(sweep_scale(scale.sweep), out / "width", say=_say, **kw)
@@ -405,8 +376,6 @@ def _width_summary(scale: Scale, width: dict[str, Any] | None, *, asked: bool = 
     """What the report shows of the sweep: its result without the per-run cells (they are in OUT/width/report/
     sweep.json), or, when it was not run, what running it would take (``asked``: it was among the figures, but
     --report-only found no finished run of it)."""
-    from normlab.experiments.sweep import sweep_scale
-
     if width is not None:
         return {"ran": True, **{k: v for k, v in width.items() if k != "cells"}}
     cfg = sweep_scale(scale.sweep)
@@ -420,14 +389,6 @@ def _prior_wall(path: Path) -> float:
         return float(json.loads(path.read_text(encoding="utf-8"))["meta"]["wall_time_all_sessions_s"])
     except (OSError, KeyError, ValueError, TypeError):
         return 0.0
-
-
-def _json_default(x: Any) -> Any:
-    if isinstance(x, Path):
-        return str(x)
-    if isinstance(x, float) and math.isinf(x):
-        return "inf"
-    return str(x)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,4 +1,5 @@
-"""Collect a grid's run directories into the ``results.json`` of the report."""
+"""Collect a grid's run directories into the ``results.json`` of the report (the pure functions on its records,
+``seed_curves``, ``group_runs``, ``mean_ci95``, live in normlab/results.py, which the report reads too)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from normlab.experiments.figures import RunSpec, split_seed
+from normlab.experiments.figures import RunSpec
 from normlab.experiments.grid import RunOutcome
+from normlab.results import group_runs, mean_ci95, seed_curves, split_seed
 from normlab.rundir import RunDir
 
 __all__ = ["run_record", "collect", "mean_ci95", "seed_curves", "group_runs"]
@@ -56,16 +58,6 @@ def run_record(spec: RunSpec, run_dir: Path, outcome: RunOutcome | None) -> dict
     return rec
 
 
-def mean_ci95(values: list[float]) -> dict[str, Any]:
-    """Mean and half-width of the 95% confidence interval (Student's t over ``values``, e.g. seeds)."""
-    from normlab.metrics import mean_ci
-
-    if not values:
-        return {"mean": None, "ci95": None, "n": 0}
-    ci = mean_ci(values, 0.95)
-    return {"mean": ci.mean, "ci95": ci.half_width if math.isfinite(ci.half_width) else None, "n": ci.n}
-
-
 def _finetune_table(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """finetune[parent][task][update] = mean/CI of the final validation accuracy over seeds, plus the mean
     accuracy after each fine-tuning epoch (the curve); ``parent`` is the pre-training run's group (the paper's
@@ -93,37 +85,6 @@ def _finetune_table(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 by_parent = {k: sum(v) / len(v) for k, v in sorted(cell["by_parent"].items(), key=lambda kv: int(kv[0]))}
                 task[update] = {**stats, "seeds": cell["final"], "curve": curve, "parent_seeds": by_parent}
     return table
-
-
-def seed_curves(members: list[dict[str, Any]], key: str = "nll") -> dict[str, Any]:
-    """The seed mean and standard deviation of ``key`` at each evaluation point (update) every finished seed
-    has (the report's curves with bands), and each seed's final value (diverged: None)."""
-    done = [r for r in members if r.get("status") in ("completed", "cached", "diverged")]
-    per_seed = [{int(e["update"]): (e["epoch"], e[key]) for e in r.get("evals", []) if e.get(key) is not None}
-                for r in done if r.get("status") != "diverged"]  # fmt: skip
-    common = sorted(set.intersection(*(set(p) for p in per_seed))) if per_seed else []
-    curve = []
-    for u in common:
-        vals = [p[u][1] for p in per_seed]
-        m = sum(vals) / len(vals)
-        sd = math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1)) if len(vals) > 1 else None
-        curve.append({"update": u, "epoch": per_seed[0][u][0], "mean": m, "sd": sd, "n": len(vals)})
-    finals = [None if r.get("status") == "diverged" else (r["evals"][-1].get(key) if r.get("evals") else None)
-              for r in done]  # fmt: skip
-    return {"curve": curve, "finals": finals, "seeds": len(done), "diverged": sum(r.get("status") == "diverged" for r in done)}
-
-
-def group_runs(runs: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """The runs of ``results["runs"]`` by seed group (a run's ``group`` field, else its name less ``-sK``), in
-    seed order; fine-tuning runs are left out (the fine-tuning table holds their seed statistics)."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for name, run in runs.items():
-        if run.get("kind") == "finetune":
-            continue
-        groups.setdefault(run.get("group") or split_seed(name)[0], []).append(dict(run, name=run.get("name", name)))
-    for members in groups.values():
-        members.sort(key=lambda r: split_seed(r["name"])[1] or 0)
-    return groups
 
 
 def _groups(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -91,6 +91,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from normlab import __version__
+from normlab.analysis.diagnose import diagnose_config
 from normlab.config import (
     NORMS,
     ConfigError,
@@ -101,13 +103,21 @@ from normlab.config import (
     ScheduleConfig,
     Strict,
     TrainConfig,
+    add_set_argument,
+    apply_overrides,
     config,
     field,
     parse_scheme,
     scheme_errors,
 )
+from normlab.data import prepare
+from normlab.experiments.budget import estimate, updates_per_epoch
 from normlab.experiments.figures import Context, RunSpec
+from normlab.experiments.grid import FINISHED, any_finished, check_not_stale, others_note, run_grid, run_status
 from normlab.experiments.scales import PAPER
+from normlab.metrics import unigram_plateau
+from normlab.report.render import write_sweep_report
+from normlab.results import WARMUPS, Cell, Curve, Edge, arms, best_loss_gap, edge_text, warm_arms
 from normlab.rundir import RunDir
 
 __all__ = [
@@ -116,7 +126,7 @@ __all__ = [
     "warmup_verdict", "warmup_verdicts", "width_law", "tolerance_truth", "rerender", "LR_CAP", "RESOLUTION",
     "lr_sensitivity", "frontier", "analyze", "predicted_slope", "width_slope",
     "slope_resolution", "read_cell", "WARMUPS", "BETAS", "warm_arms", "arms", "best_loss_gap", "warmup_truth",
-    "diagnose_agreement", "diagnoses", "diagnose_verdicts",
+    "diagnose_agreement", "diagnoses", "diagnose_verdicts", "edge_text",
 ]  # fmt: skip
 
 PAPER_WARMUP_FRACTION = 4000 / (PAPER["iwslt_updates_per_epoch"] * PAPER["iwslt_epochs"])
@@ -158,8 +168,6 @@ SIGN_ALPHA = 0.05
 run: with every seed agreeing it needs 5 seeds (0.5^5 = 0.031); with 2 or 3 seeds no verdict can reach it."""
 
 
-WARMUPS = ("none", "paper", "adam")
-"""The warm-up arms (SweepConfig.warmup_length): none; the paper's share of the run; 2/(1 - beta2) updates."""
 
 BETAS = {"translation": (0.9, 0.98), "mlm": (0.9, 0.999)}
 """Adam's betas per task: the paper's IWSLT optimizer (Section 3.2) and BERT's (figures._mlm's runs)."""
@@ -459,21 +467,6 @@ def sweep_runs(cfg: SweepConfig, ctx: Context) -> list[RunSpec]:
 # the cells' results and the pure functions on them
 
 
-@dataclasses.dataclass(frozen=True)
-class Cell:
-    """One run's result: its coordinates, its final validation NLL (None when it has none: diverged or
-    failed), its loss at initialisation l0 and its status (completed / diverged / failed / ...)."""
-
-    scheme: str
-    warmup: str
-    width: int
-    lr: float
-    seed: int
-    final: float | None
-    l0: float | None
-    status: str = "completed"
-
-
 def _finite(x: float | None) -> bool:
     return x is not None and math.isfinite(x)
 
@@ -510,26 +503,6 @@ def lr_sensitivity(finals: Sequence[float | None], l0: float) -> float:
     capped = [min(x, l0) if _finite(x) else l0 for x in finals]  # type: ignore[type-var]
     best = min(capped)
     return math.fsum(c - best for c in capped) / len(capped)
-
-
-@dataclasses.dataclass(frozen=True)
-class Curve:
-    """One loss-vs-learning-rate curve (one seed, or the seed mean) and what is read off it."""
-
-    lrs: tuple[float, ...]
-    finals: tuple[float | None, ...]  # None where the point diverged or has no loss
-    diverged: tuple[bool, ...]
-    l0: float | None
-    best: float | None  # l*: the best final loss of a point that did not diverge
-    best_lr: float | None
-    lr_tolerance: float | None  # None: the curve never trained
-    sensitivity: float | None
-    trained: bool
-    note: str = ""
-    plateau: bool = False  # it trained (below l0) but its best run did not leave the unigram plateau
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
 
 def frontier(lrs: Sequence[float], finals: Sequence[float | None], l0s: Sequence[float | None],
@@ -649,30 +622,6 @@ def next_grid_lr(lr: float, lo: float, per_decade: int) -> float:
     """The grid point above ``lr`` on the log grid from ``lo`` at ``per_decade`` points a decade (3 digits)."""
     k = round(math.log10(lr / lo) * per_decade)
     return _grid_point(lo, k + 1, per_decade)
-
-
-@dataclasses.dataclass(frozen=True)
-class Edge:
-    """One seed's stability edge on one curve: the largest stable learning rate below the smallest unstable one
-    (``last_stable``; None when the smallest learning rate run was already unstable) and that smallest unstable
-    one (``first_unstable``; None when no run was unstable: censored, the true edge is above ``last_stable``)."""
-
-    last_stable: float | None
-    first_unstable: float | None
-
-    @property
-    def censored(self) -> bool:
-        return self.first_unstable is None
-
-    @property
-    def ratio(self) -> float | None:
-        if self.last_stable is None or self.first_unstable is None:
-            return None
-        return self.first_unstable / self.last_stable
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"last_stable": self.last_stable, "first_unstable": self.first_unstable, "ratio": self.ratio,
-                "censored": self.censored}  # fmt: skip
 
 
 def edge(results: dict[float, bool]) -> Edge:
@@ -934,30 +883,6 @@ def _rank(row: dict[str, Any]) -> int:
     return 2 if row["lr_tolerance"] is not None else 1 if row.get("plateau") else 0
 
 
-def warm_arms(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """The warm-up arms (not ``none``) that the frontier rows hold, in :data:`WARMUPS` order."""
-    present = {r["warmup"] for r in rows}
-    return [w for w in WARMUPS if w != "none" and w in present]
-
-
-def arms(rows: Sequence[dict[str, Any]], warmup: str = "paper"
-         ) -> dict[tuple[str, int], tuple[dict[str, Any] | None, dict[str, Any] | None]]:  # fmt: skip
-    """The frontier rows paired per scheme x width: (no-warm-up row, ``warmup`` arm's row), None for an arm not
-    run."""
-    by = {(r["scheme"], r["warmup"], r["width"]): r for r in rows}
-    return {(scheme, width): (by.get((scheme, "none", width)), by.get((scheme, warmup, width)))
-            for scheme, width in sorted({(r["scheme"], r["width"]) for r in rows})}  # fmt: skip
-
-
-def best_loss_gap(none: dict[str, Any] | None, warm: dict[str, Any] | None) -> float | None:
-    """The no-warm-up arm's best final loss minus the warm-up arm's (+: warm-up better), None without both. Each
-    arm's frontier is counted from its own best loss, so this is what the frontiers do not show: a warm-up that
-    lowers the best loss without moving the largest learning rate within the margin of it."""
-    if not none or not warm or none.get("best_loss") is None or warm.get("best_loss") is None:
-        return None
-    return none["best_loss"] - warm["best_loss"]
-
-
 def _incomplete(none: dict[str, Any] | None, warm: dict[str, Any] | None) -> bool:
     """An arm not run, or with holes in its grid (failed or unfinished runs): the hole could hold the frontier."""
     return none is None or warm is None or bool(none.get("missing_lrs")) or bool(warm.get("missing_lrs"))
@@ -1047,8 +972,6 @@ def diagnoses(cfg: SweepConfig, *, steps: int = 4) -> dict[tuple[str, int], Any]
     """``diagnose`` at initialisation (a :class:`~normlab.analysis.diagnose.Diagnosis`) for each scheme x width of
     the sweep: the cells' model configuration, initialised by diagnose with its own seed 0 (the cells train from
     seed 1: another draw of the same initialisation), on synthetic batches (seconds per model)."""
-    from normlab.analysis.diagnose import diagnose_config
-
     ctx = Context(translation_updates_per_epoch=1)
     out = {}
     for scheme in cfg.schemes:
@@ -1144,8 +1067,6 @@ _WORKER_START_S = 15.0  # measured: the first run of each worker took ~15 s (imp
 def sweep_estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int) -> str:
     """budget.estimate per width (its probe times one model, beside jobs - 1 processes training it as the grid
     will; the widths of a sweep differ in cost), summed."""
-    from normlab.experiments.budget import estimate
-
     if specs and specs[0].kind != "translation":
         return "estimate: not available for the mlm task (budget.py probes a translation model)"
     by_width: dict[int, list[RunSpec]] = {}
@@ -1170,8 +1091,6 @@ def unigram_baseline(data: Any, task: str) -> dict[str, Any]:
     """U, the plateau a curve must leave (:func:`frontier`): metrics.unigram_plateau of the prepared data's
     validation targets, as reproduce.baselines computes the gates of report/claims.py (for the masked LM the
     copy-aware value)."""
-    from normlab.metrics import unigram_plateau
-
     return unigram_plateau(data.splits["valid"].all_targets(), data.splits["train"].all_targets(),
                            masked_lm=task == "mlm")
 
@@ -1188,11 +1107,6 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     import time
 
     import torch
-
-    from normlab import __version__
-    from normlab.data import prepare
-    from normlab.experiments.budget import updates_per_epoch
-    from normlab.experiments.grid import FINISHED, any_finished, check_not_stale, others_note, run_grid, run_status
 
     t0 = time.perf_counter()
     out = Path(out)
@@ -1339,26 +1253,12 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
             "unfinished": sum(r["status"] not in FINISHED + ("cached",) for r in records) + pending,
         },
     }  # fmt: skip
-    from normlab.report.sweep import write_sweep_report
-
     report = out / "report"
     write_sweep_report(result, report)
     say(f"report: {report / 'index.html'} ({wall / 60:.1f} min)")
     for line in table_lines(result):
         say(line)
     return result
-
-
-def edge_text(e: dict[str, Any] | None) -> str:
-    """A curve's stability edge in a few characters: '[lo, hi) x1.2' (the seeds' interval and its ratio), '>=lo'
-    (censored: no run of some seed was unstable, a lower bound), '<hi' (unstable from the smallest lr), '-'."""
-    if not e or not e.get("per_seed"):
-        return "-"
-    if e["censored"]:
-        return "-" if e["lo"] is None else f">={e['lo']:.3g}"
-    if e["lo"] is None:
-        return f"<{e['hi']:.3g}"
-    return f"[{e['lo']:.3g}, {e['hi']:.3g}) x{e['ratio']:.2f}"
 
 
 def table_lines(result: dict[str, Any]) -> list[str]:
@@ -1422,8 +1322,6 @@ def rerender(path: str | Path, *, say: Any = _say) -> dict[str, Any]:
               "meta": {**old["meta"], "edge_rounds": 0, "edge_runs": 0, "edge_pending": len(planned),
                        "rerendered": "re-read from sweep.json under the issue-40 definitions (no run trained); the "
                        "edge search's runs were not run"}}  # fmt: skip
-    from normlab.report.sweep import write_sweep_report
-
     write_sweep_report(result, path.parent)
     for line in table_lines(result):
         say(line)
@@ -1431,8 +1329,6 @@ def rerender(path: str | Path, *, say: Any = _say) -> dict[str, Any]:
 
 
 def add_arguments(p: Any) -> None:
-    from normlab.config import add_set_argument
-
     p.add_argument("--scale", default="quick", choices=list(SWEEP_SCALES),
                    help="smoke (seconds, tests), quick (Post-LN and Pre-LN, no warm-up or 100 updates, d=64 and 128, "
                    "3-3 layers: 56 runs of 300 updates, ~25 min on 2 AVX-512 BF16 cores), standard (3 schemes x 3 "
@@ -1454,8 +1350,6 @@ def add_arguments(p: Any) -> None:
 
 
 def run(args: Any) -> int:
-    from normlab.config import apply_overrides
-
     if args.from_json:
         rerender(args.from_json)
         return 0

@@ -89,7 +89,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from normlab.experiments.results import group_runs
+from normlab.metrics import t_quantile
+from normlab.results import group_runs
 
 __all__ = [
     "Claim", "CLAIMS", "evaluate_claims", "HOLDS", "FAILS", "INCONCLUSIVE", "NOT_RUN", "VERDICTS", "FAR_WORSE",
@@ -260,8 +261,6 @@ def _fmt(x: float) -> str:
 def _noise_k(df: float, level: float = LEVEL) -> float:
     """How many standard errors a two-sided ``level`` interval spans each way at ``df`` degrees of freedom: the t
     quantile, never less than NOISE_SE (NOISE_SE when df is unknown)."""
-    from normlab.metrics import t_quantile
-
     return NOISE_SE if math.isnan(df) else max(NOISE_SE, t_quantile(1 - (1 - level) / 2, df))
 
 

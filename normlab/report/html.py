@@ -2,55 +2,23 @@
 
 from __future__ import annotations
 
-import base64
-import html
-import math
 from pathlib import Path
 from typing import Any
 
 from normlab.files import write_atomic
+from normlab.report.claims import LEARN_MARGIN, LEVEL, NOISE_SE, VERDICTS, corrected
+from normlab.report.format import CSS, escape, format_number, html_table, img
+from normlab.report.sweep import beyond_the_paper
 
 __all__ = ["write_html", "format_number", "verdict_counts", "counts_sentence", "progress_sentence", "time_phrase",
            "baseline_lines", "RUN_COLUMNS", "run_cells"]
-
-_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;
-color:#222;line-height:1.45}
-h1{font-size:1.6em;margin-bottom:.2em} h2{margin-top:1.8em;border-bottom:1px solid #ddd;padding-bottom:.2em}
-table{border-collapse:collapse;width:100%;font-size:.9em;margin:.6em 0} th,td{border:1px solid #ddd;padding:.35em .5em;
-vertical-align:top;text-align:left} th{background:#f4f4f4}
-.holds{background:#e3f5e1;font-weight:600} .fails{background:#fbe3e1;font-weight:600} .notrun{background:#eee;color:#555}
-.inconclusive{background:#fff4d6;font-weight:600}
-.meta{color:#555;font-size:.92em} img{max-width:100%;border:1px solid #eee;margin:.5em 0}
-code{background:#f4f4f4;padding:0 .25em} .small{font-size:.85em;color:#555}
-"""
-
-
-def _e(x: Any) -> str:
-    return html.escape(str(x))
-
-
-def _img(path: Path) -> str:
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<img alt="{_e(path.stem)}" src="data:image/png;base64,{data}">'
 
 
 def _verdict_class(v: str) -> str:
     return {"holds": "holds", "does not hold": "fails", "inconclusive": "inconclusive"}.get(v, "notrun")
 
 
-def format_number(x: Any, fmt: str = ".3f") -> str:
-    """A table cell's number: "–" when absent, "inf" for a diverged run's loss (shared with REPORT.md)."""
-    if x is None:
-        return "–"
-    if isinstance(x, float):
-        return "inf" if math.isinf(x) else format(x, fmt)
-    return str(x)
-
-
 def verdict_counts(claims: list[dict[str, Any]]) -> dict[str, int]:
-    from normlab.report.claims import VERDICTS
-
     return {v: sum(c["verdict"] == v for c in claims) for v in VERDICTS}
 
 
@@ -108,8 +76,6 @@ def progress_sentence(meta: dict[str, Any], names: int = 6) -> str:
 
 def baseline_lines(results: dict[str, Any]) -> list[str]:
     """The gates' reference numbers in words (shared with REPORT.md)."""
-    from normlab.report.claims import LEARN_MARGIN, LEVEL, NOISE_SE, corrected
-
     base = results.get("baselines", {})
     out = []
     for kind, what in (("translation", "translation"), ("mlm", "masked-LM")):
@@ -154,7 +120,7 @@ def run_cells(r: dict[str, Any]) -> list[str]:
 
 
 def _num(x: Any, fmt: str = ".3f") -> str:
-    return _e(format_number(x, fmt))
+    return escape(format_number(x, fmt))
 
 
 def write_html(results: dict[str, Any], images: dict[str, Path], path: Path) -> Path:
@@ -163,14 +129,14 @@ def write_html(results: dict[str, Any], images: dict[str, Path], path: Path) -> 
     claims = results.get("claims", [])
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>normlab reproduce: "
-        f"{_e(meta.get('scale', ''))}</title><style>{_CSS}</style></head><body>",
+        f"{escape(meta.get('scale', ''))}</title><style>{CSS}</style></head><body>",
         "<h1>On Layer Normalization in the Transformer Architecture — reproduction</h1>",
-        f"<p class='meta'>Xiong et al., ICML 2020. Scale <b>{_e(meta.get('scale'))}</b>: {_e(meta.get('description'))}."
-        + (f" Corpus: {_e(meta['corpus'])}." if meta.get("corpus") else "") +
-        f"<br>normlab {_e(meta.get('normlab_version'))}, torch {_e(meta.get('torch'))}, {_e(meta.get('device'))}, "
-        f"{_e(meta.get('threads') or 'no training')}; {_e(time_phrase(meta))}; {_e(meta.get('finished'))}.</p>",
-        f"<p><b>{_e(progress_sentence(meta))}</b></p>" if meta.get("report_only") else "",
-        f"<p>{_e(counts_sentence(claims))}</p>",
+        f"<p class='meta'>Xiong et al., ICML 2020. Scale <b>{escape(meta.get('scale'))}</b>: {escape(meta.get('description'))}."
+        + (f" Corpus: {escape(meta['corpus'])}." if meta.get("corpus") else "") +
+        f"<br>normlab {escape(meta.get('normlab_version'))}, torch {escape(meta.get('torch'))}, {escape(meta.get('device'))}, "
+        f"{escape(meta.get('threads') or 'no training')}; {escape(time_phrase(meta))}; {escape(meta.get('finished'))}.</p>",
+        f"<p><b>{escape(progress_sentence(meta))}</b></p>" if meta.get("report_only") else "",
+        f"<p>{escape(counts_sentence(claims))}</p>",
         "<p class='small'><b>holds</b> / <b>does not hold</b>: the test could see the paper's effect (its reference "
         "runs learned the task, the seeds measured the noise) and saw it, or saw its absence or reverse. "
         "<b>inconclusive</b>: it could not decide, and the evidence says why.</p>",
@@ -179,19 +145,19 @@ def write_html(results: dict[str, Any], images: dict[str, Path], path: Path) -> 
     ]
     for c in claims:
         parts.append(
-            f"<tr><td>{_e(c['id'])}</td><td>{_e(c['claim'])}<div class='small'>{_e(c['source'])}</div></td>"
-            f"<td class='{_verdict_class(c['verdict'])}'>{_e(c['verdict'])}</td>"
-            f"<td class='small'>{_e(c.get('gate', ''))}</td><td>{_e(c.get('effect', ''))}</td>"
-            f"<td class='small'>{_e(c['evidence'])}</td><td class='small'>{_e(c['rule'])}</td></tr>"
+            f"<tr><td>{escape(c['id'])}</td><td>{escape(c['claim'])}<div class='small'>{escape(c['source'])}</div></td>"
+            f"<td class='{_verdict_class(c['verdict'])}'>{escape(c['verdict'])}</td>"
+            f"<td class='small'>{escape(c.get('gate', ''))}</td><td>{escape(c.get('effect', ''))}</td>"
+            f"<td class='small'>{escape(c['evidence'])}</td><td class='small'>{escape(c['rule'])}</td></tr>"
         )
     parts.append("</table>")
     lines = baseline_lines(results)
     if lines:
-        parts.append("<h2>Gates</h2><ul>" + "".join(f"<li>{_e(x)}</li>" for x in lines) + "</ul>")
+        parts.append("<h2>Gates</h2><ul>" + "".join(f"<li>{escape(x)}</li>" for x in lines) + "</ul>")
     parts.append("<h2>How the paper's settings map to this scale</h2><table><tr><th>setting</th><th>paper</th>"
                  "<th>here</th></tr>")
     for m in results.get("mappings", []):
-        parts.append(f"<tr><td>{_e(m['what'])}</td><td>{_e(m['paper'])}</td><td>{_e(m['here'])}</td></tr>")
+        parts.append(f"<tr><td>{escape(m['what'])}</td><td>{escape(m['paper'])}</td><td>{escape(m['here'])}</td></tr>")
     parts.append("</table>")
     sections = [
         ("fig3", "Figure 3 and Lemmas 2-3: gradients and hidden states at initialisation"),
@@ -202,31 +168,29 @@ def write_html(results: dict[str, Any], images: dict[str, Path], path: Path) -> 
     ]
     for fig, title in sections:
         shown = [k for k in images if k == fig or k.startswith(fig)]
-        parts.append(f"<h2>{_e(title)}</h2>")
+        parts.append(f"<h2>{escape(title)}</h2>")
         if not shown:
             parts.append("<p class='notrun'>not run at this scale</p>")
         for k in sorted(shown):
-            parts.append(_img(images[k]))
+            parts.append(img(images[k]))
         if fig == "fig3" and results.get("analysis_summary"):
-            parts.append(f"<pre class='small'>{_e(results['analysis_summary'])}</pre>")
-    from normlab.report.sweep import _html_table, beyond_the_paper  # report/sweep.py imports this module
-
+            parts.append(f"<pre class='small'>{escape(results['analysis_summary'])}</pre>")
     beyond = beyond_the_paper(results.get("width_sweep"))
-    parts.append(f"<h2>{_e(beyond['title'])}</h2>")
+    parts.append(f"<h2>{escape(beyond['title'])}</h2>")
     opening = "<p>" if beyond["tables"] else "<p class='notrun'>"
-    parts.append("".join(f"{opening}{_e(x)}</p>" for x in beyond["sentences"]))
+    parts.append("".join(f"{opening}{escape(x)}</p>" for x in beyond["sentences"]))
     for title, head, rows in beyond["tables"]:
-        parts.append(f"<h3>{_e(title)}</h3>" + _html_table(head, rows))
+        parts.append(f"<h3>{escape(title)}</h3>" + html_table(head, rows))
     for k in ("width_loss_vs_lr", "width_frontier"):
         if k in images:
-            parts.append(_img(images[k]))
-    parts.append("<h2>Runs</h2><table><tr>" + "".join(f"<th>{_e(c)}</th>" for c in RUN_COLUMNS) + "</tr>")
+            parts.append(img(images[k]))
+    parts.append("<h2>Runs</h2><table><tr>" + "".join(f"<th>{escape(c)}</th>" for c in RUN_COLUMNS) + "</tr>")
     for r in results.get("runs", {}).values():
-        cells = [_e(c) for c in run_cells(r)]
+        cells = [escape(c) for c in run_cells(r)]
         if r.get("error"):  # under the status
-            cells[1] += f"<div class='small'>{_e(r['error'][:300])}</div>"
+            cells[1] += f"<div class='small'>{escape(r['error'][:300])}</div>"
         parts.append(
-            f"<tr><td>{_e(r['name'])}<div class='small'>{_e(r['label'])}</div></td>"
+            f"<tr><td>{escape(r['name'])}<div class='small'>{escape(r['label'])}</div></td>"
             + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
         )
     parts.append("</table>")

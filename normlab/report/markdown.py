@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from normlab.files import write_atomic
+from normlab.report.format import md_table
 from normlab.report.html import (
     RUN_COLUMNS,
     baseline_lines,
@@ -16,6 +17,7 @@ from normlab.report.html import (
     run_cells,
     time_phrase,
 )
+from normlab.report.sweep import beyond_the_paper
 
 __all__ = ["write_markdown"]
 
@@ -53,12 +55,10 @@ def write_markdown(results: dict[str, Any], images: dict[str, Path], path: Path)
     if results.get("mappings"):  # the schedule, warm-ups and sizes a verdict was reached with, beside the paper's
         lines += ["", "## How the paper's settings map to this scale", "", "| setting | paper | here |", "|---|---|---|"]
         lines += [f"| {_cell(m['what'])} | {_cell(m['paper'])} | {_cell(m['here'])} |" for m in results["mappings"]]
-    from normlab.report.sweep import _md_table, beyond_the_paper
-
     beyond = beyond_the_paper(results.get("width_sweep"))
     lines += ["", f"## {beyond['title']}", ""] + [_cell(x) + "\n" for x in beyond["sentences"]]
     for title, head, rows in beyond["tables"]:
-        lines += [f"### {title}", ""] + _md_table(head, rows) + [""]
+        lines += [f"### {title}", ""] + md_table(head, rows) + [""]
     lines += ["", "## Runs", "", "| " + " | ".join(RUN_COLUMNS) + " |", "|" + "---|" * len(RUN_COLUMNS)]
     for r in results.get("runs", {}).values():
         lines.append("| " + " | ".join(_cell(c) for c in [r["name"], *run_cells(r)]) + " |")

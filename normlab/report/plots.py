@@ -8,6 +8,9 @@ from typing import Any
 
 import matplotlib
 
+from normlab.report.claims import LEARN_MARGIN
+from normlab.results import seed_curves
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -40,8 +43,6 @@ def _groups(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     as a group of one seed."""
     if "groups" in results:
         return results["groups"]
-    from normlab.experiments.results import seed_curves
-
     out = {}
     for name, run in results.get("runs", {}).items():
         if run.get("kind") != "finetune":
@@ -85,8 +86,6 @@ def _figure(path: Path, title: str, rows: list[tuple[str, dict[str, dict[str, An
         ax = axes[row][0]
         _panel(ax, members, "nll", "validation NLL (bits/token)", f"{name}: validation loss, seed mean ± 1 sd")
         if entropy is not None:  # the gate of report/claims.py
-            from normlab.report.claims import LEARN_MARGIN
-
             ax.axhline(entropy / LN2, color="grey", linewidth=0.8, linestyle=":", label="unigram loss of the targets")
             ax.axhline((entropy - LEARN_MARGIN) / LN2, color="black", linewidth=0.8, linestyle=":",
                        label=f"learned: {LEARN_MARGIN:g} nats below it")  # fmt: skip

@@ -12,12 +12,12 @@ from typing import Any
 import matplotlib
 import matplotlib.ticker
 
+from normlab.files import write_atomic
+from normlab.report.format import CSS, escape, format_number, html_table, img, md_table
+from normlab.results import WARMUPS, arms, best_loss_gap, edge_text, warm_arms
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-
-from normlab.experiments.sweep import WARMUPS, arms, best_loss_gap, edge_text, warm_arms  # noqa: E402
-from normlab.files import write_atomic  # noqa: E402
-from normlab.report.html import _CSS, _e, _img, format_number  # noqa: E402
 
 __all__ = ["write_sweep_report", "plot_loss_vs_lr", "plot_frontier", "beyond_the_paper"]
 
@@ -400,39 +400,25 @@ def write_sweep_report(result: dict[str, Any], out: Path) -> dict[str, Path]:
     return images
 
 
-def _html_table(head: list[str], rows: list[list[str]]) -> str:
-    return ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>" +
-            "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows) + "</table>")
-
-
 def _write_html(result: dict[str, Any], images: dict[str, Path], rules: list[str], tables: list[Any], path: Path) -> None:
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>normlab sweep: {_e(result['meta']['scale'])}"
-             f"</title><style>{_CSS}</style></head><body>",
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>normlab sweep: "
+             f"{escape(result['meta']['scale'])}</title><style>{CSS}</style></head><body>",
              "<h1>The stability edge per normalization scheme: where runs become unstable, and the LR tolerance</h1>",
-             f"<p class='meta'>{_e(_meta_line(result))}</p>",
-             "<h2>Rules</h2><ul>" + "".join(f"<li>{_e(x)}</li>" for x in rules) + "</ul>"]  # fmt: skip
+             f"<p class='meta'>{escape(_meta_line(result))}</p>",
+             "<h2>Rules</h2><ul>" + "".join(f"<li>{escape(x)}</li>" for x in rules) + "</ul>"]  # fmt: skip
     for title, (head, rows) in tables:
-        parts.append(f"<h2>{_e(title)}</h2>")
+        parts.append(f"<h2>{escape(title)}</h2>")
         if title.startswith("diagnose"):
-            parts.append(f"<p>{_e(_diagnose_sentence(result))}</p>")
-        parts.append(_html_table(head, rows))
+            parts.append(f"<p>{escape(_diagnose_sentence(result))}</p>")
+        parts.append(html_table(head, rows))
         if title.startswith("Stability"):
-            parts.append(_img(images["loss_vs_lr"]))
+            parts.append(img(images["loss_vs_lr"]))
         if title.startswith("Width"):
-            parts.append(_img(images["frontier"]))
-    parts.append("<h2>Runs</h2>" + _html_table(*_cell_rows(result)))
+            parts.append(img(images["frontier"]))
+    parts.append("<h2>Runs</h2>" + html_table(*_cell_rows(result)))
     parts.append("<p class='small'>Everything on this page is computed from <code>sweep.json</code> beside it; the "
                  "rules are in <code>normlab/experiments/sweep.py</code>.</p></body></html>")
     write_atomic(path, "\n".join(parts))
-
-
-def _md_cell(x: Any) -> str:
-    return str(x).replace("|", "\\|").replace("\n", " ")
-
-
-def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
-    return (["| " + " | ".join(map(_md_cell, head)) + " |", "|" + "---|" * len(head)] +
-            ["| " + " | ".join(map(_md_cell, row)) + " |" for row in rows])  # fmt: skip
 
 
 def _write_markdown(result: dict[str, Any], images: dict[str, Path], rules: list[str], tables: list[Any],
@@ -444,12 +430,12 @@ def _write_markdown(result: dict[str, Any], images: dict[str, Path], rules: list
         lines += ["", f"## {title}", ""]
         if title.startswith("diagnose"):
             lines += [_diagnose_sentence(result), ""]
-        lines += _md_table(head, rows)
+        lines += md_table(head, rows)
     lines += ["", "## Figures", ""]
     for k, p in images.items():
         rel = os.path.relpath(Path(p).resolve(), path.parent.resolve())
         lines.append(f"- [{k}]({Path(rel).as_posix()})")
-    lines += ["", "## Runs", ""] + _md_table(*_cell_rows(result))
+    lines += ["", "## Runs", ""] + md_table(*_cell_rows(result))
     write_atomic(path, "\n".join(lines) + "\n")
 
 

@@ -25,11 +25,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from normlab.config import ConfigError, TrainConfig, add_set_argument, apply_overrides, load_config_file
+from normlab.assets import load_config_file
+from normlab.config import ConfigError, TrainConfig, add_set_argument, apply_overrides
+from normlab.data import fingerprint, prepare
+from normlab.device import autocast_dtype
+from normlab.faults import report_to_torchrun
 from normlab.rundir import RunDir
 from normlab.train.distributed import init_distributed, shutdown
-from normlab.train.trainer import (EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_TERMINATED, PeerFailed, Terminated, Trainer,
-                                   prepare_run_dir)  # fmt: skip
+from normlab.train.throughput import limit_onednn_cache, tune_malloc
+from normlab.train.trainer import (
+    EXIT_DIVERGED,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    PeerFailed,
+    Terminated,
+    Trainer,
+    prepare_run_dir,  # fmt: skip
+)
+from normlab.translate import validation_bleu
 
 __all__ = ["train", "resolve_config", "add_arguments", "run"]
 
@@ -79,9 +92,6 @@ def _fit_to_data(cfg: TrainConfig, data: Any) -> TrainConfig:
 def _bleu_hook(cfg: TrainConfig, tokenizer: Any, valid: Any, is_main: bool) -> Any:
     """The validation BLEU of the first ``cfg.valid_bleu`` sentences after every evaluation (the paper plots
     BLEU per epoch, Figures 2 and 4); decoded on the main rank only."""
-    from normlab.device import autocast_dtype
-    from normlab.translate import validation_bleu
-
     def extra(model: Any, epoch: int) -> dict[str, float]:
         if not is_main:
             return {}
@@ -99,8 +109,6 @@ def _resume_data(rd: RunDir, cfg: TrainConfig, fingerprint: dict[str, str], acce
     and moves ids (14 of 400 in issue 36), so a resume that silently retrained it went on from weights learnt
     under the old ids. Changed corpus files are refused, naming them, before any tokenizer is trained;
     ``accept`` trains on them with the run's own tokenizer.model, which is never replaced."""
-    from normlab.data import prepare
-
     if not rd.tokenizer_path.is_file():  # killed before it wrote anything: nothing to keep
         return prepare(cfg.data, cfg.model.max_positions)
     recorded = rd.data_record()
@@ -128,8 +136,6 @@ def train(
 ) -> dict[str, Any]:
     """Prepare the data, build the model, and train; returns the run's summary (also in ``out/summary.json``).
     ``accept_changed_data``: a resume may train on a changed corpus, with the run's tokenizer (:func:`_resume_data`)."""
-    from normlab.data import fingerprint, prepare
-
     # before anything is written (prepare only fills the data cache)
     prepare_run_dir(out, cfg, resume, accept_changed_settings)
     files = fingerprint(cfg.data)
@@ -143,8 +149,6 @@ def train(
     dist = init_distributed(cfg.device)
     if dist.device.type == "cpu":
         # this process only trains: let glibc keep freed activations for reuse (6-14% faster updates, issue 9)
-        from normlab.train.throughput import limit_onednn_cache, tune_malloc
-
         tune_malloc()
         limit_onednn_cache()  # before the first matmul: oneDNN reads it once
     trainer, completed = None, False
@@ -173,8 +177,6 @@ def run(args: argparse.Namespace) -> int:
                         accept_changed_data=args.accept_changed_data,
                         accept_changed_settings=args.accept_changed_settings)  # fmt: skip
     except PeerFailed as e:  # another rank failed and said why in its line; this one adds none (status: failed)
-        from normlab.cli import report_to_torchrun
-
         report_to_torchrun(str(e))  # torchrun's report only
         return 1
     except Terminated:

@@ -40,14 +40,17 @@ import torch
 from torch import nn
 
 from normlab import __version__
-from normlab.config import ConfigError, TrainConfig
+from normlab.config import ConfigError, TrainConfig, flat_dict
 from normlab.data.batch import Batch
+from normlab.data.corpora import DataError
 from normlab.device import autocast, autocast_dtype
-from normlab.model import build_model, set_attention
+from normlab.faults import fault_line
+from normlab.model import Omega, build_model, profile_init, set_attention
 from normlab.rundir import RunDir
 from normlab.train import checkpoint as ckpt
 from normlab.train.distributed import Dist, all_reduce_sum, init_distributed
 from normlab.train.kernels import choose_attention
+from normlab.train.memory import check_fits
 from normlab.train.objectives import compute_loss
 from normlab.train.optim import build_optimizer, set_lr
 from normlab.train.schedules import Schedule, build_schedule
@@ -82,8 +85,6 @@ def _last_line(e: BaseException) -> str:
 
 def _error_line(e: BaseException) -> str:
     """The line the CLI prints for ``e`` (after ``normlab train: error: ``), for summary.json's ``error``."""
-    from normlab.cli import fault_line  # the CLI owns the wording of faults; imported when one happened
-
     if isinstance(e, (ConfigError, PeerFailed, Terminated)):
         return str(e)
     return fault_line(e) or f"{type(e).__name__}: {_last_line(e)}"
@@ -159,8 +160,6 @@ def prepare_run_dir(run_dir: str | Path, cfg: TrainConfig, resume: bool, accept_
         if saved.data != cfg.data or saved.seed != cfg.seed:
             raise ConfigError("--resume: the data or the seed differ from the run's; start a new run instead")
         if not accept_changed_settings:
-            from normlab.config import flat_dict
-
             mine, theirs = flat_dict(cfg.to_dict()), flat_dict(saved.to_dict())
             changed = [f"{k} ({theirs[k]!r} -> {v!r})" for k, v in mine.items() if not k.startswith(("model.", "data."))
                        and k.split(".")[0] not in RESUME_MAY_CHANGE and theirs.get(k) != v]  # fmt: skip
@@ -225,8 +224,6 @@ class Trainer:
         self.fingerprint = fingerprint  # the data's files and their sha256 (normlab.data.fingerprint), for data.json
         self.amp = autocast_dtype(cfg.precision, self.device)
         if model is None:  # refused before a byte is allocated (a model too large for the machine, issue 36)
-            from normlab.train.memory import check_fits
-
             check_fits(cfg.model, cfg.data.task, cfg.data.max_tokens * cfg.accumulate, self.device)
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank and on every resume
         self.model = (model or build_model(cfg.model, cfg.data.task)).to(self.device)
@@ -425,7 +422,6 @@ class Trainer:
         random stream. A resumed run and one started ``init_from`` other weights keep the omega they load."""
         if self.state.update > 0 or self.cfg.init_from:
             return
-        from normlab.model import Omega, profile_init
 
         if not any(isinstance(m, Omega) for m in self.model.modules()):
             return
@@ -602,8 +598,6 @@ class Trainer:
         schedule: Schedule = build_schedule(cfg.schedule, cfg.optim.lr, total, per_epoch)
         self._check_shards("training", plan)
         if self.valid_data is not None:  # a validation example longer than max_tokens: now, not after an epoch
-            from normlab.data.corpora import DataError
-
             try:
                 valid = self.valid_data.epoch_batches(0, cfg.seed, cfg.data.max_tokens, shuffle=False,
                                                       max_sentences=cfg.data.max_sentences)  # fmt: skip
@@ -641,8 +635,6 @@ class Trainer:
         world = self.dist.world
         fewest = min((len(b) for b in plan), default=world)
         if fewest < world:
-            from normlab.data.corpora import DataError
-
             raise DataError(f"the {split} split: a global batch of {fewest} examples cannot give each of {world} "
                             f"ranks one (raise DataConfig.max_tokens above {self.cfg.data.max_tokens}, or train on "
                             "fewer ranks)")  # fmt: skip
