@@ -173,17 +173,17 @@ def test_figure3cd_scans_any_scheme_and_says_when_the_slope_is_undefined():
     json.dumps(res["slopes"], allow_nan=False)
     # pre/rmsnorm is the Pre-LN model with RMSNorm: the models figure3cd builds for it (seen through the class it
     # instantiates) have RMSNorm modules in Pre-LN's slots and no LayerNorm
-    import normlab.model
+    import normlab.analysis.gradients
 
     built = []
 
-    class Recording(normlab.model.Seq2Seq):
+    class Recording(normlab.analysis.gradients.Seq2Seq):
         def __init__(self, cfg):
             super().__init__(cfg)
             built.append(self)
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(normlab.model, "Seq2Seq", Recording)
+    with pytest.MonkeyPatch.context() as mp:  # the name figure3cd builds its models with (imported from normlab.model)
+        mp.setattr(normlab.analysis.gradients, "Seq2Seq", Recording)
         figure3cd(base, depths=(1,), schemes=("pre/rmsnorm",), seeds=(1,), batches_for_seed=batches.__getitem__,
                   mode="eval")
     assert built

@@ -40,7 +40,7 @@ from normlab.train.trainer import (
     PeerFailed,
     Terminated,
     Trainer,
-    prepare_run_dir,  # fmt: skip
+    prepare_run_dir,
 )
 from normlab.translate import validation_bleu
 
