@@ -112,7 +112,8 @@ from normlab.rundir import RunDir
 
 __all__ = [
     "MARGIN", "PAPER_WARMUP_FRACTION", "SweepConfig", "SWEEP_SCALES", "sweep_scale", "lr_grid", "sweep_runs",
-    "Cell", "Curve", "diverged", "unstable", "Edge", "edge", "plan_edge", "plan_edges", "edge_summary", "seed_sign",
+    "Cell", "Curve", "diverged", "unstable", "curve_failures", "Edge", "edge", "plan_edge", "plan_edges",
+    "edge_summary", "seed_sign",
     "warmup_verdict", "warmup_verdicts", "width_law", "tolerance_truth", "rerender", "LR_CAP", "RESOLUTION",
     "lr_sensitivity", "frontier", "analyze", "predicted_slope", "width_slope",
     "slope_resolution", "read_cell", "WARMUPS", "BETAS", "warm_arms", "arms", "best_loss_gap", "warmup_truth",
@@ -196,6 +197,9 @@ class SweepConfig(Strict):
     seeds: int = field(1, help="training seeds per cell (runs named ...-s1, -s2, ...)")
     find_edge: bool = field(True, help="extend each curve's learning rates above lr_max (same grid) while its "
                             "highest run is stable, up to lr_cap, then bisect to `resolution` (sweep.plan_edges)")
+    plateau_fails: bool = field(True, help="a run that ends on the unigram plateau above its curve's best learning "
+                                "rate is unstable (collapsed; sweep.curve_failures says why); false: divergence "
+                                "only (non-finite, or above l0)")  # fmt: skip
     lr_cap: float = field(LR_CAP, help="the largest learning rate the edge search tries (sweep.LR_CAP says why)")
     resolution: float = field(RESOLUTION, help="the edge search bisects until first unstable / last stable <= this "
                               "ratio (sweep.RESOLUTION says why)")  # fmt: skip
@@ -300,6 +304,10 @@ SWEEP_SCALES: dict[str, SweepConfig] = {
         scale="smoke", schemes=("post", "pre"), lr_min=1e-3, lr_max=1e-1, per_decade=1, widths=(16, 32), n_heads=2,
         layers=2, updates=4, vocab_size=600, max_tokens=256, max_positions=64, block_size=32, train_subset=100,
         valid_subset=16, resolution=11.0,  # one round of the edge search (lr 1, the cap) in seconds; no measurement
+        # 4 updates never leave the unigram plateau, so under the plateau rule every curve fails at every learning
+        # rate and the edge search would have nothing to run: the smoke preset, which exists to run every part of
+        # the pipeline, reads divergence only so that its extension round runs
+        plateau_fails=False,
         description="seconds, for the tests: every part of the pipeline runs (2-2 layers, so that diagnose has a "
         "stack to read); 4 updates at d=16 and 32 measure nothing about the frontier",
     ),  # fmt: skip
@@ -489,15 +497,46 @@ def unstable(final: float | None, l0: float | None, status: str = "completed") -
     taken before the first step, so the warm-up cannot move it), and Wortsman et al. 2023 (arXiv 2309.14322)
     cap a diverged run's loss at l0 for the same reason. A multiple of the curve's best (k x l*) depends on how
     far the best run of that curve got, so two arms would be held to different lines and the criterion would not
-    be absolute, and k is a free constant. What it does not count: a run that ends on the unigram plateau (below
-    l0, above U) has learned token frequencies and is stable by this rule; the near-best band
-    (:func:`frontier`'s ``lr_tolerance``) is what sees that."""
+    be absolute, and k is a free constant. This is the divergence half of the criterion; a run that ends on the
+    unigram plateau (below l0, above U) passes it, and :func:`curve_failures` adds that failure on a curve."""
     if status == "diverged" or not _finite(final):
         return True
     return _finite(l0) and final > l0  # type: ignore[operator]
 
 
 diverged = unstable  # the name the band analysis and the reports used before issue 40
+
+
+def curve_failures(points: dict[float, tuple[float | None, float | None, str]], *, unigram: float | None = None,
+                   margin: float = MARGIN) -> dict[float, bool]:  # fmt: skip
+    """THE stability criterion on one seed's curve ``{lr: (final, l0, status)}``, shared by every scheme, warm-up
+    arm and width: a run fails when it diverged (:func:`unstable`: non-finite, or above l0) or when it collapsed:
+    it ends on the unigram plateau (final >= U - ``margin``, U = ``unigram``, the loss of predicting every target
+    token by its frequency) at a learning rate above the curve's best one (the lowest final loss of a run that did
+    not diverge). A curve whose best run did not leave the plateau fails everywhere (it learned nothing at any
+    learning rate: the edge reads "unstable from the smallest learning rate"). ``unigram`` None: divergence only.
+
+    Why the plateau counts (theory and the paper, not fitted): the failure the paper reports for Post-LN without
+    warm-up is a model that did not learn (Section 3.2 and Figure 2: 8.45 BLEU against ~34 with warm-up; "just
+    above zero" with SGD), not a loss that grows without bound. A LayerNorm before the output projection bounds
+    the logits' input, so a Post-LN network that large early steps break falls back to the token-frequency
+    solution, loss ~U, and stays below l0 (~ln V): "ends above l0" cannot see that failure. The line U - margin is
+    the one :func:`frontier` already asks a curve's best run to cross to count as trained (the same ``margin``, 0.1
+    nats, MARGIN says why); U is a property of the validation data, the same line for every arm, scheme and width.
+    Why only above the best learning rate: below it a run on the plateau is too slow for the run's length, not
+    unstable, and a user raising the learning rate from the best one meets the edge above it. (Added after the
+    quick preset's seed-1 runs showed Post-LN ending on the plateau from lr 2.15e-2 with and without warm-up, at
+    6.89-6.97 against U = 6.817, while it ended above l0 only from ~0.35; the divergence-only edge stays in
+    sweep.json beside it, ``divergence_edge``.)"""
+    div = {lr: unstable(f, l0, st) for lr, (f, l0, st) in points.items()}
+    kept = [(f, lr) for lr, (f, _, _) in points.items() if not div[lr]]
+    if unigram is None or not kept:
+        return div
+    best, best_lr = min(kept)  # type: ignore[type-var]
+    line = unigram - margin
+    if best >= line:  # type: ignore[operator]
+        return dict.fromkeys(points, True)
+    return {lr: div[lr] or (lr > best_lr and points[lr][0] >= line) for lr in points}  # type: ignore[operator]
 
 
 def lr_sensitivity(finals: Sequence[float | None], l0: float) -> float:
@@ -577,18 +616,20 @@ def _sd(xs: Sequence[float]) -> float | None:
 
 
 def analyze(cells: Sequence[Cell], *, margin: float = MARGIN, unigram: float | None = None,
-            grid: Sequence[float] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+            grid: Sequence[float] | None = None, plateau_fails: bool = True) -> list[dict[str, Any]]:  # fmt: skip
     """Per scheme x warm-up x width: each seed's stability edge from all its runs (:func:`edge_summary`, the
     frontier since issue 40); and on the runs of the log grid ``grid`` only (all the runs when None; the edge
     search's extra runs differ between seeds and would break the grid's even log spacing) the near-best band:
     the seed-mean curve's LR tolerance (a point diverged when any seed diverged
     there; its loss the mean of the seeds'), each seed's own frontier and sensitivity, and their spread. Points
     with a failed run (no result, not a divergence) are left out of the curve and listed. ``unigram``: the
-    unigram loss U of the validation targets (:func:`frontier`: a curve must get ``margin`` below it)."""
+    unigram loss U of the validation targets (:func:`frontier`: a curve must get ``margin`` below it; and the
+    edges' plateau rule, :func:`curve_failures`, unless ``plateau_fails`` is False)."""
     keyed: dict[tuple[str, str, int], list[Cell]] = {}
     for c in cells:
         keyed.setdefault((c.scheme, c.warmup, c.width), []).append(c)
-    edges = edge_rows_by_seed(cells)
+    edges = edge_rows_by_seed(cells, unigram=unigram if plateau_fails else None, margin=margin)
+    divergence = edge_rows_by_seed(cells)  # the same runs read by divergence alone, beside it
     if grid is not None:
         cells = [c for c in cells if any(_on_grid(c.lr, g) for g in grid)]
     keyed = {}
@@ -622,6 +663,9 @@ def analyze(cells: Sequence[Cell], *, margin: float = MARGIN, unigram: float | N
             "scheme": scheme, "warmup": warmup, "width": width, "seeds": len(seeds),
             # the stability edge (issue 40): each seed's (last stable, first unstable), their interval
             "edge": edge_summary(edges.get((scheme, warmup, width), {})),
+            # non-finite or above l0 only (no plateau): where the loss itself runs away; the edge search bisects the
+            # edge above, so this one is resolved only where the two coincide or the extension rounds reached it
+            "divergence_edge": edge_summary(divergence.get((scheme, warmup, width), {})),
             "curve": curve.to_dict() if curve else None,
             "lr_tolerance": curve.lr_tolerance if curve else None,
             # the frontier is the top of the grid: the true one is at or above it (a lower bound)
@@ -709,9 +753,11 @@ def plan_edge(results: dict[float, bool], *, lr_min: float, per_decade: int, cap
 
 
 def plan_edges(cells: Sequence[Cell], *, lr_min: float, per_decade: int, cap: float = LR_CAP,
-               resolution: float = RESOLUTION) -> list[tuple[str, str, int, int, float]]:  # fmt: skip
+               resolution: float = RESOLUTION, unigram: float | None = None, margin: float = MARGIN
+               ) -> list[tuple[str, str, int, int, float]]:  # fmt: skip
     """One round of the edge search: for each curve (scheme, warm-up, width, seed), :func:`plan_edge`'s next
-    learning rate from its finished runs (completed or diverged); (scheme, warm-up, width, seed, lr) each. A run
+    learning rate from its finished runs (completed or diverged), each run's failure read by
+    :func:`curve_failures` (``unigram``, ``margin``); (scheme, warm-up, width, seed, lr) each. A run
     not finished (failed, absent, still running) is a hole, not a verdict: it is left out here, and the curve is
     marked incomplete by :func:`analyze` (``missing_lrs``), which decides nothing on it."""
     curves: dict[tuple[str, str, int, int], list[Cell]] = {}
@@ -720,8 +766,8 @@ def plan_edges(cells: Sequence[Cell], *, lr_min: float, per_decade: int, cap: fl
             curves.setdefault((c.scheme, c.warmup, c.width, c.seed), []).append(c)
     out = []
     for key, members in curves.items():
-        nxt = plan_edge({c.lr: unstable(c.final, c.l0, c.status) for c in members}, lr_min=lr_min,
-                        per_decade=per_decade, cap=cap, resolution=resolution)  # fmt: skip
+        failed = curve_failures({c.lr: (c.final, c.l0, c.status) for c in members}, unigram=unigram, margin=margin)
+        nxt = plan_edge(failed, lr_min=lr_min, per_decade=per_decade, cap=cap, resolution=resolution)
         if nxt is not None:
             out.append((*key, nxt))
     return out
@@ -789,14 +835,16 @@ def warmup_verdict(signs: Sequence[int | None], *, alpha: float = SIGN_ALPHA) ->
             "undecided_seeds": len(signs) - n, "p_needed": p_needed, "p_not_needed": p_not}  # fmt: skip
 
 
-def edge_rows_by_seed(cells: Sequence[Cell]) -> dict[tuple[str, str, int], dict[int, Edge]]:
-    """Each seed's :func:`edge` per (scheme, warm-up, width), from its finished runs (holes left out)."""
-    out: dict[tuple[str, str, int], dict[int, dict[float, bool]]] = {}
+def edge_rows_by_seed(cells: Sequence[Cell], *, unigram: float | None = None, margin: float = MARGIN
+                      ) -> dict[tuple[str, str, int], dict[int, Edge]]:  # fmt: skip
+    """Each seed's :func:`edge` per (scheme, warm-up, width), from its finished runs (holes left out), each run's
+    failure read by :func:`curve_failures` (``unigram`` None: divergence only)."""
+    out: dict[tuple[str, str, int], dict[int, dict[float, tuple[float | None, float | None, str]]]] = {}
     for c in cells:
         if c.status in ("completed", "diverged", "cached"):
-            out.setdefault((c.scheme, c.warmup, c.width), {}).setdefault(c.seed, {})[c.lr] = unstable(
-                c.final, c.l0, c.status)  # fmt: skip
-    return {k: {s: edge(r) for s, r in sorted(v.items())} for k, v in out.items()}
+            out.setdefault((c.scheme, c.warmup, c.width), {}).setdefault(c.seed, {})[c.lr] = (c.final, c.l0, c.status)
+    return {k: {s: edge(curve_failures(r, unigram=unigram, margin=margin)) for s, r in sorted(v.items())}
+            for k, v in out.items()}  # fmt: skip
 
 
 def warmup_verdicts(rows: Sequence[dict[str, Any]], warmup: str) -> dict[tuple[str, int], dict[str, Any]]:
@@ -1102,11 +1150,14 @@ def read_cell(spec: RunSpec, run_dir: Path, status: str, scheme: str, warmup: st
 # the command: run the grid, read the cells, write sweep.json and the page
 
 RULES = {
-    "stability": "one criterion for every scheme, warm-up arm and width (sweep.unstable): a run is unstable when its "
-    "loss became non-finite (the trainer stops it) or its final validation NLL ends above l0, its NLL at "
-    "initialisation (the first batch's, before the first step): training left it worse than not training",
+    "stability": "one criterion for every scheme, warm-up arm and width (sweep.curve_failures): a run is unstable when "
+    "it diverged (below) or collapsed: at a learning rate above its curve's best one it ends on the unigram plateau "
+    "(final validation NLL >= U - margin, U the unigram loss of the validation targets), the failure the paper "
+    "reports for Post-LN without warm-up (a model that did not learn, Figure 2); a curve whose best run never left "
+    "the plateau fails at every learning rate",
     "divergence": "a run diverged when its loss became non-finite (the trainer stops it) or its final validation "
-    "NLL ends strictly above l0 (the stability criterion: the two are one rule)",
+    "NLL ends strictly above l0, its NLL at initialisation (training left it worse than not training); "
+    "divergence_edge is the edge under this half of the criterion alone",
     "edge": "per seed, the largest stable learning rate below the smallest unstable one (last stable, first "
     "unstable); the sweep extends each curve above lr_max on the same grid while its highest run is stable, up to "
     "lr_cap, then bisects until their ratio is <= resolution; a curve with no unstable run is censored (a lower "
@@ -1261,7 +1312,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         if not cfg.find_edge:
             break
         planned = plan_edges(cells, lr_min=cfg.lr_min, per_decade=cfg.per_decade, cap=cfg.lr_cap,
-                             resolution=cfg.resolution)  # fmt: skip
+                             resolution=cfg.resolution, margin=cfg.margin,
+                             unigram=baseline["unigram_loss"] if cfg.plateau_fails else None)  # fmt: skip
         new = [run_spec(cfg, ctx, *p[:3], p[4], p[3]) for p in planned]
         for sp, p in zip(new, planned):
             where[sp.name] = (p[0], p[1])
@@ -1284,7 +1336,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
             say(f"--report-only: this report reads the {len(specs)} runs of this sweep only." + note)
     cells = read_all()
     records = [read[s.name][1] for s in specs]
-    rows = analyze(cells, margin=cfg.margin, unigram=baseline["unigram_loss"], grid=cfg.lrs)
+    rows = analyze(cells, margin=cfg.margin, unigram=baseline["unigram_loss"], grid=cfg.lrs,
+                   plateau_fails=cfg.plateau_fails)
     truth = warmup_truth(rows)
     truth_per_arm = {w: warmup_truth(rows, w) for w in warm_arms(rows)}
     agreement = None
@@ -1302,7 +1355,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         "warmup_updates": cfg.warmup_updates,  # the paper arm's (sweep.json before the adam arm had only it)
         "warmup_lengths": {w: cfg.warmup_length(w) for w in cfg.warmups},
         "rules": {**RULES, "margin": cfg.margin, "lr_cap": cfg.lr_cap, "resolution": cfg.resolution,
-                  "find_edge": cfg.find_edge, "sign_alpha": SIGN_ALPHA},
+                  "find_edge": cfg.find_edge, "sign_alpha": SIGN_ALPHA,
+                  "plateau_fails": cfg.plateau_fails},
         "baseline": baseline,
         "frontier": rows,
         "width_law": [width_law(rows, s, w) for s in cfg.schemes for w in cfg.warmups],
@@ -1396,11 +1450,12 @@ def rerender(path: str | Path, *, say: Any = _say) -> dict[str, Any]:
              for c in old["cells"]]  # fmt: skip
     # cells written before the status of a failed or absent run was kept as such count as missing grid points
     u = (old.get("baseline") or {}).get("unigram_loss")
-    rows = analyze(cells, margin=cfg.margin, unigram=u, grid=cfg.lrs)
+    rows = analyze(cells, margin=cfg.margin, unigram=u, grid=cfg.lrs, plateau_fails=cfg.plateau_fails)
     truth = warmup_truth(rows)
     arms_present = warm_arms(rows)
     planned = plan_edges(cells, lr_min=cfg.lr_min, per_decade=cfg.per_decade, cap=cfg.lr_cap,
-                         resolution=cfg.resolution) if cfg.find_edge else []  # fmt: skip
+                         resolution=cfg.resolution, unigram=u if cfg.plateau_fails else None,
+                         margin=cfg.margin) if cfg.find_edge else []  # fmt: skip
     agreement = None
     if old.get("diagnose"):
         found = {(r["scheme"], r["width"]): r for r in old["diagnose"]["table"]}
@@ -1409,7 +1464,8 @@ def rerender(path: str | Path, *, say: Any = _say) -> dict[str, Any]:
     records = [{**c, "diverged": unstable(c["final"], c["l0"], c["status"])} for c in old["cells"]]
     result = {**old, "config": cfg.to_dict(), "lrs": list(cfg.lrs),
               "rules": {**RULES, "margin": cfg.margin, "lr_cap": cfg.lr_cap, "resolution": cfg.resolution,
-                        "find_edge": cfg.find_edge, "sign_alpha": SIGN_ALPHA},
+                        "find_edge": cfg.find_edge, "sign_alpha": SIGN_ALPHA,
+                        "plateau_fails": cfg.plateau_fails},
               "frontier": rows,
               "width_law": [width_law(rows, s, w) for s in cfg.schemes for w in cfg.warmups],
               "tolerance_width_law": [width_slope(rows, s, w, per_decade=cfg.per_decade) for s in cfg.schemes
