@@ -173,7 +173,10 @@ def run_grid(
     (out / "configs").mkdir(exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
     threads = threads or (1 if cfg.remote else max(1, (os.cpu_count() or 1) // max(jobs, 1)))
-    in_flight = jobs if jobs > 0 else (max(1, len(specs)) if cfg.remote else 1)
+    # jobs 0 on a cluster: every ready run, the scheduler queues them; submitit's local executor has no queue, so
+    # there it is this machine's cores (all 24 smoke-sweep jobs at once on 2 cores took 3.7x the local launcher)
+    cluster = cfg.remote and not (cfg.kind == "slurm" and cfg.slurm_executor == "local")
+    in_flight = jobs if jobs > 0 else (max(1, len(specs)) if cluster else max(1, (os.cpu_count() or 1) // threads))
     check_not_stale(specs, out)
     outcomes: dict[str, RunOutcome] = {}
     pending: list[RunSpec] = []
