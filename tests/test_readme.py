@@ -82,6 +82,14 @@ COVERED: dict[str, str] = {
         "tests/test_finetune.py::test_interrupted_run_resumes_from_its_checkpoint",
     ".venv/bin/normlab export-hf --run runs/bert-tiny-post --out runs/bert-tiny-post-hf":
         "tests/test_finetune.py::test_export_hf_cli",
+    # grids on a cluster: the same grid through a 2-worker Ray cluster and through submitit (a single-node SLURM
+    # where slurm-wlm is installed), bit for bit as the local launcher
+    ".venv/bin/pip install -e '.[ray]'": "tests/test_launchers.py::test_ray_gives_the_local_runs_bit_for_bit",
+    ".venv/bin/normlab reproduce --scale full --out /shared/full --launcher ray --ray-address auto":
+        "tests/test_launchers.py::test_ray_gives_the_local_runs_bit_for_bit",
+    ".venv/bin/pip install -e '.[slurm]'": "tests/test_launchers.py::test_slurm_gives_the_local_runs_bit_for_bit",
+    ".venv/bin/normlab reproduce --scale full --out /shared/full --launcher slurm --slurm-partition gpu --slurm-time "
+    "120 --gpus-per-run 1": "tests/test_launchers.py::test_slurm_gives_the_local_runs_bit_for_bit",
 }
 # "Install as a package": the wheel test runs the block's lines itself (a wheel, a fresh venv, minutes)
 COVERED.update({line: "tests/test_wheel.py::test_readme_install_as_a_package" for line in README_INSTALL})

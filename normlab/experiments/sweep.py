@@ -1229,11 +1229,12 @@ def unigram_baseline(data: Any, task: str) -> dict[str, Any]:
 
 def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int = 0, corpus: str = "",
               device: str = "auto", precision: str = "auto", probe: bool = True, diagnose: bool = True,
-              say: Any = _say, train: bool = True) -> dict[str, Any]:  # fmt: skip
+              say: Any = _say, train: bool = True, launcher: Any = "local") -> dict[str, Any]:  # fmt: skip
     """Run the sweep's grid into ``out`` (resumable: finished runs are kept), then write ``out/report/``:
     sweep.json, loss_vs_lr.png, frontier.png, index.html and SWEEP.md. Returns sweep.json's content. ``train``
     False (``--report-only``): run nothing and write the report from the runs finished so far; a cell that has not
-    finished is a missing grid point (:func:`analyze`), and ``meta["unfinished"]`` counts them."""
+    finished is a missing grid point (:func:`analyze`), and ``meta["unfinished"]`` counts them. ``launcher``: where
+    the runs go (a kind or a LauncherConfig, launchers.py); diagnose and the report run here."""
     import os
     import platform
     import time
@@ -1244,8 +1245,12 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     from normlab.data import prepare
     from normlab.experiments.budget import updates_per_epoch
     from normlab.experiments.grid import FINISHED, any_finished, check_not_stale, others_note, run_grid, run_status
+    from normlab.experiments.launchers import as_config
 
     t0 = time.perf_counter()
+    launch = as_config(launcher)
+    if train:
+        launch.require_engine()  # one line naming the extra to install, before any data is prepared
     out = Path(out)
     if not train and not any_finished(out / "runs"):  # before any data is prepared
         raise ConfigError(f"--report-only: no run of this sweep has finished in {out} yet; run it without "
@@ -1253,8 +1258,14 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     out.mkdir(parents=True, exist_ok=True)
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     cores = os.cpu_count() or 1
-    jobs = jobs or (1 if cuda else cores)
-    threads = threads or max(1, cores // jobs)
+    if launch.remote:  # the cluster's nodes, not this machine's cores, bound what runs at once
+        threads = threads or 1
+    else:
+        jobs = jobs or (1 if cuda else cores)
+        threads = threads or max(1, cores // jobs)
+    shape = (f"{jobs} job(s) x {threads} thread(s)" if not launch.remote else
+             f"{launch.kind}: {'every ready run' if jobs <= 0 else f'at most {jobs} runs'} at once x {threads} "
+             "thread(s)")  # fmt: skip
     ctx = Context(translation_updates_per_epoch=1, corpus=corpus if cfg.task == "translation" else "",
                   mlm_corpus=corpus if cfg.task == "mlm" else "", device=device, precision=precision)  # fmt: skip
     specs = sweep_runs(cfg, ctx)
@@ -1266,7 +1277,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     grid_names = {s.name for s in specs}
     say(f"normlab sweep --scale {cfg.scale} -> {out}: {len(specs)} runs ({len(cfg.schemes)} schemes x "
         f"{len(cfg.warmups)} warm-ups x {len(cfg.widths)} widths x {len(cfg.lrs)} learning rates x {cfg.seeds} "
-        f"seed(s)); {jobs} job(s) x {threads} thread(s)")  # fmt: skip
+        f"seed(s)); {shape}")  # fmt: skip
     todo = [s for s in specs if run_status(out / "runs" / s.name) not in FINISHED]
     if not train:
         check_not_stale(specs, out)  # runs of another preset or --set must not be read as this sweep's
@@ -1285,7 +1296,9 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         # the estimate counts validation passes (budget.evaluations): it needs the epoch's real length, thousands
         # of updates here, so that runs of a few hundred validate every eval_every updates and at their end only
         ctx = dataclasses.replace(ctx, translation_updates_per_epoch=updates_per_epoch(data, first))
-        if probe:
+        if probe and launch.remote:
+            say(f"estimate: none with --launcher {launch.kind} (the probe times this machine, not the cluster's)")
+        elif probe:
             say(sweep_estimate(todo, ctx, jobs=jobs, threads=threads))
     outcomes: dict[str, Any] = {}
     read: dict[str, tuple[Cell, dict[str, Any]]] = {}
@@ -1305,7 +1318,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     pending, rounds = 0, 0
     while True:
         if train:
-            for name, o in run_grid(specs, out, jobs=jobs, threads=threads, say=say).items():
+            for name, o in run_grid(specs, out, jobs=jobs, threads=threads, launcher=launch, cuda=cuda,
+                                    say=say).items():  # fmt: skip
                 if o.status != "cached" or name not in outcomes:  # a run of an earlier round keeps its outcome
                     outcomes[name] = o
         cells = read_all()
@@ -1374,7 +1388,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
             "overrides": {k: v for k, v in cfg.to_dict().items() if v != preset.get(k)} if preset else {},
             "torch": torch.__version__, "python": platform.python_version(),
             "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.processor() or platform.machine()}, "
-            f"{cores} cores)", "threads": f"{jobs} job(s) x {threads} thread(s)", "wall_time_s": wall,
+            f"{cores} cores)", "threads": shape, "launcher": launch.kind, "wall_time_s": wall,
             # None when a run has no time (failed, or from before the runs recorded it): a partial sum would
             # understate the grid's cost without saying so
             "train_time_s": None if any(r["elapsed_s"] is None for r in records) else
@@ -1496,8 +1510,13 @@ def add_arguments(p: Any) -> None:
                    "a GPU)")  # fmt: skip
     p.add_argument("--out", help="output directory (default: sweep/SCALE)")
     add_set_argument(p, SweepConfig, note="the defaults shown are before --scale, which sets most of them")
-    p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA)")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads per run (default: cores / jobs)")
+    from normlab.experiments.launchers import add_launcher_arguments
+
+    p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA; "
+                   "with --launcher ray or slurm, every run that is ready: the cluster queues them)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads per run (default: cores / jobs; with ray or "
+                   "slurm, 1): what each run requests from Ray or SLURM")
+    add_launcher_arguments(p)
     p.add_argument("--no-estimate", action="store_true", help="skip the probe that estimates the wall time")
     p.add_argument("--no-diagnose", action="store_true", help="skip diagnose's warm-up verdicts beside the sweep")
     p.add_argument("--report-only", action="store_true", help="train nothing: write the report from the runs "
@@ -1511,6 +1530,7 @@ def add_arguments(p: Any) -> None:
 
 def run(args: Any) -> int:
     from normlab.config import apply_overrides
+    from normlab.experiments.launchers import launcher_from_args
 
     if args.from_json:
         rerender(args.from_json)
@@ -1518,5 +1538,5 @@ def run(args: Any) -> int:
     cfg = SweepConfig.from_dict(apply_overrides(sweep_scale(args.scale).to_dict(), args.set))
     run_sweep(cfg, args.out or f"sweep/{cfg.scale}", jobs=args.jobs, threads=args.threads, corpus=args.corpus,
               device=args.device, precision=args.precision, probe=not args.no_estimate,
-              diagnose=not args.no_diagnose, train=not args.report_only)  # fmt: skip
+              diagnose=not args.no_diagnose, train=not args.report_only, launcher=launcher_from_args(args))  # fmt: skip
     return 0
