@@ -47,15 +47,15 @@ $(REF_STAMP): $(STAMP)
 test: install-ref
 	NORMLAB_REQUIRE_REFS=1 $(PY) -m pytest -q
 
-# The main job: the decisive contrasts at the quick scale (estimated ~1.6 h on 2 Zen 4 cores with AVX-512 BF16,
-# ~1 h with AMX; it prints its own estimate from a probe of this machine first) and the report
-# reproduce/quick/report/index.html. Re-running it skips finished runs and resumes a killed one.
 # Debian's single-node SLURM for tests/test_launchers.py (it starts its own slurmctld and slurmd from a config in
 # a temporary directory, without systemd or munge); needs root and apt-get. Not part of `make test`: apt is the
 # system's, not this project's. .ci/run runs it when it can, and then requires the test (NORMLAB_REQUIRE_SLURM=1).
 install-slurm:
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurmctld slurmd slurm-client
 
+# The main job: the decisive contrasts at the quick scale (estimated ~1.6 h on 2 Zen 4 cores with AVX-512 BF16,
+# ~1 h with AMX; it prints its own estimate from a probe of this machine first) and the report
+# reproduce/quick/report/index.html. Re-running it skips finished runs and resumes a killed one.
 reproduce: install
 	$(PY) -m normlab reproduce --scale quick --out reproduce/quick
 
