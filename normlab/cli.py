@@ -248,8 +248,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
               _sweep),
     "finetune": ("fine-tune a masked-LM checkpoint on sentence pairs: the paper's grid, 6 seeds, t confidence "
                  "intervals", _finetune_args, _finetune),
-    "export-hf": ("write a Post-LN masked-LM checkpoint as a Hugging Face BertForMaskedLM", _export_hf_args,
-                  _export_hf),
+    "export-hf": ("write a Post-LN masked-LM checkpoint as a Hugging Face BertForMaskedLM, or a Pre-LN language "
+                  "model as a GPT2LMHeadModel", _export_hf_args, _export_hf),
 }
 
 

@@ -573,6 +573,11 @@ class ModelConfig(Strict):
     qk_norm: bool = field(
         False, help="a norm (the `norm` function) on each head's queries and keys before attention (Dehghani et al. 2023)"
     )
+    attention_softcap: float = field(
+        0.0, help="softmax capping: attention logits s = q k^T / sqrt(hd) become c tanh(s / c) before the softmax, "
+        "bounding them in (-c, c) (the tanh soft-cap of Gemma 2, Gemma Team 2024; with QK-norm, Rybakov et al. 2024's "
+        "third method); 0 = off. Computed by the matmul attention kernel (SDPA has no cap)",
+    )
     mixln_alpha: float = field(
         0.25, help="Mix-LN: the share of each stack's layers, from the bottom, that are Post-LN (Li et al. 2024: "
         "0.25); the final norm stays at 1"
@@ -620,6 +625,8 @@ class ModelConfig(Strict):
             raise self.error("mixln_alpha", f"must be in [0, 1], got {self.mixln_alpha}")
         if self.dyt_alpha <= 0:
             raise self.error("dyt_alpha", f"must be positive, got {self.dyt_alpha}")
+        if self.attention_softcap < 0:
+            raise self.error("attention_softcap", f"must be >= 0 (0 = off), got {self.attention_softcap}")
         if self.qk_norm and self.norm == "none":
             raise self.error("qk_norm", "needs a norm function; norm='none' makes it the identity")
         if self.positional == "rope" and self.head_dim % 2:

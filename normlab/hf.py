@@ -131,6 +131,8 @@ def export_refusal(cfg: ModelConfig) -> str | None:
                 "(x - mean) / std * gamma + beta")
     if cfg.qk_norm:
         return "qk_norm=true cannot be exported to BERT: BERT's attention has no norm on queries and keys"
+    if cfg.attention_softcap:
+        return "attention_softcap cannot be exported to BERT: BERT's attention logits are not capped"
     if cfg.positional == "rope":
         return ("positional=rope cannot be exported to BERT: BERT adds absolute position embeddings to its input and "
                 "has no rotation of queries and keys")
@@ -456,6 +458,8 @@ def gpt2_refusal(cfg: ModelConfig) -> str | None:
         return f"norm={cfg.norm} cannot be exported to GPT-2: every norm of GPT-2 is a LayerNorm"
     if cfg.qk_norm:
         return "qk_norm=true cannot be exported to GPT-2: its attention has no norm on queries and keys"
+    if cfg.attention_softcap:
+        return "attention_softcap cannot be exported to GPT-2: its attention logits are not capped"
     if cfg.positional == "rope":
         return "positional=rope cannot be exported to GPT-2: GPT-2 adds learned absolute position embeddings"
     if cfg.scale_embedding:

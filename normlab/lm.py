@@ -31,13 +31,14 @@ from normlab.data.tasks import lm_block_starts, lm_stream
 from normlab.data.tokenizer import Tokenizer
 from normlab.device import autocast, autocast_dtype
 from normlab.generate import sample_lm
+from normlab.hf import export_gpt2, gpt2_refusal
 from normlab.metrics import unigram_entropy
 from normlab.model import CausalLM
 from normlab.rundir import RunDir, strict_json, write_atomic
 from normlab.train.objectives import compute_loss
 
-__all__ = ["load_lm", "text_dataset", "perplexity", "evaluate_lm", "generate", "add_generate_arguments",
-           "run_generate", "run_evaluate_lm"]
+__all__ = ["load_lm", "text_dataset", "perplexity", "evaluate_lm", "generate", "export_hf_gpt2", "add_generate_arguments",
+           "run_generate", "run_evaluate_lm", "run_export_gpt2"]
 
 log = logging.getLogger("normlab.lm")
 
@@ -133,6 +134,38 @@ def generate(run_dir: str | Path, prompt: str, *, checkpoint: str = "best", samp
     return [tok.decode(row) for row in rows]
 
 
+def export_hf_gpt2(run_dir: str | Path, out: str | Path, which: str = "best") -> dict[str, Any]:
+    """Write a Pre-LN language-model run's checkpoint as a Hugging Face ``GPT2LMHeadModel`` (``save_pretrained``)
+    into ``out``, with the run's ``tokenizer.model`` beside it (sentencepiece; normlab's ids: pad 0, eos 3, which
+    the config names as GPT-2's bos/eos). Checks that HF computes what normlab computes on random text ids and
+    returns the largest logit difference. What GPT-2 cannot express is refused in one line before anything is
+    written (:func:`normlab.hf.gpt2_refusal`)."""
+    rd = RunDir(run_dir)
+    if not rd.is_run():
+        raise ConfigError(f"{run_dir}: not a run directory (no {RunDir.CONFIG})")
+    reason = gpt2_refusal(rd.read_config().model)
+    if reason is not None:
+        raise ConfigError(reason)
+    try:
+        import transformers  # noqa: F401 - the optional dependency, checked before anything is written
+    except ImportError:
+        raise ConfigError("exporting to Hugging Face needs transformers: pip install 'normlab[hf]'") from None
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not (out / "config.json").is_file():
+        raise ConfigError(f"{out} is not empty and holds no earlier export (config.json); choose another --out")
+    model, cfg, tok, path = load_lm(run_dir, which, "cpu")
+    hf = export_gpt2(model, out)
+    (out / "tokenizer.model").write_bytes(tok.proto)
+    g = torch.Generator().manual_seed(0)
+    n = min(32, cfg.model.max_positions)
+    ids = torch.randint(7, cfg.model.vocab_size, (2, n), generator=g)
+    ids[:, 0] = EOS
+    with torch.no_grad():
+        diff = (model(ids) - hf(input_ids=ids).logits).abs().max().item()
+    return {"out": str(out), "checkpoint": str(path), "parameters": sum(p.numel() for p in model.parameters()),
+            "vocab_size": cfg.model.vocab_size, "max_abs_logit_diff": diff}  # fmt: skip
+
+
 # ----------------------------------------------------------------------------------------------------- CLI
 
 MAX_SAMPLES = 1024  # rows decoded together, each with its cache: far more exhausts memory
@@ -179,3 +212,20 @@ def run_evaluate_lm(args: argparse.Namespace) -> int:
     print(json.dumps(strict_json(result), indent=1))
     return 0
 
+
+
+EXPORT_TOLERANCE = 1e-3  # max |logit difference| the export accepts, as normlab.pretrained's (float32: ~1e-6)
+
+
+def run_export_gpt2(args: argparse.Namespace) -> int:
+    """``normlab export-hf`` on a language-model run (called by normlab.pretrained.run_export for ``task: lm``)."""
+    done = export_hf_gpt2(args.run, args.out, args.checkpoint)
+    print(f"exported {done['checkpoint']} ({done['parameters']:,} parameters, vocab {done['vocab_size']}) to "
+          f"{done['out']} as a Hugging Face GPT2LMHeadModel, with its sentencepiece tokenizer.model")
+    diff = done["max_abs_logit_diff"]
+    print(f"check: max |normlab - HF| next-token logit on random text = {diff:.1e}")
+    if not diff <= EXPORT_TOLERANCE:
+        print(f"normlab export-hf: error: HF's logits differ from normlab's by {diff:.1e} > {EXPORT_TOLERANCE:g}",
+              file=sys.stderr)
+        return 1
+    return 0

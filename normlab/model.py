@@ -607,7 +607,8 @@ def default_attention(q: Tensor, k: Tensor, v: Tensor) -> str:
     return "sdpa-fp32" if attention_upcast(q, k, v) is not None else "sdpa"
 
 
-def _matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float) -> Tensor:
+def _matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float,
+                      softcap: float = 0.0) -> Tensor:  # fmt: skip
     """softmax(q k^T / sqrt(hd) + mask) v as batched matmuls around an fp32 softmax, with the precision of the
     flash kernels: the scores q k^T in fp32 (from fp32 copies of q and k: rounding the scores to bf16 would
     cost up to 0.125 absolute in the output at logits of standard deviation 9, against 0.013 for SDPA,
@@ -626,6 +627,10 @@ def _matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_c
         acc = torch.promote_types(cd, torch.float32)
         q, k = (x.to(acc, memory_format=torch.contiguous_format) for x in (q, k))
         s = torch.matmul(q, k.transpose(-2, -1)).mul_(q.shape[-1] ** -0.5)
+        if softcap > 0:
+            # softmax capping (ModelConfig.attention_softcap): c tanh(s / c), smooth and within (-c, c), before the
+            # mask, so that masked keys stay at the dtype's minimum
+            s = torch.tanh(s / softcap) * softcap
         if is_causal:
             T, S = s.shape[-2:]
             mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril_()
@@ -640,7 +645,8 @@ def _matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_c
 
 
 def _sdpa(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float, impl: str | None = None
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float, impl: str | None = None,
+    softcap: float = 0.0,
 ) -> Tensor:
     """Attention on (B, H, T, hd) tensors with the kernel ``impl`` (:data:`ATTENTION_IMPLS`; None:
     :func:`default_attention`): ``sdpa`` is ``F.scaled_dot_product_attention`` on the inputs as they are,
@@ -649,8 +655,8 @@ def _sdpa(
     if _TRACE is not None:
         _TRACE.append((q.detach(), k.detach(), v.detach(), mask, is_causal))
     impl = impl or default_attention(q, k, v)
-    if impl == "matmul":
-        return _matmul_attention(q, k, v, mask, is_causal, dropout)
+    if impl == "matmul" or softcap > 0:  # only the explicit products can cap the logits
+        return _matmul_attention(q, k, v, mask, is_causal, dropout, softcap)
     if impl == "sdpa-fp32" and (dtype := next((x.dtype for x in (q, k, v) if x.dtype in LOW_PRECISION), None)) is not None:
         with torch.autocast(q.device.type, enabled=False):
             o = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout,
@@ -664,10 +670,11 @@ def _sdpa(
 
 
 def _attend(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float, impl: str | None
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float, impl: str | None,
+    softcap: float = 0.0,
 ) -> Tensor:
     """Attention on (B, H, T, hd) tensors; returns (B, T, H*hd)."""
-    return _sdpa(q, k, v, mask, is_causal, dropout, impl).transpose(1, 2).flatten(2)
+    return _sdpa(q, k, v, mask, is_causal, dropout, impl, softcap).transpose(1, 2).flatten(2)
 
 
 def set_attention(model: nn.Module, impl: str | None) -> int:
@@ -732,6 +739,7 @@ class SelfAttention(Sublayer):
         self.norm_inner = _norm(self.plan.slots.inner, cfg)
         self.out = nn.Linear(cfg.d_model, cfg.d_model)
         self.rotary = Rotary(cfg.head_dim, cfg.max_positions) if cfg.positional == "rope" else None
+        self.softcap = cfg.attention_softcap
         self.attention: str | None = None  # the kernel (set_attention); None: default_attention
 
     def init_gain_weights(self) -> list[Tensor]:
@@ -771,7 +779,7 @@ class SelfAttention(Sublayer):
             keep = ~padding_mask[:, None, None, :]  # (B, 1, 1, S), True where a key may be attended
             mask = keep if mask is None else mask & keep
         p = self.attention_dropout if self.training else 0.0
-        return self.out(self.norm_inner(_attend(q, k, v, mask, is_causal, p, self.attention)))
+        return self.out(self.norm_inner(_attend(q, k, v, mask, is_causal, p, self.attention, self.softcap)))
 
 
 class CrossAttention(Sublayer):
@@ -788,6 +796,7 @@ class CrossAttention(Sublayer):
         self.k_norm = _norm(cfg.qk_norm, cfg, cfg.head_dim)
         # Sub-LN has no inner norm in the cross-attention (torchscale 0.3.0: `subln and self.self_attention`)
         self.out = nn.Linear(cfg.d_model, cfg.d_model)
+        self.softcap = cfg.attention_softcap
         self.attention: str | None = None  # the kernel (set_attention); None: default_attention
 
     def init_gain_weights(self) -> list[Tensor]:
@@ -815,7 +824,7 @@ class CrossAttention(Sublayer):
         p = self.attention_dropout if self.training else 0.0
         B, M = q.shape[0], k.shape[0]
         if B == M:
-            return self.out(_attend(q, k, v, mask, False, p, self.attention))
+            return self.out(_attend(q, k, v, mask, False, p, self.attention, self.softcap))
         # g consecutive decoder rows share one memory row (the beams of a sentence while decoding): their
         # queries attend as g*T query positions of that row, so the memory's keys/values are neither copied
         # per beam nor reordered after each step
@@ -823,7 +832,7 @@ class CrossAttention(Sublayer):
             raise ValueError(f"{B} decoder rows cannot share {M} memory rows")
         g, T = B // M, q.shape[2]
         q = q.unflatten(0, (M, g)).transpose(1, 2).flatten(2, 3)  # (M, H, g*T, hd)
-        o = _sdpa(q, k, v, mask, False, p, self.attention)
+        o = _sdpa(q, k, v, mask, False, p, self.attention, self.softcap)
         return self.out(o.unflatten(2, (g, T)).permute(0, 2, 3, 1, 4).reshape(B, T, -1))
 
 

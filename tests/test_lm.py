@@ -6,6 +6,7 @@ GPT-2 in transformers); one-step CLI runs in a temp dir; a golden per-update los
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+import yaml
 
 from normlab.config import ConfigError, DataConfig, Placement, TrainConfig
 from normlab.data.batch import EOS, PAD, LMBatch
@@ -177,6 +179,43 @@ def test_rope_config_checks():
     model = CausalLM(lm_config())
     assert model.decoder.embed_positions is None and model.decoder.layers[0].self_attn.rotary is not None
     assert not any("rotary" in k for k in model.state_dict())  # a table, not a parameter: checkpoints hold none
+
+
+# ---- softmax capping --------------------------------------------------------------------------------------
+
+
+def test_softcap_attention_formula():
+    """softmax(c tanh(q k^T / sqrt(hd) / c) + causal mask) v, against a float64 reference; a large cap is no cap,
+    and the capped logits stay within [-c, c] however large q and k grow."""
+    from normlab.model import _sdpa
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 6, 8, generator=g, dtype=torch.float64) * 4 for _ in range(3))
+    c = 2.0
+    s = c * torch.tanh(q @ k.transpose(-2, -1) / math.sqrt(8) / c)
+    s = s.masked_fill(~torch.ones(6, 6, dtype=torch.bool).tril(), -math.inf)
+    want = torch.softmax(s, -1) @ v
+    for impl in ("sdpa", "matmul"):  # a cap makes every kernel take the explicit products
+        torch.testing.assert_close(_sdpa(q, k, v, None, True, 0.0, impl, softcap=c), want)
+    torch.testing.assert_close(_sdpa(q, k, v, None, True, 0.0, "matmul", softcap=1e6), _sdpa(q, k, v, None, True, 0.0, "sdpa"))
+    assert float(s[torch.isfinite(s)].abs().max()) <= c
+
+
+def test_softcap_lm_decodes_incrementally_and_trains():
+    torch.manual_seed(0)
+    model = CausalLM(lm_config(placement="pre", qk_norm=True, attention_softcap=5.0)).eval()
+    assert all(m.softcap == 5.0 for m in model.modules() if hasattr(m, "softcap"))
+    x = tokens(B=2, T=9)
+    with torch.no_grad():
+        full = model(x)
+        cache = model.init_cache()
+        steps = [model(x[:, t : t + 1], cache=cache) for t in range(9)]
+        uncapped = CausalLM(lm_config(placement="pre", qk_norm=True)).eval()
+        uncapped.load_state_dict(model.state_dict())
+        assert (uncapped(x) - full).abs().max() > 1e-6  # the cap is applied
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ConfigError, match="attention_softcap"):
+        tiny_config(attention_softcap=-1.0)
 
 
 # ---- data: packed blocks ----------------------------------------------------------------------------------
@@ -345,6 +384,24 @@ def test_sweep_builds_lm_cells():
     build_model(tc.model.replace(vocab_size=300), "lm")
 
 
+def test_smoke_lm_sweep_cli(small_corpora, data_cache, tmp_path, monkeypatch):
+    """`normlab sweep --set task=lm` end to end at the smoke preset on a small text corpus: every run trains, the
+    plateau is the LM's unigram level, diagnose reads the decoder-only stack."""
+    monkeypatch.setenv("NORMLAB_CACHE", str(data_cache))
+    out = tmp_path / "sweep"
+    proc = normlab("sweep", "--scale", "smoke", "--out", str(out), "--jobs", "2", "--threads", "1", "--corpus",
+                   str(small_corpora["mono"]), "--set", "task=lm")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "estimate: not available for the lm task" in proc.stderr
+    data = json.loads((out / "report" / "sweep.json").read_text())
+    assert data["config"]["task"] == "lm" and data["meta"]["outcomes"]["failed"] == 0
+    assert all(c["l0"] is not None for c in data["cells"])
+    table = data["diagnose"]["table"]  # diagnose measured every scheme x width of the LM (S defined at init)
+    assert len(table) == 4 and all(r["score"] is not None and math.isfinite(r["score"]) for r in table)
+    cfg = yaml.safe_load((out / "runs" / data["cells"][0]["name"] / "config.yaml").read_text())
+    assert cfg["data"]["task"] == "lm" and cfg["model"]["positional"] == "rope"
+
+
 def test_unigram_baseline_of_lm_data(small_lm):
     from normlab.experiments.sweep import unigram_baseline
     from normlab.metrics import unigram_entropy
@@ -389,6 +446,7 @@ def test_gpt2_export_round_trips(overrides, tmp_path):
     ({"placement": "post"}, "GPT-2 is Pre-LN"), ({"placement": "peri"}, "GPT-2 is Pre-LN"),
     ({"positional": "rope"}, "positional=rope"), ({"norm": "rmsnorm"}, "norm=rmsnorm"),
     ({"scale_embedding": True}, "scale_embedding=true"), ({"qk_norm": True}, "qk_norm=true"),
+    ({"attention_softcap": 30.0}, "attention_softcap"),
 ])  # fmt: skip
 def test_gpt2_export_refuses_what_gpt2_cannot_express(change, reason):
     from normlab.hf import gpt2_refusal, gpt2_state_dict
@@ -402,8 +460,11 @@ def test_gpt2_export_refuses_what_gpt2_cannot_express(change, reason):
 
 # ---- the commands, end to end -----------------------------------------------------------------------------
 
-TINY_LM = ["model.d_model=32", "model.n_heads=2", "model.d_ffn=64", "model.decoder_layers=2",
-           "model.max_positions=64", "model.positional=rope", "model.scale_embedding=false"]  # fmt: skip
+# GPT-2-shaped (Pre-LN, learned positions, unscaled tied embeddings, GELU) so that export-hf can write it; RoPE
+# runs through Trainer.fit in the golden test
+TINY_LM = ["model.d_model=32", "model.n_heads=2", "model.d_ffn=64", "model.decoder_layers=2", "model.placement=pre",
+           "model.max_positions=64", "model.positional=learned", "model.scale_embedding=false",
+           "model.activation=gelu"]  # fmt: skip
 
 
 def test_train_evaluate_generate_cli(small_corpora, small_lm, data_cache, tmp_path):
@@ -442,6 +503,13 @@ def test_train_evaluate_generate_cli(small_corpora, small_lm, data_cache, tmp_pa
     assert len(first.stdout.splitlines()) == 3 and first.stdout == normlab(*args).stdout
     bad = normlab("generate", "--run", str(out), "--temperature", "-1")
     assert bad.returncode == 2 and "--temperature" in bad.stderr
+
+    # export-hf: a Pre-LN language-model run goes out as GPT2LMHeadModel, checked against normlab's logits
+    if importlib.util.find_spec("transformers") is not None:
+        proc = normlab("export-hf", "--run", str(out), "--out", str(tmp_path / "hf"))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "GPT2LMHeadModel" in proc.stdout and (tmp_path / "hf" / "tokenizer.model").is_file()
+        assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == ["GPT2LMHeadModel"]
 
 
 def test_model_and_diagnose_cli(tmp_path):
