@@ -29,7 +29,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML file or bundled config (bert-tiny-post, ...); its `model:` section (or "
                                     "the whole file) is the ModelConfig")  # fmt: skip
     add_set_argument(p, ModelConfig, section="model")
-    p.add_argument("--task", default="translation", choices=["translation", "mlm", "classification"])
+    p.add_argument("--task", default="translation", choices=["translation", "mlm", "classification", "lm"])
 
 
 def _model(args: argparse.Namespace) -> int:
@@ -111,8 +111,9 @@ def _diagnose(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     result = diagnose_config(cfg, args.task, steps=args.steps, seed=args.seed, mode=args.mode, max_tokens=args.max_tokens)
-    print(f"{args.task} model, placement={cfg.placement.value}, {cfg.encoder_layers} encoder"
-          + (f" / {cfg.decoder_layers} decoder" if args.task == "translation" else "") + " layers, at initialisation")
+    layers = (f"{cfg.decoder_layers} decoder" if args.task == "lm" else f"{cfg.encoder_layers} encoder"
+              + (f" / {cfg.decoder_layers} decoder" if args.task == "translation" else ""))
+    print(f"{args.task} model, placement={cfg.placement.value}, {layers} layers, at initialisation")
     print(result.summary())
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
@@ -190,6 +191,18 @@ def _evaluate(args: argparse.Namespace) -> int:
     return run_evaluate(args)
 
 
+def _generate_args(p: argparse.ArgumentParser) -> None:
+    from normlab.lm import add_generate_arguments
+
+    add_generate_arguments(p)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from normlab.lm import run_generate
+
+    return run_generate(args)
+
+
 def _finetune_args(p: argparse.ArgumentParser) -> None:
     from normlab.finetune import add_arguments
 
@@ -220,11 +233,14 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "analyze": ("measure Figure 3, Theorem 1, Lemmas 2-3 and concentration at initialisation", _analyze_args, _analyze),
     "diagnose": ("per-layer gradients at initialisation and a warm-up verdict for a model config", _diagnose_args, _diagnose),
     "data": ("prepare a corpus (tokenizer, binarized splits; cached) and print its statistics", _data_args, _data),
-    "train": ("train a translation, masked-LM or classification model (exit 3 when it diverges)", _train_args, _train),
+    "train": ("train a translation, masked-LM, classification or language model (exit 3 when it diverges)",
+              _train_args, _train),
     "translate": ("translate sentences (stdin or --input) with a trained run, streamed to stdout",
                   _translate_args, _translate),
-    "evaluate": ("BLEU (sacreBLEU and tokenized) and NLL of a run on its valid or test split, or on your own files",
-                 _evaluate_args, _evaluate),
+    "evaluate": ("BLEU (sacreBLEU and tokenized) and NLL of a run on its valid or test split, or on your own files; "
+                 "a language model's perplexity beside the unigram level", _evaluate_args, _evaluate),
+    "generate": ("sample continuations of a prompt from a language-model run (temperature, top-k; KV cache)",
+                 _generate_args, _generate),
     "reproduce": ("run the paper's experiments at a scale and write the report with a verdict per claim",
                   _reproduce_args, _reproduce),
     "sweep": ("the stability edge (the largest learning rate that does not diverge, bisected), the LR tolerance and "
@@ -232,8 +248,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
               _sweep),
     "finetune": ("fine-tune a masked-LM checkpoint on sentence pairs: the paper's grid, 6 seeds, t confidence "
                  "intervals", _finetune_args, _finetune),
-    "export-hf": ("write a Post-LN masked-LM checkpoint as a Hugging Face BertForMaskedLM", _export_hf_args,
-                  _export_hf),
+    "export-hf": ("write a Post-LN masked-LM checkpoint as a Hugging Face BertForMaskedLM, or a Pre-LN language "
+                  "model as a GPT2LMHeadModel", _export_hf_args, _export_hf),
 }
 
 

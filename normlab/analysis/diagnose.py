@@ -113,6 +113,7 @@ import torch
 from torch import Tensor, nn
 
 from normlab.analysis.gradients import GradientMoments, fit_linear_slope
+from normlab.analysis.sources import synthetic_lm_batches
 from normlab.rundir import strict_json
 
 __all__ = [
@@ -501,7 +502,7 @@ def diagnose_config(
     """:func:`diagnose` for a normlab :class:`~normlab.config.ModelConfig` at initialisation (seed ``seed``),
     on synthetic batches of its task (:mod:`normlab.analysis.sources`) with the task's training loss:
     label-smoothed cross entropy per target token (translation), cross entropy over the masked positions
-    (mlm), cross entropy per sentence (classification)."""
+    (mlm), next-token cross entropy per target (lm), cross entropy per sentence (classification)."""
     import torch.nn.functional as F
 
     from normlab.analysis.gradients import training_loss
@@ -520,6 +521,8 @@ def diagnose_config(
         batches = synthetic_translation_batches(steps, vocab_size=cfg.vocab_size, max_tokens=max_tokens, seed=seed)
     elif task == "mlm":
         batches = synthetic_mlm_batches(steps, vocab_size=cfg.vocab_size, batch_size=32, length=min(64, cfg.max_positions), seed=seed)
+    elif task == "lm":  # the masked LM's batch shape, every position a target
+        batches = synthetic_lm_batches(steps, vocab_size=cfg.vocab_size, batch_size=32, length=min(64, cfg.max_positions), seed=seed)
     else:
         batches = synthetic_classification_batches(
             steps, vocab_size=cfg.vocab_size, num_classes=cfg.num_classes, length=min(32, cfg.max_positions), seed=seed
@@ -536,6 +539,8 @@ def diagnose_config(
         if task == "mlm":
             select = b.targets.ne(PAD)
             return F.cross_entropy(model(b.tokens, b.segments, select=select), b.targets[select])
+        if task == "lm":  # next-token cross entropy per target
+            return F.cross_entropy(model(b.tokens).flatten(0, 1).float(), b.targets.flatten(), ignore_index=PAD)
         return F.cross_entropy(model(b.tokens, b.segments), b.labels)
 
     from normlab.model import NORM_TYPES

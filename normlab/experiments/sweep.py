@@ -162,8 +162,9 @@ run: with every seed agreeing it needs 5 seeds (0.5^5 = 0.031); with 2 or 3 seed
 WARMUPS = ("none", "paper", "adam")
 """The warm-up arms (SweepConfig.warmup_length): none; the paper's share of the run; 2/(1 - beta2) updates."""
 
-BETAS = {"translation": (0.9, 0.98), "mlm": (0.9, 0.999)}
-"""Adam's betas per task: the paper's IWSLT optimizer (Section 3.2) and BERT's (figures._mlm's runs)."""
+BETAS = {"translation": (0.9, 0.98), "mlm": (0.9, 0.999), "lm": (0.9, 0.95)}
+"""Adam's betas per task: the paper's IWSLT optimizer (Section 3.2), BERT's (figures._mlm's runs) and the decoder-only
+LMs' (GPT-3, Brown et al. 2020, Appendix B; Llama, OLMo 2: beta2 = 0.95)."""
 
 
 @config
@@ -173,8 +174,10 @@ class SweepConfig(Strict):
     scale: Literal["smoke", "quick", "standard", "full", "custom"] = field(
         "custom", help="the preset this config started from"
     )
-    task: Literal["translation", "mlm"] = field("translation", help="de-en translation (the paper's IWSLT stand-in) "
-                                                "or masked-LM pre-training (en-mono)")  # fmt: skip
+    task: Literal["translation", "mlm", "lm"] = field("translation", help="de-en translation (the paper's IWSLT "
+                                                      "stand-in), masked-LM pre-training (en-mono) or a decoder-only "
+                                                      "language model on en-mono (lm: RoPE, GELU, tied embeddings, "
+                                                      "AdamW with beta2 0.95)")  # fmt: skip
     schemes: tuple[str, ...] = field(
         tuple(p.value for p in Placement),
         help="normalization schemes: a placement (" + ", ".join(p.value for p in Placement) + "), optionally with a "
@@ -192,7 +195,7 @@ class SweepConfig(Strict):
     widths: tuple[int, ...] = field((64, 128, 256, 512), help="d_model of each width; FFN = ffn_ratio x d")
     ffn_ratio: int = field(2, help="FFN width over d (the paper's IWSLT model: 1024 / 512 = 2)")
     n_heads: int = field(4, help="attention heads at every width (the paper: 4; head size d/4 = 128 at d=512)")
-    layers: int = field(6, help="encoder (and decoder) depth (the paper: 6-6)")
+    layers: int = field(6, help="encoder (and decoder) depth (the paper: 6-6); lm: the decoder-only stack's depth")
     updates: int = field(300, help="updates per run")
     seeds: int = field(1, help="training seeds per cell (runs named ...-s1, -s2, ...)")
     find_edge: bool = field(True, help="extend each curve's learning rates above lr_max (same grid) while its "
@@ -208,7 +211,7 @@ class SweepConfig(Strict):
     vocab_size: int = field(8000, help="BPE vocabulary")
     max_tokens: int = field(2048, help="tokens per batch")
     max_positions: int = field(128, help="longest sentence kept, in tokens")
-    block_size: int = field(128, help="mlm: tokens per block")
+    block_size: int = field(128, help="mlm and lm: tokens per block")
     dropout: float = field(0.1, help="dropout (the paper: 0.1)")
     train_subset: int = field(0, help="training examples (0 = all)")
     valid_subset: int = field(500, help="validation examples for the final loss (0 = all)")
@@ -434,6 +437,19 @@ def _train_config(cfg: SweepConfig, ctx: Context, *, scheme: str, warmup: str, w
         # Section 3.2: Adam, beta = (0.9, 0.98); label smoothing 0.1 (the loss trained; the reported loss is the NLL)
         return TrainConfig(model=model, data=data, optim=OptimConfig(name="adam", lr=lr, betas=BETAS["translation"]),
                            schedule=schedule, label_smoothing=0.1, **common)  # fmt: skip
+    if cfg.task == "lm":
+        # GPT/Llama-shaped, as the LMs the newer schemes were proposed on (Peri-LN, Mix-LN, LayerNorm Scaling: Llama
+        # with RoPE): rotary positions, unscaled tied embeddings, GELU, no embedding norm; AdamW with the LLMs'
+        # betas and weight decay 0.1 (GPT-3, Brown et al. 2020, Appendix B), the same for every scheme
+        model = ModelConfig(placement=placement, norm=norm, d_model=width, d_ffn=cfg.ffn_ratio * width,
+                            n_heads=cfg.n_heads, encoder_layers=0, decoder_layers=cfg.layers, vocab_size=cfg.vocab_size,
+                            max_positions=cfg.block_size, positional="rope", scale_embedding=False, activation="gelu",
+                            dropout=cfg.dropout)  # fmt: skip
+        data = DataConfig(task="lm", corpus=ctx.mlm_corpus, vocab_size=cfg.vocab_size, block_size=cfg.block_size,
+                          train_subset=cfg.train_subset, valid_subset=cfg.valid_subset, max_tokens=cfg.max_tokens,
+                          cache_dir=ctx.cache_dir)  # fmt: skip
+        return TrainConfig(model=model, data=data, optim=OptimConfig(name="adamw", lr=lr, betas=BETAS["lm"],
+                           weight_decay=0.1), schedule=schedule, label_smoothing=0.0, **common)  # fmt: skip
     # BERT-shaped, as Figure 5's runs (figures._mlm), with the paper's Adam betas for all schemes alike
     model = ModelConfig(placement=placement, norm=norm, d_model=width, d_ffn=cfg.ffn_ratio * width, n_heads=cfg.n_heads,
                         encoder_layers=cfg.layers, decoder_layers=0, vocab_size=cfg.vocab_size,
@@ -1198,7 +1214,7 @@ def sweep_estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads
     from normlab.experiments.budget import estimate
 
     if specs and specs[0].kind != "translation":
-        return "estimate: not available for the mlm task (budget.py probes a translation model)"
+        return f"estimate: not available for the {specs[0].kind} task (budget.py probes a translation model)"
     by_width: dict[int, list[RunSpec]] = {}
     for s in specs:
         by_width.setdefault(s.config.model.d_model, []).append(s)
@@ -1267,7 +1283,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
              f"{launch.kind}: {'every ready run' if jobs <= 0 else f'at most {jobs} runs'} at once x {threads} "
              "thread(s)")  # fmt: skip
     ctx = Context(translation_updates_per_epoch=1, corpus=corpus if cfg.task == "translation" else "",
-                  mlm_corpus=corpus if cfg.task == "mlm" else "", device=device, precision=precision)  # fmt: skip
+                  mlm_corpus=corpus if cfg.task in ("mlm", "lm") else "", device=device, precision=precision)  # fmt: skip
     specs = sweep_runs(cfg, ctx)
     where = {}
     for s in specs:
