@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-ref test reproduce clean
+.PHONY: install install-ref install-slurm test reproduce clean
 
 install: $(STAMP)
 
@@ -34,12 +34,24 @@ $(REF_STAMP): $(STAMP)
 	$(PY) -m pip install -q --no-deps torchscale==0.3.0 fairscale==0.4.0 x-transformers==2.31.10 einops==0.8.2 \
 		einx==0.4.3 frozendict==2.5.1 loguru==0.7.3 torch-einops-utils==0.2.0
 	$(PY) -c 'import fairscale, x_transformers, torchscale.architecture.config'
+	# the grid launchers' engines (the `ray` and `slurm` extras), so that tests/test_launchers.py runs its grids
+	# through a 2-worker Ray cluster and submitit rather than skipping; pinned as the references are. With their
+	# dependencies (none of them is torch).
+	$(PY) -m pip install -q ray==2.60.0 submitit==1.5.4
+	$(PY) -c 'import ray, submitit'
 	touch $(REF_STAMP)
 
 # Every test runs: the references are installed and NORMLAB_REQUIRE_REFS=1 turns an absent one into a failure
-# (tests/conftest.py, require_reference) rather than a skip.
+# (tests/conftest.py, require_reference) rather than a skip. The SLURM test of tests/test_launchers.py runs where
+# slurm-wlm's daemons are installed (install-slurm; .ci/run does it as root) and skips, saying so, elsewhere.
 test: install-ref
 	NORMLAB_REQUIRE_REFS=1 $(PY) -m pytest -q
+
+# Debian's single-node SLURM for tests/test_launchers.py (it starts its own slurmctld and slurmd from a config in
+# a temporary directory, without systemd or munge); needs root and apt-get. Not part of `make test`: apt is the
+# system's, not this project's. .ci/run runs it when it can, and then requires the test (NORMLAB_REQUIRE_SLURM=1).
+install-slurm:
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurmctld slurmd slurm-client
 
 # The main job: the decisive contrasts at the quick scale (estimated ~1.6 h on 2 Zen 4 cores with AVX-512 BF16,
 # ~1 h with AMX; it prints its own estimate from a probe of this machine first) and the report

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from normlab import __version__, finetune, pretrained, translate
+from normlab import __version__, finetune, lm, pretrained, translate
 from normlab.analysis.diagnose import diagnose_config
 from normlab.analysis.run import AnalysisConfig, analysis_scale, print_progress, run_analysis, summary_lines
 from normlab.assets import load_config_file
@@ -36,7 +36,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML file or bundled config (bert-tiny-post, ...); its `model:` section (or "
                                     "the whole file) is the ModelConfig")  # fmt: skip
     add_set_argument(p, ModelConfig, section="model")
-    p.add_argument("--task", default="translation", choices=["translation", "mlm", "classification"])
+    p.add_argument("--task", default="translation", choices=["translation", "mlm", "classification", "lm"])
 
 
 def _model(args: argparse.Namespace) -> int:
@@ -106,13 +106,16 @@ def _diagnose(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     result = diagnose_config(cfg, args.task, steps=args.steps, seed=args.seed, mode=args.mode, max_tokens=args.max_tokens)
-    print(f"{args.task} model, placement={cfg.placement.value}, {cfg.encoder_layers} encoder"
-          + (f" / {cfg.decoder_layers} decoder" if args.task == "translation" else "") + " layers, at initialisation")
+    layers = (f"{cfg.decoder_layers} decoder" if args.task == "lm" else f"{cfg.encoder_layers} encoder"
+              + (f" / {cfg.decoder_layers} decoder" if args.task == "translation" else ""))
+    print(f"{args.task} model, placement={cfg.placement.value}, {layers} layers, at initialisation")
     print(result.summary())
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result.to_dict(), f, indent=1, allow_nan=False)  # strict: undefined numbers are null
     return 0
+
+
 # name -> (help, add arguments, run); each run returns the exit code
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "model": ("print a model's configuration, parameter count and where its LayerNorms sit", _model_args, _model),
@@ -120,12 +123,15 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "diagnose": ("per-layer gradients at initialisation and a warm-up verdict for a model config", _diagnose_args, _diagnose),
     "data": ("prepare a corpus (tokenizer, binarized splits; cached) and print its statistics",
              data_summary.add_arguments, data_summary.run),
-    "train": ("train a translation, masked-LM or classification model (exit 3 when it diverges)",
+    "train": ("train a translation, masked-LM, classification or language model (exit 3 when it diverges)",
               train_run.add_arguments, train_run.run),
     "translate": ("translate sentences (stdin or --input) with a trained run, streamed to stdout",
                   translate.add_translate_arguments, translate.run_translate),
-    "evaluate": ("BLEU (sacreBLEU and tokenized) and NLL of a run on its valid or test split, or on your own files",
+    "evaluate": ("BLEU (sacreBLEU and tokenized) and NLL of a run on its valid or test split, or on your own files; "
+                 "a language model's perplexity beside the unigram level",
                  translate.add_evaluate_arguments, translate.run_evaluate),
+    "generate": ("sample continuations of a prompt from a language-model run (temperature, top-k; KV cache)",
+                 lm.add_generate_arguments, lm.run_generate),
     "reproduce": ("run the paper's experiments at a scale and write the report with a verdict per claim",
                   reproduce.add_arguments, reproduce.run),
     "sweep": ("the stability edge (the largest learning rate that does not diverge, bisected), the LR tolerance and "
@@ -133,8 +139,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
               sweep.add_arguments, sweep.run),
     "finetune": ("fine-tune a masked-LM checkpoint on sentence pairs: the paper's grid, 6 seeds, t confidence "
                  "intervals", finetune.add_arguments, finetune.run),
-    "export-hf": ("write a Post-LN masked-LM checkpoint as a Hugging Face BertForMaskedLM",
-                  pretrained.add_export_arguments, pretrained.run_export),
+    "export-hf": ("write a Post-LN masked-LM checkpoint as a Hugging Face BertForMaskedLM, or a Pre-LN language "
+                  "model as a GPT2LMHeadModel", pretrained.add_export_arguments, pretrained.run_export),
 }
 
 

@@ -27,7 +27,7 @@ import yaml
 
 __all__ = [
     "ConfigError", "Strict", "config", "field", "Placement", "NORMS", "ModelConfig", "OptimConfig", "ScheduleConfig",
-    "DataConfig", "TrainConfig", "VENDORED_CORPORA", "DEFAULT_CORPUS",
+    "DataConfig", "TrainConfig", "VENDORED_CORPORA", "DEFAULT_CORPUS", "TEXT_TASKS", "corpus_serves",
     "parse_override", "apply_overrides", "load_yaml", "Setting", "settings", "settings_help",
     "add_set_argument", "resolve_overrides", "flat_dict",
 ]  # fmt: skip
@@ -520,7 +520,8 @@ class ModelConfig(Strict):
     n_heads: int = field(4, help="attention heads (IWSLT: 4)")
     d_ffn: int = field(1024, help="FFN inner width (IWSLT: 1024)")
     encoder_layers: int = field(6, help="encoder depth L")
-    decoder_layers: int = field(6, help="decoder depth (ignored by encoder-only models)")
+    decoder_layers: int = field(6, help="decoder depth: of the encoder-decoder, and of the decoder-only language model "
+                                "(task lm); ignored by encoder-only models")
     vocab_size: int = field(10000, help="joint vocabulary size (the paper: 10k joint BPE)")
     pad_id: int = field(0, help="padding token id (embedding row kept at zero, ignored by attention)")
     dropout: float = field(0.1, help="dropout on embeddings and on every residual branch (paper: 0.1)")
@@ -545,12 +546,19 @@ class ModelConfig(Strict):
     qk_norm: bool = field(
         False, help="a norm (the `norm` function) on each head's queries and keys before attention (Dehghani et al. 2023)"
     )
+    attention_softcap: float = field(
+        0.0, help="softmax capping: attention logits s = q k^T / sqrt(hd) become c tanh(s / c) before the softmax, "
+        "bounding them in (-c, c) (the tanh soft-cap of Gemma 2, Gemma Team 2024; with QK-norm, Rybakov et al. 2024's "
+        "third method); 0 = off. Computed by the matmul attention kernel (SDPA has no cap)",
+    )
     mixln_alpha: float = field(
         0.25, help="Mix-LN: the share of each stack's layers, from the bottom, that are Post-LN (Li et al. 2024: "
         "0.25); the final norm stays at 1"
     )
-    positional: Literal["sinusoidal", "learned"] = field(
-        "sinusoidal", help="position embedding: fairseq's sinusoidal table, or learned (BERT)"
+    positional: Literal["sinusoidal", "learned", "rope"] = field(
+        "sinusoidal", help="positions: fairseq's sinusoidal table or a learned one (BERT, GPT-2), added to the token "
+        "embeddings; or rope, rotary embeddings of each head's queries and keys in self-attention (Su et al. 2021, "
+        "RoFormer; the LLMs': Llama, OLMo), no table added to the input",
     )
     scale_embedding: bool = field(True, help="multiply token embeddings by sqrt(d) (fairseq/Vaswani)")
     embedding_norm: bool = field(False, help="LayerNorm on the summed input embeddings (BERT has one)")
@@ -558,7 +566,7 @@ class ModelConfig(Strict):
     share_embeddings: Literal["all", "decoder", "none"] = field(
         "decoder",
         help="tie embeddings: all = encoder input, decoder input and output projection; "
-        "decoder = decoder input and output (fairseq's IWSLT recipe); none",
+        "decoder = decoder input and output (fairseq's IWSLT recipe; the language model's too, as GPT-2); none",
     )
     max_positions: int = field(1024, help="longest sequence the position embedding covers")
     layer_norm_eps: float = field(1e-5, help="LayerNorm epsilon")
@@ -590,8 +598,13 @@ class ModelConfig(Strict):
             raise self.error("mixln_alpha", f"must be in [0, 1], got {self.mixln_alpha}")
         if self.dyt_alpha <= 0:
             raise self.error("dyt_alpha", f"must be positive, got {self.dyt_alpha}")
+        if self.attention_softcap < 0:
+            raise self.error("attention_softcap", f"must be >= 0 (0 = off), got {self.attention_softcap}")
         if self.qk_norm and self.norm == "none":
             raise self.error("qk_norm", "needs a norm function; norm='none' makes it the identity")
+        if self.positional == "rope" and self.head_dim % 2:
+            # RoPE rotates pairs of a head's features (Su et al. 2021, Eq. 34): an odd head size leaves one alone
+            raise self.error("positional", f"rope needs an even head size; d_model / n_heads = {self.head_dim}")
         if self.init == "theory" and self.n_heads != 1:
             raise self.error("init", f"'theory' is the paper's single-head setting (Section 3.3); set n_heads=1, got {self.n_heads}")
 
@@ -704,25 +717,37 @@ VENDORED_CORPORA: dict[str, str] = {
     "paraphrase": "classification",
     "wic": "classification",
 }
-DEFAULT_CORPUS: dict[str, str] = {"translation": "de-en", "mlm": "en-mono", "classification": "paraphrase"}
+DEFAULT_CORPUS: dict[str, str] = {"translation": "de-en", "mlm": "en-mono", "classification": "paraphrase",
+                                  "lm": "en-mono"}
+TEXT_TASKS = ("mlm", "lm")
+"""The tasks that read running text (``{split}.txt``, one paragraph per line): a corpus of one serves the other."""
+
+
+def corpus_serves(corpus: str, task: str) -> bool:
+    """Whether the vendored ``corpus`` can be used for ``task``: its own task, or both read running text (en-mono,
+    vendored for the masked LM, is the causal LM's corpus too)."""
+    own = VENDORED_CORPORA[corpus]
+    return own == task or (own in TEXT_TASKS and task in TEXT_TASKS)
 
 
 @config
 class DataConfig(Strict):
     """The data: which corpus, how it is tokenized, how it is batched (normlab/data)."""
 
-    task: Literal["translation", "mlm", "classification"] = field(
-        "translation", help="translation (encoder-decoder), mlm (BERT masked LM) or classification (sentence pairs)"
+    task: Literal["translation", "mlm", "classification", "lm"] = field(
+        "translation", help="translation (encoder-decoder), mlm (BERT masked LM), classification (sentence pairs) or "
+        "lm (decoder-only language model, next-token prediction on packed blocks of running text)"
     )
     corpus: str = field(
         "",
         help="a vendored corpus (de-en, en-mono, paraphrase, wic) or a directory of your own files "
-        "(train/valid[/test] splits, see normlab/assets/corpora/README.md); '' = the task's default: de-en, en-mono, paraphrase",
+        "(train/valid[/test] splits, see normlab/assets/corpora/README.md); '' = the task's default: de-en, en-mono, "
+        "paraphrase, en-mono (lm)",
     )
     format: Literal["auto", "tsv", "raw"] = field(
         "auto",
         help="files of a directory: tsv ({split}.tsv with a header), raw (fairseq-style {split}.{lang} for "
-        "translation, {split}.txt for mlm) or auto (tsv when {split}.tsv exists)",
+        "translation, {split}.txt for mlm and lm) or auto (tsv when {split}.tsv exists)",
     )
     source_lang: str = field("de", help="translation source language: a TSV header column or a raw file suffix")
     target_lang: str = field("en", help="translation target language (the paper: De->En)")
@@ -748,14 +773,15 @@ class DataConfig(Strict):
     train_subset: int = field(0, help="use only the first N training examples (0 = all)")
     valid_subset: int = field(0, help="use only the first N validation examples (0 = all)")
     block_size: int = field(
-        128, help="masked-LM block length, [CLS] and [SEP] included; also the longest sentence-pair example"
+        128, help="masked-LM block length, [CLS] and [SEP] included; the language model's block (its input "
+        "positions; the targets are the same tokens shifted by one); also the longest sentence-pair example"
     )
     mask_prob: float = field(0.15, help="masked-LM: share of non-special tokens selected for prediction (BERT: 0.15)")
     cache_dir: str = field("", help="tokenizer and binarized-split cache; '' = $NORMLAB_CACHE or ~/.cache/normlab")
 
     def validate(self) -> None:
-        if self.corpus in VENDORED_CORPORA and VENDORED_CORPORA[self.corpus] != self.task:
-            fits = [name for name, task in VENDORED_CORPORA.items() if task == self.task]
+        if self.corpus in VENDORED_CORPORA and not corpus_serves(self.corpus, self.task):
+            fits = [name for name in VENDORED_CORPORA if corpus_serves(name, self.task)]
             raise self.error(
                 "corpus", f"{self.corpus!r} is a {VENDORED_CORPORA[self.corpus]} corpus; task {self.task!r} uses {fits}"
             )
@@ -804,10 +830,10 @@ class TrainConfig(Strict):
     max_epochs: int = field(20, help="stop after this many epochs")
     max_updates: int = field(0, help="stop after this many updates; 0 = only max_epochs")
     accumulate: int = field(1, help="batches per update (gradient accumulation; fairseq's update_freq)")
-    label_smoothing: float = field(0.1, help="epsilon of the label-smoothed cross entropy (translation; paper: 0.1)")
+    label_smoothing: float = field(0.1, help="epsilon of the label-smoothed cross entropy (translation only; paper: 0.1)")
     loss_impl: Literal["chunked", "recompute", "plain"] = field(
         "chunked",
-        help="translation loss: chunked (output projection + loss in chunks of positions, gradients in the same "
+        help="translation and lm loss: chunked (output projection + loss in chunks of positions, gradients in the same "
         "pass; the fastest, no (N, V) logits kept), recompute (chunks recomputed in backward; least memory) or "
         "plain (full logits); the same values and gradients (normlab/train/losses.py)",
     )

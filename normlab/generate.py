@@ -1,4 +1,5 @@
-"""Decoding: model-agnostic beam search and greedy search, and their adapter for :class:`~normlab.model.Seq2Seq`.
+"""Decoding: model-agnostic beam search and greedy search, and their adapter for :class:`~normlab.model.Seq2Seq`;
+sampling from a decoder-only :class:`~normlab.model.CausalLM` with its KV cache (:func:`sample_lm`).
 
 The search sees a model only through ``step_fn(tokens, cache) -> (log_probs, cache)`` (flax's ``decode.py``):
 ``tokens`` (rows,) holds the last token of every (sentence, beam) row, ``log_probs`` (rows, V) the next-token
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -57,6 +58,8 @@ __all__ = [
     "seq2seq_step_fn",
     "seq2seq_init",
     "translate_batch",
+    "next_token",
+    "sample_lm",
 ]
 
 StepFn = Callable[[Tensor, Any], tuple[Tensor, Any]]
@@ -472,3 +475,76 @@ def translate_batch(
         if beam_size == 1:
             return greedy_search(step, state, src.shape[0], lenpen=lenpen, **kw)
         return beam_search(step, state, src.shape[0], beam_size=beam_size, lenpen=lenpen, nbest=nbest, **kw)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Sampling from a decoder-only language model
+
+
+def next_token(logits: Tensor, *, temperature: float = 1.0, top_k: int = 0, generator: torch.Generator | None = None,
+               pad: int = PAD) -> Tensor:  # fmt: skip
+    """One token per row of ``logits`` (rows, V): the arg-max at ``temperature`` 0, else a draw from
+    softmax(logits / temperature) restricted to the ``top_k`` largest logits (0: all; Fan et al. 2018's top-k
+    sampling). PAD is never drawn. The softmax is taken in float32."""
+    if temperature < 0 or top_k < 0:
+        raise ValueError(f"temperature and top_k must be >= 0, got {temperature} and {top_k}")
+    x = logits.float().clone()
+    x[:, pad] = -math.inf
+    if temperature == 0:
+        return x.argmax(-1)
+    x = x / temperature
+    if 0 < top_k < x.shape[-1]:
+        kth = x.topk(top_k, dim=-1).values[:, -1:]
+        x = x.masked_fill(x < kth, -math.inf)  # ties with the k-th largest stay: none is preferred over another
+    return torch.multinomial(torch.softmax(x, dim=-1), 1, generator=generator).squeeze(1)
+
+
+@torch.inference_mode()
+def sample_lm(
+    model: Any,
+    prompt: Sequence[int],
+    *,
+    samples: int = 1,
+    max_new_tokens: int = 64,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    seed: int = 0,
+    eos: int = EOS,
+    bf16: bool = False,
+) -> list[list[int]]:
+    """``samples`` continuations of ``prompt`` (token ids, at least one) from a normlab ``CausalLM``: the prompt
+    is run once through the model (its keys and values cached), then one token per step, each step computing only
+    the new position against the cache (:class:`~normlab.model.DecoderCache`). A row stops at EOS (not included
+    in its output) or after ``max_new_tokens``, and no later than the model's ``max_positions``. Tokens are drawn
+    by :func:`next_token` from a generator seeded with ``seed`` (the same seed gives the same samples)."""
+    cfg = model.cfg
+    if not prompt:
+        raise ValueError("the prompt needs at least one token")
+    if samples < 1 or max_new_tokens < 1:
+        raise ValueError(f"samples and max_new_tokens must be >= 1, got {samples} and {max_new_tokens}")
+    room = cfg.max_positions - len(prompt)
+    if room < 1:
+        raise ValueError(f"a prompt of {len(prompt)} tokens leaves no position to generate (max_positions="
+                         f"{cfg.max_positions})")
+    n = min(max_new_tokens, room)
+    device = next(model.parameters()).device
+    g = torch.Generator(device=device).manual_seed(seed)
+    model.eval()
+    cache = model.init_cache()
+    x = torch.as_tensor(list(prompt), dtype=torch.long, device=device)[None].expand(samples, -1)
+    out = torch.full((samples, n), PAD, dtype=torch.long, device=device)
+    done = torch.zeros(samples, dtype=torch.bool, device=device)
+    with autocast(device, torch.bfloat16 if bf16 else None):
+        logits = model(x, cache=cache)[:, -1]  # the prompt, once
+        for step in range(n):
+            tok = next_token(logits, temperature=temperature, top_k=top_k, generator=g, pad=cfg.pad_id)
+            out[:, step] = tok.masked_fill(done, PAD)
+            done |= tok.eq(eos)
+            if bool(done.all()) or step == n - 1:
+                break
+            logits = model(tok[:, None], cache=cache)[:, -1]  # one new position against the cache
+    rows = []
+    for row in out.tolist():
+        row = row[: row.index(eos)] if eos in row else row
+        rows.append([t for t in row if t != PAD])
+    return rows

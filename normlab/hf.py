@@ -1,4 +1,5 @@
-"""Hugging Face BERT interop: a normlab Post-LN :class:`~normlab.model.MaskedLM` to ``BertForMaskedLM`` and back.
+"""Hugging Face interop: a normlab Post-LN :class:`~normlab.model.MaskedLM` to ``BertForMaskedLM`` and back, and a
+Pre-LN :class:`~normlab.model.CausalLM` to ``GPT2LMHeadModel`` (the section "GPT-2" below).
 
 BERT's layer is the Post-LN layer of Xiong et al. (2020, Table 1, left): ``LN(x + Attn(x))`` then
 ``LN(h + FFN(h))``, with no LayerNorm after the stack; its masked-LM head (``BertLMPredictionHead``) is
@@ -57,10 +58,11 @@ import torch
 from torch import Tensor, nn
 
 from normlab.config import ConfigError, ModelConfig, Placement
-from normlab.model import MaskedLM, SinusoidalPositions
+from normlab.data.batch import EOS
+from normlab.model import CausalLM, MaskedLM, SinusoidalPositions
 
 if TYPE_CHECKING:
-    from transformers import BertConfig, BertForMaskedLM, BertModel
+    from transformers import BertConfig, BertForMaskedLM, BertModel, GPT2Config, GPT2LMHeadModel
 
 __all__ = [
     "INSTALL_HINT",
@@ -73,6 +75,11 @@ __all__ = [
     "to_bert",
     "export_bert",
     "import_bert",
+    "gpt2_refusal",
+    "gpt2_config",
+    "gpt2_state_dict",
+    "to_gpt2",
+    "export_gpt2",
 ]
 
 INSTALL_HINT = "pip install 'normlab[hf]'"
@@ -124,6 +131,11 @@ def export_refusal(cfg: ModelConfig) -> str | None:
                 "(x - mean) / std * gamma + beta")
     if cfg.qk_norm:
         return "qk_norm=true cannot be exported to BERT: BERT's attention has no norm on queries and keys"
+    if cfg.attention_softcap:
+        return "attention_softcap cannot be exported to BERT: BERT's attention logits are not capped"
+    if cfg.positional == "rope":
+        return ("positional=rope cannot be exported to BERT: BERT adds absolute position embeddings to its input and "
+                "has no rotation of queries and keys")
     if cfg.scale_embedding:
         return (
             "scale_embedding=true cannot be exported to BERT: BERT adds token embeddings unscaled, and the sqrt(d) "
@@ -405,3 +417,150 @@ def import_bert(source: str | os.PathLike[str] | BertForMaskedLM | BertModel, **
     if set(missing) != expected_missing or unexpected:
         raise RuntimeError(f"normlab.hf name mapping is incomplete: missing {missing}, unexpected {unexpected}")
     return model.eval()
+
+
+# --------------------------------------------------------------------------------------------------------
+# GPT-2
+#
+# GPT-2 (Radford et al. 2019, Section 2.3) is Pre-LN with a final LayerNorm: "Layer normalization was moved to the
+# input of each sub-block ... and an additional layer normalization was added after the final self-attention
+# block", i.e. Xiong et al.'s Table 1, right, and normlab's ``placement=pre``. Learned absolute positions from 0,
+# token embeddings unscaled, the output projection tied to them without a bias. The correspondence:
+#
+# ============================================  ======================================================
+# normlab (``CausalLM``)                        HF (``GPT2LMHeadModel``)
+# ============================================  ======================================================
+# decoder.embed_tokens / embed_positions        transformer.wte / transformer.wpe
+# decoder.layers.i.self_attn.norm_in            transformer.h.i.ln_1
+# decoder.layers.i.self_attn.qkv (rows Q|K|V)   transformer.h.i.attn.c_attn (Conv1D: the transpose, columns Q|K|V)
+# decoder.layers.i.self_attn.out                transformer.h.i.attn.c_proj (transposed)
+# decoder.layers.i.ffn.norm_in                  transformer.h.i.ln_2
+# decoder.layers.i.ffn.w1 / w2                  transformer.h.i.mlp.c_fc / c_proj (transposed)
+# decoder.final_norm                            transformer.ln_f
+# output_projection (tied to embed_tokens)      lm_head (tied to wte)
+# ============================================  ======================================================
+#
+# HF's GPT-2 keeps W^Q, W^K, W^V in one Conv1D whose weight is (d, 3d), x @ W + b: normlab's fused nn.Linear
+# weight (3d, d) transposed, the same Q|K|V order (GPT2Attention splits c_attn's output in three along the last
+# dimension). ``activation_function`` "gelu" is the exact erf GELU (torch.nn.GELU()), "relu" ReLU; GPT-2's own
+# "gelu_new" (the tanh approximation) has no normlab counterpart and is never written. Dropout maps to
+# resid_pdrop (the branch output), embd_pdrop (the embedding) and attn_pdrop; activation_dropout has no place.
+
+_GPT2_ACTIVATIONS = {"gelu": "gelu", "relu": "relu"}
+
+
+def gpt2_refusal(cfg: ModelConfig) -> str | None:
+    """Why ``GPT2LMHeadModel`` cannot express the causal LM ``cfg`` (one line), or None when it can."""
+    if cfg.placement is not Placement.PRE:
+        return (f"placement={cfg.placement.value} cannot be exported to GPT-2: GPT-2 is Pre-LN (a LayerNorm on each "
+                "branch input and one after the stack, Radford et al. 2019, Section 2.3) and has no other norm slot")
+    if cfg.norm != "layernorm":
+        return f"norm={cfg.norm} cannot be exported to GPT-2: every norm of GPT-2 is a LayerNorm"
+    if cfg.qk_norm:
+        return "qk_norm=true cannot be exported to GPT-2: its attention has no norm on queries and keys"
+    if cfg.attention_softcap:
+        return "attention_softcap cannot be exported to GPT-2: its attention logits are not capped"
+    if cfg.positional == "rope":
+        return "positional=rope cannot be exported to GPT-2: GPT-2 adds learned absolute position embeddings"
+    if cfg.scale_embedding:
+        return ("scale_embedding=true cannot be exported to GPT-2: GPT-2 adds token embeddings unscaled, and the "
+                "sqrt(d) factor cannot go into the table the output projection is tied to (train with "
+                "scale_embedding=false)")
+    if cfg.embedding_norm:
+        return "embedding_norm=true cannot be exported to GPT-2: GPT-2 has no LayerNorm on the summed embeddings"
+    if cfg.share_embeddings == "none":
+        return "share_embeddings=none cannot be exported to GPT2LMHeadModel: its lm_head is tied to the token embedding"
+    return None
+
+
+def gpt2_config(cfg: ModelConfig) -> GPT2Config:
+    """The ``GPT2Config`` of a Pre-LN causal LM (refuses what GPT-2 cannot express: :func:`gpt2_refusal`)."""
+    reason = gpt2_refusal(cfg)
+    if reason is not None:
+        raise ConfigError(reason)
+    if cfg.activation_dropout > 0:
+        warnings.warn(f"activation_dropout={cfg.activation_dropout} is not exported: GPT-2 has no dropout after the "
+                      "FFN activation (inference is unaffected)", stacklevel=3)  # fmt: skip
+    tf = _transformers()
+    return tf.GPT2Config(
+        vocab_size=cfg.vocab_size,
+        n_positions=cfg.max_positions,
+        n_embd=cfg.d_model,
+        n_layer=cfg.decoder_layers,
+        n_head=cfg.n_heads,
+        n_inner=cfg.d_ffn,
+        activation_function=_GPT2_ACTIVATIONS[cfg.activation],
+        resid_pdrop=cfg.dropout,
+        embd_pdrop=cfg.dropout,
+        attn_pdrop=cfg.attention_dropout,
+        layer_norm_epsilon=cfg.layer_norm_eps,
+        scale_attn_weights=True,  # q k^T / sqrt(head_dim), as normlab
+        bos_token_id=EOS,  # normlab's packed stream starts every paragraph after EOS (GPT-2's <|endoftext|>)
+        eos_token_id=EOS,
+        pad_token_id=cfg.pad_id,
+        tie_word_embeddings=True,
+        architectures=["GPT2LMHeadModel"],
+    )
+
+
+def _unwrap_lm(model: nn.Module) -> CausalLM:
+    model = getattr(model, "_orig_mod", model)  # torch.compile
+    model = getattr(model, "module", model)  # DistributedDataParallel
+    if not isinstance(model, CausalLM):
+        raise TypeError(f"expected a normlab CausalLM (the decoder-only language model), got {type(model).__name__}")
+    return model
+
+
+@torch.no_grad()
+def gpt2_state_dict(model: CausalLM) -> dict[str, Tensor]:
+    """The parameters of ``model`` under ``GPT2LMHeadModel``'s names (the tied ``lm_head.weight`` included);
+    detached copies, the Conv1D weights transposed. Refuses what GPT-2 cannot express."""
+    model = _unwrap_lm(model)
+    cfg = model.cfg
+    reason = gpt2_refusal(cfg)
+    if reason is not None:
+        raise ConfigError(reason)
+    src = {k: v.detach() for k, v in model.state_dict().items()}
+    out = {"transformer.wte.weight": src["decoder.embed_tokens.weight"].clone()}
+    positions = model.decoder.embed_positions
+    if isinstance(positions, SinusoidalPositions):  # the fixed table becomes GPT-2's (trainable) wpe
+        out["transformer.wpe.weight"] = positions.table.to(out["transformer.wte.weight"].dtype).clone()
+    else:
+        out["transformer.wpe.weight"] = src["decoder.embed_positions.weight"].clone()
+    for i in range(cfg.decoder_layers):
+        n, h = f"decoder.layers.{i}.", f"transformer.h.{i}."
+        for p in ("weight", "bias"):
+            out[f"{h}ln_1.{p}"] = src[f"{n}self_attn.norm_in.{p}"].clone()
+            out[f"{h}ln_2.{p}"] = src[f"{n}ffn.norm_in.{p}"].clone()
+        for ours, theirs in (("self_attn.qkv", "attn.c_attn"), ("self_attn.out", "attn.c_proj"),
+                             ("ffn.w1", "mlp.c_fc"), ("ffn.w2", "mlp.c_proj")):  # fmt: skip
+            out[f"{h}{theirs}.weight"] = src[f"{n}{ours}.weight"].t().contiguous()  # Conv1D: x @ W
+            out[f"{h}{theirs}.bias"] = src[f"{n}{ours}.bias"].clone()
+    for p in ("weight", "bias"):
+        out[f"transformer.ln_f.{p}"] = src[f"decoder.final_norm.{p}"].clone()
+    out["lm_head.weight"] = out["transformer.wte.weight"]
+    return out
+
+
+def to_gpt2(model: CausalLM) -> GPT2LMHeadModel:
+    """An in-memory ``GPT2LMHeadModel`` (CPU, eval mode, the model's dtype) that computes what ``model`` computes."""
+    model = _unwrap_lm(model)
+    config = gpt2_config(model.cfg)  # refuses first, before anything is built
+    state = gpt2_state_dict(model)
+    tf = _transformers()
+    hf = tf.GPT2LMHeadModel(config).to(_dtype(model, "export to GPT-2")).eval()
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    # non-persistent buffers (older transformers keep the causal mask as attn.bias / attn.masked_bias) may be listed
+    missing = [k for k in missing if not k.endswith((".attn.bias", ".attn.masked_bias"))]
+    if missing or unexpected:
+        raise RuntimeError(f"normlab.hf GPT-2 name mapping is incomplete: missing {missing}, unexpected {unexpected}")
+    return hf
+
+
+def export_gpt2(model: CausalLM, out_dir: str | os.PathLike[str]) -> GPT2LMHeadModel:
+    """Write ``model`` as a Hugging Face ``GPT2LMHeadModel`` to ``out_dir`` (``save_pretrained``), so that
+    ``GPT2LMHeadModel.from_pretrained(out_dir)`` loads it; returns the in-memory HF model. Refuses what GPT-2
+    cannot express (not Pre-LN, RoPE, scaled embeddings, ...) with a one-line :class:`~normlab.config.ConfigError`."""
+    hf = to_gpt2(model)
+    hf.save_pretrained(os.fspath(out_dir))
+    return hf

@@ -18,7 +18,8 @@ The norm function itself (LayerNorm, RMSNorm, DyT, none) is the second switch, `
 (:func:`make_norm`), and ``qk_norm`` puts it on queries and keys. Admin's omega is set by a profiling pass on a
 batch (:func:`admin_profile`, run by :func:`profile_init` where training and the analyses start).
 
-Encoder and decoder are one :class:`TransformerStack` with ``causal`` and ``cross_attention`` switches.
+Encoder and decoder are one :class:`TransformerStack` with ``causal`` and ``cross_attention`` switches; the
+decoder-only language model (:class:`CausalLM`) is that stack with ``causal`` alone.
 Parameter names are stable and readable (``decoder.layers.5.ffn.w2.weight``) so analyses select by name.
 """
 
@@ -53,6 +54,8 @@ __all__ = [
     "Seq2Seq",
     "MaskedLM",
     "PairClassifier",
+    "CausalLM",
+    "Rotary",
     "EncoderOut",
     "LayerCache",
     "DecoderCache",
@@ -604,7 +607,8 @@ def default_attention(q: Tensor, k: Tensor, v: Tensor) -> str:
     return "sdpa-fp32" if attention_upcast(q, k, v) is not None else "sdpa"
 
 
-def _matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float) -> Tensor:
+def _matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float,
+                      softcap: float = 0.0) -> Tensor:  # fmt: skip
     """softmax(q k^T / sqrt(hd) + mask) v as batched matmuls around an fp32 softmax, with the precision of the
     flash kernels: the scores q k^T in fp32 (from fp32 copies of q and k: rounding the scores to bf16 would
     cost up to 0.125 absolute in the output at logits of standard deviation 9, against 0.013 for SDPA,
@@ -623,6 +627,10 @@ def _matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_c
         acc = torch.promote_types(cd, torch.float32)
         q, k = (x.to(acc, memory_format=torch.contiguous_format) for x in (q, k))
         s = torch.matmul(q, k.transpose(-2, -1)).mul_(q.shape[-1] ** -0.5)
+        if softcap > 0:
+            # softmax capping (ModelConfig.attention_softcap): c tanh(s / c), smooth and within (-c, c), before the
+            # mask, so that masked keys stay at the dtype's minimum
+            s = torch.tanh(s / softcap) * softcap
         if is_causal:
             T, S = s.shape[-2:]
             mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril_()
@@ -637,7 +645,8 @@ def _matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_c
 
 
 def _sdpa(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float, impl: str | None = None
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float, impl: str | None = None,
+    softcap: float = 0.0,
 ) -> Tensor:
     """Attention on (B, H, T, hd) tensors with the kernel ``impl`` (:data:`ATTENTION_IMPLS`; None:
     :func:`default_attention`): ``sdpa`` is ``F.scaled_dot_product_attention`` on the inputs as they are,
@@ -646,8 +655,8 @@ def _sdpa(
     if _TRACE is not None:
         _TRACE.append((q.detach(), k.detach(), v.detach(), mask, is_causal))
     impl = impl or default_attention(q, k, v)
-    if impl == "matmul":
-        return _matmul_attention(q, k, v, mask, is_causal, dropout)
+    if impl == "matmul" or softcap > 0:  # only the explicit products can cap the logits
+        return _matmul_attention(q, k, v, mask, is_causal, dropout, softcap)
     if impl == "sdpa-fp32" and (dtype := next((x.dtype for x in (q, k, v) if x.dtype in LOW_PRECISION), None)) is not None:
         with torch.autocast(q.device.type, enabled=False):
             o = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout,
@@ -661,10 +670,11 @@ def _sdpa(
 
 
 def _attend(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float, impl: str | None
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float, impl: str | None,
+    softcap: float = 0.0,
 ) -> Tensor:
     """Attention on (B, H, T, hd) tensors; returns (B, T, H*hd)."""
-    return _sdpa(q, k, v, mask, is_causal, dropout, impl).transpose(1, 2).flatten(2)
+    return _sdpa(q, k, v, mask, is_causal, dropout, impl, softcap).transpose(1, 2).flatten(2)
 
 
 def set_attention(model: nn.Module, impl: str | None) -> int:
@@ -679,6 +689,36 @@ def set_attention(model: nn.Module, impl: str | None) -> int:
             m.attention = impl
             n += 1
     return n
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding (Su et al. 2021, "RoFormer", arXiv 2104.09864, Eq. 34) of a head's queries or
+    keys (B, H, T, hd): feature pairs (i, i + hd/2) of the vector at position p are rotated by the angle
+    p * theta_i, theta_i = 10000^(-2i/hd), i < hd/2. The pairing of the two halves (not of neighbours) is
+    GPT-NeoX's and Llama's ("rotate_half"); it is the same function as the paper's up to a fixed permutation of
+    the features, which W^Q and W^K absorb. q_p . k_s then depends on p - s only: the relative position enters
+    every attention logit and no table is added to the input. The cos/sin table is a non-persistent buffer, so
+    checkpoints do not hold it."""
+
+    def __init__(self, head_dim: int, max_positions: int, base: float = 10000.0) -> None:
+        super().__init__()
+        half = head_dim // 2
+        inv_freq = base ** (-torch.arange(half, dtype=torch.float64) / half)  # theta_i = base^(-2i/hd)
+        angles = torch.arange(max_positions, dtype=torch.float64)[:, None] * inv_freq[None, :]
+        self.register_buffer("cos", angles.cos().float(), persistent=False)  # (max_positions, hd/2)
+        self.register_buffer("sin", angles.sin().float(), persistent=False)
+
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+        """``x`` (B, H, T, hd) at positions ``start .. start + T - 1``."""
+        T = x.shape[-2]
+        if start + T > self.cos.shape[0]:
+            raise ValueError(f"sequence of {start + T} positions exceeds max_positions={self.cos.shape[0]}")
+        cos, sin = self.cos[start : start + T].to(x.dtype), self.sin[start : start + T].to(x.dtype)
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+    def extra_repr(self) -> str:
+        return f"head_dim={2 * self.cos.shape[1]}, max_positions={self.cos.shape[0]}"
 
 
 class SelfAttention(Sublayer):
@@ -698,6 +738,8 @@ class SelfAttention(Sublayer):
         self.k_norm = _norm(cfg.qk_norm, cfg, cfg.head_dim)
         self.norm_inner = _norm(self.plan.slots.inner, cfg)
         self.out = nn.Linear(cfg.d_model, cfg.d_model)
+        self.rotary = Rotary(cfg.head_dim, cfg.max_positions) if cfg.positional == "rope" else None
+        self.softcap = cfg.attention_softcap
         self.attention: str | None = None  # the kernel (set_attention); None: default_attention
 
     def init_gain_weights(self) -> list[Tensor]:
@@ -715,10 +757,13 @@ class SelfAttention(Sublayer):
         B, T, _ = h.shape
         q, k, v = self.qkv(h).unflatten(-1, (3, self.n_heads, -1)).permute(2, 0, 3, 1, 4).unbind(0)
         q, k = self.q_norm(q), self.k_norm(k)  # keys are normalised before they are cached
-        past = 0
+        past = 0 if cache is None or cache.k is None else cache.k.shape[2]
+        if self.rotary is not None:
+            # rotated after QK-norm (OLMo 2's order: the norm sees the raw projection), before the keys are cached:
+            # the new positions are past .. past + T - 1
+            q, k = self.rotary(q, past), self.rotary(k, past)
         if cache is not None:
             if cache.k is not None:
-                past = cache.k.shape[2]
                 k = torch.cat([cache.k, k], dim=2)
                 v = torch.cat([cache.v, v], dim=2)
             cache.k, cache.v = k, v
@@ -734,7 +779,7 @@ class SelfAttention(Sublayer):
             keep = ~padding_mask[:, None, None, :]  # (B, 1, 1, S), True where a key may be attended
             mask = keep if mask is None else mask & keep
         p = self.attention_dropout if self.training else 0.0
-        return self.out(self.norm_inner(_attend(q, k, v, mask, is_causal, p, self.attention)))
+        return self.out(self.norm_inner(_attend(q, k, v, mask, is_causal, p, self.attention, self.softcap)))
 
 
 class CrossAttention(Sublayer):
@@ -751,6 +796,7 @@ class CrossAttention(Sublayer):
         self.k_norm = _norm(cfg.qk_norm, cfg, cfg.head_dim)
         # Sub-LN has no inner norm in the cross-attention (torchscale 0.3.0: `subln and self.self_attention`)
         self.out = nn.Linear(cfg.d_model, cfg.d_model)
+        self.softcap = cfg.attention_softcap
         self.attention: str | None = None  # the kernel (set_attention); None: default_attention
 
     def init_gain_weights(self) -> list[Tensor]:
@@ -778,7 +824,7 @@ class CrossAttention(Sublayer):
         p = self.attention_dropout if self.training else 0.0
         B, M = q.shape[0], k.shape[0]
         if B == M:
-            return self.out(_attend(q, k, v, mask, False, p, self.attention))
+            return self.out(_attend(q, k, v, mask, False, p, self.attention, self.softcap))
         # g consecutive decoder rows share one memory row (the beams of a sentence while decoding): their
         # queries attend as g*T query positions of that row, so the memory's keys/values are neither copied
         # per beam nor reordered after each step
@@ -786,7 +832,7 @@ class CrossAttention(Sublayer):
             raise ValueError(f"{B} decoder rows cannot share {M} memory rows")
         g, T = B // M, q.shape[2]
         q = q.unflatten(0, (M, g)).transpose(1, 2).flatten(2, 3)  # (M, H, g*T, hd)
-        o = _sdpa(q, k, v, mask, False, p, self.attention)
+        o = _sdpa(q, k, v, mask, False, p, self.attention, self.softcap)
         return self.out(o.unflatten(2, (g, T)).permute(0, 2, 3, 1, 4).reshape(B, T, -1))
 
 
@@ -928,9 +974,10 @@ class TransformerStack(nn.Module):
             self.role = "decoder" if causal else "encoder"
         self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embedding else 1.0
         self.embed_tokens = embed_tokens
+        self.embed_positions: nn.Module | None = None  # rope: positions enter in the self-attention (Rotary)
         if cfg.positional == "sinusoidal":
-            self.embed_positions: nn.Module = SinusoidalPositions(cfg.max_positions, cfg.d_model)
-        else:
+            self.embed_positions = SinusoidalPositions(cfg.max_positions, cfg.d_model)
+        elif cfg.positional == "learned":
             self.embed_positions = nn.Embedding(cfg.max_positions, cfg.d_model)
         self.embed_segments = nn.Embedding(cfg.type_vocab_size, cfg.d_model) if cfg.type_vocab_size else None
         self.embed_norm = _norm(cfg.embedding_norm, cfg)
@@ -948,8 +995,9 @@ class TransformerStack(nn.Module):
         T = tokens.shape[1]
         if start + T > self.cfg.max_positions:
             raise ValueError(f"sequence of {start + T} positions exceeds max_positions={self.cfg.max_positions}")
-        positions = torch.arange(start, start + T, device=tokens.device)
-        x = self.embed_scale * self.embed_tokens(tokens) + self.embed_positions(positions)
+        x = self.embed_scale * self.embed_tokens(tokens)
+        if self.embed_positions is not None:
+            x = x + self.embed_positions(torch.arange(start, start + T, device=tokens.device))
         if self.embed_segments is not None:
             x = x + self.embed_segments(segments if segments is not None else torch.zeros_like(tokens))
         return self.embed_drop(self.embed_norm(x))
@@ -1151,6 +1199,49 @@ class PairClassifier(nn.Module):
         return (logits, {"encoder": record}) if record is not None else logits
 
 
+class CausalLM(nn.Module):
+    """Decoder-only language model (GPT; the models Peri-LN, Mix-LN, LayerNorm Scaling, DyT, OLMo 2's output norm
+    and QK-norm were proposed on): one :class:`TransformerStack` with ``causal=True, cross_attention=False`` of
+    ``cfg.decoder_layers`` layers (so DeepNorm's and Sub-LN's constants are the decoder-only ones), every scheme of
+    :data:`NORM_SLOTS` unchanged, and an output projection tied to the token embedding (GPT-2; Press & Wolf 2017)
+    unless ``share_embeddings="none"``. No bias on the projection (GPT-2 has none). Next-token prediction: the
+    logits at position t score token t + 1 (:class:`~normlab.data.batch.LMBatch`).
+
+    Incremental decoding: ``forward(new_tokens, cache=cache)`` with a :class:`DecoderCache` from
+    :meth:`init_cache` computes the new positions only (keys and values of the earlier ones are cached)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        self.decoder = TransformerStack(
+            cfg, cfg.decoder_layers, causal=True, cross_attention=False, embed_tokens=embed
+        )
+        self.output_projection = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        init_weights(self, cfg)
+        if cfg.share_embeddings != "none":
+            self.output_projection.weight = embed.weight  # W^emb is both the input table and the softmax layer
+
+    def init_cache(self) -> DecoderCache:
+        return DecoderCache([LayerCache() for _ in self.decoder.layers])
+
+    def forward(
+        self,
+        tokens: Tensor,
+        *,
+        cache: DecoderCache | None = None,
+        features_only: bool = False,
+        return_intermediates: bool = False,
+    ) -> Tensor | tuple[Tensor, dict[str, Any]]:
+        """Logits (B, T, V) of the next token at every position of ``tokens`` (B, T), or the stack's output
+        (B, T, d) with ``features_only`` (the trainer then projects and scores it in chunks). With a ``cache``,
+        ``tokens`` holds only the new positions. ``return_intermediates`` adds ``{"decoder": record}``."""
+        record = {} if return_intermediates else None
+        h = self.decoder(tokens, cache=cache, record=record)
+        out = h if features_only else self.output_projection(h)
+        return (out, {"decoder": record}) if record is not None else out
+
+
 # --------------------------------------------------------------------------------------------------------
 # Initialisation
 
@@ -1261,7 +1352,7 @@ def admin_profile(model: nn.Module, inputs: Sequence[Tensor], *, seed: int = 0) 
 
 def profile_init(model: nn.Module, batch: Any, *, seed: int = 0) -> dict[str, list[float]]:
     """The initialisation step that needs data: Admin's omega (:func:`admin_profile`) from ``batch`` (a
-    translation, masked-LM or classification batch, or a tuple of the model's inputs); a no-op returning {}
+    translation, masked-LM, classification or language-model batch, or a tuple of the model's inputs); a no-op returning {}
     for every other scheme. Where it runs: ``Trainer.fit`` on a fresh run before the first update (on the first
     global batch of epoch 1, the same on every rank, seed ``TrainConfig.seed``; a resumed run or one started
     ``init_from`` another run's weights keeps its saved omega), and ``diagnose_config`` and ``figure3cd`` on
@@ -1272,17 +1363,21 @@ def profile_init(model: nn.Module, batch: Any, *, seed: int = 0) -> dict[str, li
         inputs = batch
     elif hasattr(batch, "src"):
         inputs = (batch.src, batch.tgt_in)
-    else:
+    elif hasattr(batch, "segments"):
         inputs = (batch.tokens, batch.segments)
+    else:  # a language-model batch: the tokens are the whole input
+        inputs = (batch.tokens,)
     device = next(model.parameters()).device
     return admin_profile(model, tuple(t.to(device) for t in inputs), seed=seed)
 
 
-MODELS: dict[str, type[nn.Module]] = {"translation": Seq2Seq, "mlm": MaskedLM, "classification": PairClassifier}
+MODELS: dict[str, type[nn.Module]] = {"translation": Seq2Seq, "mlm": MaskedLM, "classification": PairClassifier,
+                                      "lm": CausalLM}
 
 
 def build_model(cfg: ModelConfig, task: str = "translation") -> nn.Module:
-    """The model for ``task``: ``translation`` (encoder-decoder), ``mlm`` or ``classification``."""
+    """The model for ``task``: ``translation`` (encoder-decoder), ``mlm``, ``classification`` or ``lm``
+    (decoder-only)."""
     if task not in MODELS:
         raise ValueError(f"unknown task {task!r}; expected one of {sorted(MODELS)}")
     return MODELS[task](cfg)

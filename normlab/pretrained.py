@@ -25,6 +25,7 @@ from torch import nn
 from normlab.config import ConfigError, TrainConfig
 from normlab.data import Tokenizer, prepare
 from normlab.hf import bert_inputs, export_bert, export_refusal
+from normlab.lm import run_export_gpt2
 from normlab.model import MaskedLM
 from normlab.rundir import RunDir
 from normlab.train.checkpoint import MODEL, STATE, CheckpointError, load_checkpoint, read_state
@@ -172,12 +173,16 @@ def export_hf(source: str | Path, out: str | Path, which: str = "best") -> dict:
 
 
 def add_export_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--run", required=True, help="a masked-LM run directory of `normlab train`, or a checkpoint in it")
+    p.add_argument("--run", required=True, help="a masked-LM run directory of `normlab train`, or a checkpoint in it; "
+                   "or a Pre-LN language-model run (data.task=lm), written as a GPT2LMHeadModel")
     p.add_argument("--checkpoint", default="best", help="best (lowest validation loss), last, or an update number")
     p.add_argument("--out", required=True, help="the directory to write (BertForMaskedLM.from_pretrained loads it)")
 
 
 def run_export(args: argparse.Namespace) -> int:
+    rd = RunDir(args.run)
+    if rd.is_run() and rd.read_config().data.task == "lm":  # a Pre-LN causal LM goes out as GPT-2 (normlab.lm)
+        return run_export_gpt2(args)
     done = export_hf(args.run, args.out, args.checkpoint)
     print(f"exported {done['checkpoint']} (update {done['update']}, {done['parameters']:,} parameters, vocab "
           f"{done['vocab_size']}) to {done['out']} as a Hugging Face BertForMaskedLM, with its sentencepiece "

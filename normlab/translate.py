@@ -1,6 +1,6 @@
 """Translating with a trained run: ``normlab translate`` (stdin/file to stdout, streamed), ``normlab evaluate``
-(BLEU, both kinds, and NLL on a split of the run's corpus or on your own parallel files), and the validation
-BLEU the trainer measures after every epoch.
+(BLEU, both kinds, and NLL on a split of the run's corpus or on your own parallel files; a language-model run's
+perplexity is normlab.lm's), and the validation BLEU the trainer measures after every epoch.
 
 A run directory holds everything needed: ``config.yaml``, ``tokenizer.model`` (written by ``normlab train``)
 and ``checkpoints/``; ``--checkpoint`` is ``best`` (the lowest validation NLL), ``last`` or an update number.
@@ -31,6 +31,7 @@ from normlab.data.tokenizer import Tokenizer
 from normlab.device import autocast_dtype
 from normlab.files import strict_json, write_atomic
 from normlab.generate import translate_batch
+from normlab.lm import run_evaluate_lm
 from normlab.metrics import bleu
 from normlab.model import Seq2Seq
 from normlab.rundir import RunDir
@@ -296,10 +297,18 @@ def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
                    "in the run's source language (with --reference)")
     p.add_argument("--reference", help="the reference translations of --source, line by line")
     p.add_argument("--limit", type=int, default=0, help="only the first N sentences (0 = all)")
+    p.add_argument("--text", help="a language-model run (data.task=lm): your own text file, one paragraph per line, "
+                   "instead of a split; its perplexity beside the unigram level (--beam, --lenpen, --limit are "
+                   "translation's)")
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    rd = RunDir(args.run)
+    if rd.is_run() and rd.read_config().data.task == "lm":  # perplexity, not BLEU (normlab.lm)
+        return run_evaluate_lm(args)
+    if args.text:
+        raise ConfigError("--text is for a language-model run (data.task=lm); a translation takes --source/--reference")
     _check_decoding(args)
     if args.split and (args.source or args.reference):
         raise ConfigError("--split evaluates the run's own corpus; --source/--reference your files: one or the other")

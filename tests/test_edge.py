@@ -15,6 +15,7 @@ from normlab.experiments.sweep import (
     Cell,
     Edge,
     analyze,
+    curve_failures,
     edge,
     next_grid_lr,
     plan_edge,
@@ -36,12 +37,51 @@ GRID = (1e-4, 2.15e-4, 4.64e-4, 1e-3, 2.15e-3, 4.64e-3, 1e-2)
 
 
 def test_one_criterion_non_finite_diverged_or_above_l0():
-    assert not unstable(6.8, L0)  # on the unigram plateau, below l0: stable by this rule (the band sees it)
+    assert not unstable(6.8, L0)  # on the unigram plateau, below l0: not diverged (curve_failures sees it)
     assert not unstable(L0, L0)  # ending where it started is not above it
     assert unstable(L0 + 1e-6, L0)
     assert unstable(float("nan"), L0) and unstable(float("inf"), L0) and unstable(None, L0)
     assert unstable(5.0, L0, "diverged")  # the trainer's status
     assert not unstable(5.0, None)  # l0 unknown: only non-finite losses count
+
+
+U = 6.8  # the unigram loss of the synthetic curves' validation targets
+
+
+def test_collapse_on_the_plateau_above_the_best_lr_is_a_failure_below_it_is_not():
+    # a Post-LN-like curve: too slow at 1e-4 (plateau), learns at 1e-3, back on the plateau from 1e-2, above l0 at 1
+    pts = {1e-4: (6.9, L0, "completed"), 1e-3: (5.0, L0, "completed"), 4.64e-3: (6.0, L0, "completed"),
+           1e-2: (6.75, L0, "completed"), 1e-1: (6.95, L0, "completed"), 1.0: (9.5, L0, "completed")}  # fmt: skip
+    failed = curve_failures(pts, unigram=U)
+    # 1e-4 is below the best lr: slow, not unstable; 6.75 >= U - 0.1 = 6.7 above the best: collapsed
+    assert failed == {1e-4: False, 1e-3: False, 4.64e-3: False, 1e-2: True, 1e-1: True, 1.0: True}
+    assert edge(failed) == Edge(4.64e-3, 1e-2)
+    # divergence alone (no U) sees only the run above l0: the edge the plateau rule was added to move
+    assert edge(curve_failures(pts)) == Edge(1e-1, 1.0)
+    # the line is U - margin: a run 0.11 below U learned something beyond token frequencies
+    assert not curve_failures({**pts, 1e-2: (U - 0.11, L0, "completed")}, unigram=U)[1e-2]
+    assert curve_failures({**pts, 1e-2: (U - 0.1, L0, "completed")}, unigram=U, margin=0.1)[1e-2]
+    # a non-finite run fails wherever it is, also below the best learning rate
+    assert curve_failures({**pts, 1e-4: (float("nan"), L0, "diverged")}, unigram=U)[1e-4]
+
+
+def test_a_curve_that_never_leaves_the_plateau_fails_everywhere():
+    pts = {1e-4: (6.95, L0, "completed"), 1e-3: (6.85, L0, "completed"), 1e-2: (7.2, L0, "completed")}
+    failed = curve_failures(pts, unigram=U)
+    assert all(failed.values()) and edge(failed) == Edge(None, 1e-4)
+    assert plan_edge(failed, lr_min=1e-4, per_decade=3) is None  # nothing to search: no stable run to bracket
+
+
+def test_plan_edges_bisects_between_learning_and_the_plateau():
+    cells = [Cell("post", "none", 64, lr, 1, f, L0, "completed")
+             for lr, f in zip(GRID, (6.9, 6.5, 6.0, 5.5, 5.2, 6.0, 6.9))]  # fmt: skip
+    # divergence only: nothing above l0, so the search extends past the grid
+    assert plan_edges(cells, lr_min=1e-4, per_decade=3) == [("post", "none", 64, 1, 2.15e-2)]
+    # with U: 1e-2 collapsed (6.9 >= 6.7), 4.64e-3 learned: bisect between them
+    assert plan_edges(cells, lr_min=1e-4, per_decade=3, unigram=U) == [("post", "none", 64, 1, 6.81e-3)]
+    rows = analyze(cells, unigram=U, grid=GRID)
+    assert rows[0]["edge"]["per_seed"][0]["first_unstable"] == 1e-2
+    assert rows[0]["divergence_edge"]["censored"]
 
 
 # ---- the planner ----

@@ -207,6 +207,43 @@ def test_an_unusable_out_or_cache_is_one_line(kind, small_corpora, data_cache, t
     assert err[0].startswith("normlab train: error: ")
 
 
+@pytest.mark.parametrize("kind", ["full", "read-only"])
+def test_a_full_or_read_only_data_cache_is_one_line(kind, small_corpora, tiny_tmpfs, tmp_path, capsys):
+    """Issue 36 case 3: a data cache (NORMLAB_CACHE, here data.cache) on a file system that is full or mounted
+    read-only, met where the tokenizer and the encoded splits are first written: one line and exit 1, no
+    traceback, nothing left half-written there. On a real tmpfs (filled to the last byte, or remounted ro) where
+    the platform allows mounting one; else the OSError the kernel raises, injected at the cache's atomic write."""
+    cache = (tiny_tmpfs or tmp_path) / "cache"
+    if tiny_tmpfs is not None:
+        cache.mkdir()
+        if kind == "full":
+            fill(tiny_tmpfs)
+        else:
+            done = subprocess.run(["mount", "-o", "remount,ro", str(tiny_tmpfs)], capture_output=True)
+            assert done.returncode == 0, done.stderr
+        before = sorted(p.name for p in cache.rglob("*") if p.is_file())
+        status, err = cli(capsys, "train", "--out", str(tmp_path / "run"), "--quiet",
+                          *small_run(small_corpora["de-en-tsv"], cache, "max_updates=1"))  # fmt: skip
+        assert sorted(p.name for p in cache.rglob("*") if p.is_file()) == before  # no partial file in the cache
+    else:
+        import errno
+
+        import normlab.data.cache as data_cache_module
+
+        code = errno.ENOSPC if kind == "full" else errno.EROFS
+
+        def refuse(path, data):
+            raise OSError(code, os.strerror(code), str(path))
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(data_cache_module, "write_atomic", refuse)
+            status, err = cli(capsys, "train", "--out", str(tmp_path / "run"), "--quiet",
+                              *small_run(small_corpora["de-en-tsv"], cache, "max_updates=1"))  # fmt: skip
+    assert status == 1 and len(err) == 1, err
+    assert err[0].startswith("normlab train: error: ")
+    assert ("No space left on device" if kind == "full" else "Read-only file system") in err[0], err[0]
+
+
 def test_library_errors_are_one_line():
     """What the libraries raise (not OSError, not ours) becomes one line; a bug of ours keeps its traceback."""
     import sentencepiece as spm

@@ -31,7 +31,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("model", ("normlab", "normlab.model", "normlab.generate", "normlab.metrics", "normlab.hf")),
     ("train", ("normlab.train", "normlab.rundir")),
     # what uses a trained model or trains one for a purpose, and the analyses at initialisation
-    ("tasks", ("normlab.train.run", "normlab.translate", "normlab.pretrained", "normlab.finetune", "normlab.analysis")),
+    ("tasks", ("normlab.train.run", "normlab.translate", "normlab.pretrained", "normlab.finetune", "normlab.lm",
+               "normlab.analysis")),
     # the data experiments hand to the report
     ("results", ("normlab.results",)),
     ("report", ("normlab.report",)),

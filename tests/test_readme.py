@@ -82,6 +82,26 @@ COVERED: dict[str, str] = {
         "tests/test_finetune.py::test_interrupted_run_resumes_from_its_checkpoint",
     ".venv/bin/normlab export-hf --run runs/bert-tiny-post --out runs/bert-tiny-post-hf":
         "tests/test_finetune.py::test_export_hf_cli",
+    # grids on a cluster: the same grid through a 2-worker Ray cluster and through submitit (a single-node SLURM
+    # where slurm-wlm is installed), bit for bit as the local launcher
+    ".venv/bin/pip install -e '.[ray]'": "tests/test_launchers.py::test_ray_gives_the_local_runs_bit_for_bit",
+    ".venv/bin/normlab reproduce --scale full --out /shared/full --launcher ray --ray-address auto":
+        "tests/test_launchers.py::test_ray_gives_the_local_runs_bit_for_bit",
+    ".venv/bin/pip install -e '.[slurm]'": "tests/test_launchers.py::test_slurm_gives_the_local_runs_bit_for_bit",
+    ".venv/bin/normlab reproduce --scale full --out /shared/full --launcher slurm --slurm-partition gpu --slurm-time "
+    "120 --gpus-per-run 1": "tests/test_launchers.py::test_slurm_gives_the_local_runs_bit_for_bit",
+    # language models: the tests train a tiny one and run the same commands on it
+    ".venv/bin/normlab train --out runs/lm-pre --set data.task=lm --set model.placement=pre --set model.positional=rope "
+    "--set model.decoder_layers=3 --set model.d_model=128 --set model.d_ffn=512 --set model.scale_embedding=false "
+    "--set model.activation=gelu --set optim.name=adamw --set optim.lr=3e-3 --set schedule.warmup_updates=40 "
+    "--set schedule.decay=linear --set max_updates=400": "tests/test_lm.py::test_train_evaluate_generate_cli",
+    ".venv/bin/normlab evaluate --run runs/lm-pre --split valid": "tests/test_lm.py::test_train_evaluate_generate_cli",
+    ".venv/bin/normlab evaluate --run runs/lm-pre --text my-notes.txt": "tests/test_lm.py::test_train_evaluate_generate_cli",
+    '.venv/bin/normlab generate --run runs/lm-pre --prompt "The history of" --samples 3 --temperature 0.8 --top-k 40':
+        "tests/test_lm.py::test_train_evaluate_generate_cli",
+    ".venv/bin/normlab sweep --scale quick --set task=lm --out runs/sweep-lm": "tests/test_lm.py::test_smoke_lm_sweep_cli",
+    ".venv/bin/normlab export-hf --run runs/gpt2-like --out runs/gpt2-like-hf":
+        "tests/test_lm.py::test_train_evaluate_generate_cli",
 }
 # "Install as a package": the wheel test runs the block's lines itself (a wheel, a fresh venv, minutes)
 COVERED.update({line: "tests/test_wheel.py::test_readme_install_as_a_package" for line in README_INSTALL})

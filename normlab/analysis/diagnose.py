@@ -115,6 +115,7 @@ from torch import Tensor, nn
 from normlab.analysis.gradients import GradientMoments, fit_linear_slope, training_loss
 from normlab.analysis.sources import (
     synthetic_classification_batches,
+    synthetic_lm_batches,
     synthetic_mlm_batches,
     synthetic_translation_batches,
 )
@@ -509,7 +510,7 @@ def diagnose_config(
     """:func:`diagnose` for a normlab :class:`~normlab.config.ModelConfig` at initialisation (seed ``seed``),
     on synthetic batches of its task (:mod:`normlab.analysis.sources`) with the task's training loss:
     label-smoothed cross entropy per target token (translation), cross entropy over the masked positions
-    (mlm), cross entropy per sentence (classification)."""
+    (mlm), next-token cross entropy per target (lm), cross entropy per sentence (classification)."""
     import torch.nn.functional as F
 
     torch.manual_seed(seed)
@@ -519,6 +520,8 @@ def diagnose_config(
         batches = synthetic_translation_batches(steps, vocab_size=cfg.vocab_size, max_tokens=max_tokens, seed=seed)
     elif task == "mlm":
         batches = synthetic_mlm_batches(steps, vocab_size=cfg.vocab_size, batch_size=32, length=min(64, cfg.max_positions), seed=seed)
+    elif task == "lm":  # the masked LM's batch shape, every position a target
+        batches = synthetic_lm_batches(steps, vocab_size=cfg.vocab_size, batch_size=32, length=min(64, cfg.max_positions), seed=seed)
     else:
         batches = synthetic_classification_batches(
             steps, vocab_size=cfg.vocab_size, num_classes=cfg.num_classes, length=min(32, cfg.max_positions), seed=seed
@@ -534,6 +537,8 @@ def diagnose_config(
         if task == "mlm":
             select = b.targets.ne(PAD)
             return F.cross_entropy(model(b.tokens, b.segments, select=select), b.targets[select])
+        if task == "lm":  # next-token cross entropy per target
+            return F.cross_entropy(model(b.tokens).flatten(0, 1).float(), b.targets.flatten(), ignore_index=PAD)
         return F.cross_entropy(model(b.tokens, b.segments), b.labels)
 
     # every norm function a normlab model may hold (ModelConfig.norm), not only nn.LayerNorm

@@ -26,7 +26,7 @@ from torch import nn
 
 from normlab.config import ConfigError, DataConfig, ModelConfig
 from normlab.data import DataError, prepare
-from normlab.data.batch import BOS, CLS, EOS, MASK, PAD, SEP, ClassificationBatch, MLMBatch, TranslationBatch
+from normlab.data.batch import BOS, CLS, EOS, MASK, PAD, SEP, ClassificationBatch, LMBatch, MLMBatch, TranslationBatch
 from normlab.model import build_model
 from normlab.rundir import RunDir
 from normlab.train.checkpoint import STATE, read_state
@@ -36,6 +36,7 @@ __all__ = [
     "zipf_weights",
     "synthetic_translation_batches",
     "synthetic_mlm_batches",
+    "synthetic_lm_batches",
     "synthetic_classification_batches",
     "de_en_batches",
     "load_checkpoint",
@@ -124,6 +125,22 @@ def synthetic_mlm_batches(
         rand_pos = chosen & (r >= 0.8) & (r < 0.9)
         inputs[rand_pos] = _tokens(weights, int(rand_pos.sum()), g)
         out.append(MLMBatch(tokens=inputs, segments=torch.zeros_like(inputs), targets=targets, n_tokens=int(chosen.sum())))
+    return out
+
+
+def synthetic_lm_batches(
+    n_batches: int, *, vocab_size: int, batch_size: int = 16, length: int = 64, seed: int = 0
+) -> list[LMBatch]:
+    """Language-model batches over Zipf tokens: blocks of ``length`` + 1 tokens starting with EOS (a paragraph's
+    start, as the packed stream has them), input the first ``length``, targets the last ``length``."""
+    g = torch.Generator().manual_seed(seed)
+    weights = zipf_weights(vocab_size)
+    out = []
+    for _ in range(n_batches):
+        block = _tokens(weights, batch_size * length, g).view(batch_size, length)
+        block = torch.cat([torch.full((batch_size, 1), EOS), block], 1)
+        out.append(LMBatch(tokens=block[:, :-1].contiguous(), targets=block[:, 1:].contiguous(),
+                           n_tokens=batch_size * length))  # fmt: skip
     return out
 
 

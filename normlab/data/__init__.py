@@ -1,4 +1,4 @@
-"""Data: vendored corpora and users' files, sentencepiece BPE, token-bucketed batches, MLM and pair tasks."""
+"""Data: vendored corpora and users' files, sentencepiece BPE, token-bucketed batches, MLM, LM and pair tasks."""
 
 from normlab.data.batch import (
     BOS,
@@ -11,6 +11,7 @@ from normlab.data.batch import (
     UNK,
     Batch,
     ClassificationBatch,
+    LMBatch,
     MLMBatch,
     TranslationBatch,
 )
@@ -18,6 +19,7 @@ from normlab.data.corpora import DataError, data_root
 from normlab.data.datasets import (
     ClassificationDataset,
     Dataset,
+    LMDataset,
     MLMDataset,
     Prepared,
     TranslationDataset,
@@ -28,7 +30,8 @@ from normlab.data.tokenizer import Tokenizer
 
 __all__ = [
     "PAD", "UNK", "BOS", "EOS", "CLS", "SEP", "MASK", "SPECIAL_TOKENS",
-    "Batch", "TranslationBatch", "MLMBatch", "ClassificationBatch",
+    "Batch", "TranslationBatch", "MLMBatch", "ClassificationBatch", "LMBatch",
     "prepare", "fingerprint", "Prepared", "Dataset", "TranslationDataset", "MLMDataset", "ClassificationDataset",
+    "LMDataset",
     "Tokenizer", "DataError", "data_root",
 ]  # fmt: skip

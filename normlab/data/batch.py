@@ -4,7 +4,7 @@ Special token ids are fixed across tokenizers (sentencepiece is trained with the
 pad 0, unk 1, bos 2, eos 3, and for the encoder-only tasks cls 4, sep 5, mask 6.
 
 Every batch has ``n_tokens`` (the number of target positions its loss is summed over: non-pad target tokens
-for translation, masked positions for the masked LM, sentences for classification) so that losses can be
+for translation and the language model, masked positions for the masked LM, sentences for classification) so that losses can be
 normalised by the *global* count across data-parallel ranks, and ``to(device)``.
 """
 
@@ -67,4 +67,15 @@ class ClassificationBatch(_Movable):
         return int(self.tokens.shape[0])
 
 
-Batch = TranslationBatch | MLMBatch | ClassificationBatch
+@dataclasses.dataclass(frozen=True)
+class LMBatch(_Movable):
+    tokens: Tensor  # (B, T) long: a block of running text (the model's input), right-padded with PAD
+    targets: Tensor  # (B, T) long: the next token of each position (tokens shifted by one), PAD where there is none
+    n_tokens: int  # non-pad targets
+
+    @property
+    def n_sentences(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+Batch = TranslationBatch | MLMBatch | ClassificationBatch | LMBatch

@@ -9,7 +9,7 @@ task            files of a split (``train`` and ``valid`` required, ``test`` opt
 translation     ``{split}.tsv`` with a header naming the language columns (``source  de  en``), or
                 fairseq-style raw text ``{split}.{source_lang}`` + ``{split}.{target_lang}``, line i of one
                 the translation of line i of the other
-mlm             ``{split}.txt``: one paragraph (document) per line
+mlm, lm         ``{split}.txt``: one paragraph (document) per line
 classification  ``{split}.tsv`` with a header: ``label a b`` (paraphrase) or ``label word a b`` (wic)
 =============== ========================================================================================
 
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from normlab.assets import corpora_root
-from normlab.config import VENDORED_CORPORA, ConfigError, DataConfig
+from normlab.config import TEXT_TASKS, VENDORED_CORPORA, ConfigError, DataConfig, corpus_serves
 
 log = logging.getLogger("normlab.data")
 
@@ -103,7 +103,7 @@ def _root(name: str) -> Path:
 def locate(cfg: DataConfig) -> Corpus:
     """The files of ``cfg.corpus_name`` for ``cfg.task``; a :class:`DataError` when a required split is missing."""
     name = cfg.corpus_name
-    if name in VENDORED_CORPORA and VENDORED_CORPORA[name] != cfg.task:
+    if name in VENDORED_CORPORA and not corpus_serves(name, cfg.task):
         raise DataError(f"{name!r} is a {VENDORED_CORPORA[name]} corpus, not a {cfg.task} one")
     return _locate(cfg, name, _root(name), cfg.task, REQUIRED_SPLITS)
 
@@ -133,9 +133,9 @@ def _locate(cfg: DataConfig, name: str, root: Path, task: str, required: tuple[s
             stems = {split: (f"{split}.tsv",) for split in SPLITS}
         else:
             stems = {split: (f"{split}.{cfg.source_lang}", f"{split}.{cfg.target_lang}") for split in SPLITS}
-    elif task == "mlm":
+    elif task in TEXT_TASKS:
         if cfg.format == "tsv":
-            raise DataError(f"{root}: masked-LM text is raw (one paragraph per line in {{split}}.txt), not tsv")
+            raise DataError(f"{root}: running text for {task} is raw (one paragraph per line in {{split}}.txt), not tsv")
         fmt, stems = "raw", {split: (f"{split}.txt",) for split in SPLITS}
     else:
         if cfg.format == "raw":
@@ -334,7 +334,7 @@ def read_split(corpus: Corpus, split: str, cfg: DataConfig, *, text_only: bool =
         if corpus.format == "tsv":
             return read_parallel_tsv(paths[0], cfg.source_lang, cfg.target_lang)
         return read_parallel_raw(paths[0], paths[1])
-    if corpus.task == "mlm":
+    if corpus.task in TEXT_TASKS:
         return read_mono(paths[0])
     return read_pairs(paths[0], None if text_only else cfg.labels)
 

@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from normlab.config import DataConfig
+from normlab.config import TEXT_TASKS, DataConfig
 from normlab.data import batching, tasks
-from normlab.data.batch import BOS, CLS, EOS, PAD, SEP, Batch, ClassificationBatch, MLMBatch, TranslationBatch
+from normlab.data.batch import BOS, CLS, EOS, PAD, SEP, Batch, ClassificationBatch, LMBatch, MLMBatch, TranslationBatch
 from normlab.data.cache import cache_root, digest, file_digest, load_arrays, save_arrays
 from normlab.data.corpora import (
     Corpus,
@@ -240,6 +240,41 @@ class MLMDataset(Dataset):
         return MLMDataset(blocks.values, blocks.offsets, vocab_size=self.vocab_size, mask_prob=self.mask_prob)
 
 
+class LMDataset(Dataset):
+    """Running text for next-token prediction: the stream of :func:`tasks.lm_stream` (paragraphs between EOS) cut
+    into blocks of ``block_size`` input positions (:func:`tasks.lm_block_starts`); example i is ``tokens =
+    stream[s : s + n]``, ``targets = stream[s + 1 : s + n + 1]``, s = ``starts[i]``, n = ``sizes[i]``. Every stream
+    token after the first is the target of exactly one example, so the validation NLL per target is the
+    per-token loss of the whole split (its exponential the perplexity)."""
+
+    def __init__(self, stream: np.ndarray, starts: np.ndarray, block_size: int) -> None:
+        self.stream, self.starts, self.block_size = stream, np.asarray(starts, dtype=np.int64), block_size
+        self.sizes = np.minimum(block_size, len(stream) - 1 - self.starts)
+
+    def all_targets(self) -> np.ndarray:
+        """Every target token of the examples (the validation split's: what the unigram baseline is scored on)."""
+        return self.stream[_gather_index(self.starts + 1, self.sizes)].astype(np.int64)
+
+    def block(self, i: int) -> np.ndarray:
+        """Example i's input tokens."""
+        return self.stream[self.starts[i] : self.starts[i] + self.sizes[i]].astype(np.int64)
+
+    def _collate(self, indices: np.ndarray, seed: int, epoch: int) -> LMBatch:
+        sizes = self.sizes[indices]
+        width = int(sizes.max(initial=0))
+        tokens = np.full((len(indices), width), PAD, dtype=np.int64)
+        targets = np.full((len(indices), width), PAD, dtype=np.int64)
+        rows = np.repeat(np.arange(len(indices)), sizes)
+        cols = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        starts = self.starts[indices]
+        tokens[rows, cols] = self.stream[_gather_index(starts, sizes)]
+        targets[rows, cols] = self.stream[_gather_index(starts + 1, sizes)]
+        return LMBatch(tokens=torch.from_numpy(tokens), targets=torch.from_numpy(targets), n_tokens=int(sizes.sum()))
+
+    def select(self, idx: np.ndarray) -> LMDataset:
+        return LMDataset(self.stream, self.starts[idx], self.block_size)
+
+
 class ClassificationDataset(Dataset):
     """Labelled sentence pairs as ``[CLS] a [SEP] b [SEP]`` (``[CLS] word [SEP] a [SEP] b [SEP]`` for
     word-in-context data, see :func:`tasks.pair_example`), truncated to ``max_len``."""
@@ -304,7 +339,9 @@ def _label(corpus: Corpus) -> str:
 
 def _reading(corpus: Corpus, cfg: DataConfig) -> dict[str, Any]:
     """The settings that decide what the readers return for ``corpus`` (part of every cache key)."""
-    spec: dict[str, Any] = {"task": corpus.task, "format": corpus.format}
+    # the masked and the causal LM read the same running text the same way: one tokenizer and one binarized
+    # split serve both (their blocks are cut when a split is loaded, not cached)
+    spec: dict[str, Any] = {"task": "mlm" if corpus.task in TEXT_TASKS else corpus.task, "format": corpus.format}
     if corpus.task == "translation":
         spec["langs"] = [cfg.source_lang, cfg.target_lang]
     elif corpus.task == "classification":
@@ -371,6 +408,10 @@ def _dataset(
         stream = tasks.join_with_separator(text.values, text.offsets)
         bounds = tasks.block_bounds(len(stream), cfg.block_size)
         return MLMDataset(stream, bounds, vocab_size=vocab_size, mask_prob=cfg.mask_prob), 0
+    if task == "lm":
+        text = _ragged(arrays, "text")
+        stream = tasks.lm_stream(text.values, text.offsets)
+        return LMDataset(stream, tasks.lm_block_starts(len(stream), cfg.block_size), cfg.block_size), 0
     word = _ragged(arrays, "word") if "word_tokens" in arrays else None
     max_len = min(cfg.block_size, max_positions)
     return ClassificationDataset(_ragged(arrays, "a"), _ragged(arrays, "b"), word, arrays["labels"], max_len), 0
@@ -400,7 +441,7 @@ def prepare(data_cfg: DataConfig, max_positions: int, *, tokenizer: Tokenizer | 
     """
     cfg = data_cfg
     t0 = time.perf_counter()
-    if cfg.task == "mlm" and cfg.block_size > max_positions:
+    if cfg.task in TEXT_TASKS and cfg.block_size > max_positions:
         raise DataError(f"DataConfig.block_size={cfg.block_size} exceeds the model's max_positions={max_positions}")
     corpus = locate(cfg)
     root = cache_root(cfg)
@@ -499,5 +540,5 @@ def read_test_pairs(
     return ds, counts  # type: ignore[return-value]  # the translation task's dataset
 
 
-__all__ = ["prepare", "fingerprint", "Prepared", "Dataset", "TranslationDataset", "MLMDataset", "ClassificationDataset", "Ragged",
+__all__ = ["prepare", "fingerprint", "Prepared", "Dataset", "TranslationDataset", "MLMDataset", "ClassificationDataset", "LMDataset", "Ragged",
            "read_test_pairs"]

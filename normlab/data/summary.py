@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML file or bundled config (bert-tiny-post, ...); its `data:` section (or the "
                                     "whole file) is the DataConfig")  # fmt: skip
     add_set_argument(p, DataConfig, section="data")
-    p.add_argument("--task", choices=["translation", "mlm", "classification"], help="shortcut for --set data.task=...")
+    p.add_argument("--task", choices=["translation", "mlm", "classification", "lm"], help="shortcut for --set data.task=...")
     p.add_argument("--max-positions", type=int, default=1024, help="the model's max_positions (longer pairs dropped)")
     p.add_argument("--seed", type=int, default=1, help="batching seed of the statistics")
     p.add_argument("--examples", type=int, default=2, help="training examples to show, decoded")

@@ -1,4 +1,5 @@
-"""Examples of the encoder-only tasks: BERT masking, text packed into blocks, sentence pairs.
+"""Examples of the encoder-only tasks and the language model: BERT masking, text packed into blocks (framed for
+BERT, or shifted by one token for next-token prediction), sentence pairs.
 
 Masking randomness is *counter-based*: the random numbers of token ``p`` of example ``i`` in epoch ``e`` are a
 hash of ``(seed, e, i, p)`` (splitmix64, Steele et al. 2014). An example is therefore masked the same way
@@ -13,7 +14,7 @@ import hashlib
 
 import numpy as np
 
-from normlab.data.batch import CLS, MASK, PAD, SEP
+from normlab.data.batch import CLS, EOS, MASK, PAD, SEP
 from normlab.data.tokenizer import NUM_SPECIAL
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -80,6 +81,24 @@ def block_bounds(stream_length: int, block_size: int) -> np.ndarray:
     ``[CLS] ... [SEP]`` (BERT's pre-training input); the last block may be shorter."""
     body = block_size - 2
     return np.append(np.arange(0, stream_length, body, dtype=np.int64), np.int64(stream_length))
+
+
+def lm_stream(tokens: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The paragraphs as one stream for next-token prediction, each preceded and the last one followed by EOS:
+    ``EOS p1 EOS p2 ... EOS pn EOS``. EOS marks the document boundary, as GPT-2's ``<|endoftext|>`` between the
+    documents of its packed training text (Radford et al. 2019), so the first token of a paragraph is predicted
+    from a boundary, and a prompt that starts with EOS (normlab generate) starts as a paragraph does."""
+    body = join_with_separator(tokens, offsets, sep=EOS)
+    return np.concatenate([np.array([EOS], dtype=body.dtype), body, np.array([EOS], dtype=body.dtype)])
+
+
+def lm_block_starts(stream_length: int, block_size: int) -> np.ndarray:
+    """Start offsets of the language model's blocks: block i reads ``block_size`` input positions from
+    ``i * block_size`` and predicts the same positions shifted by one, so consecutive blocks share one token and
+    every stream token but the first is a target exactly once (nanoGPT's packing, without its random offsets:
+    an epoch's examples are fixed and only their order is drawn, as for every other task). The last block may be
+    shorter; a stream of fewer than 2 tokens has no block."""
+    return np.arange(0, max(stream_length - 1, 0), block_size, dtype=np.int64)
 
 
 def truncate_pair(la: np.ndarray | int, lb: np.ndarray | int, budget: int) -> tuple[np.ndarray, np.ndarray]:

@@ -55,7 +55,7 @@ class RunSpec:
     figures: tuple[str, ...]  # the figures it belongs to
     label: str  # legend label, as the paper names the curve
     config: TrainConfig
-    kind: Literal["translation", "mlm", "finetune"] = "translation"
+    kind: Literal["translation", "mlm", "finetune", "lm"] = "translation"
     parent: str | None = None  # finetune: the pre-training run it starts from
     parent_update: int | None = None  # finetune: the pre-training checkpoint (update number)
     finetune_task: str | None = None  # finetune: paraphrase / wic

@@ -11,22 +11,22 @@ started with; ``OUT/logs/NAME.log`` its output. Running the grid again
 * refuses, before it starts anything, a directory holding a run of the same name trained with other settings
   (:func:`changed_settings`: e.g. a scale whose schedule changed since), so that a report never mixes them.
 
-``jobs`` runs go in parallel, each with ``threads`` CPU threads (small models train several times faster as
-two one-thread processes than as one two-thread process on 2 cores). Locally, each job is a long-lived worker
-process that trains one run after another (importing torch and building an optimizer cost ~8 s per process:
-more than a small run itself); ``launcher="torchrun"`` hands each run to ``torchrun --standalone
---nproc_per_node N`` instead. Fine-tuning runs wait for their pre-training run. Workers and children die with
-the grid process (PR_SET_PDEATHSIG), so a killed grid leaves no orphan writing into its runs.
+How a run is started is the launcher's business (launchers.py: local worker processes, torchrun, Ray tasks,
+SLURM jobs); what runs, in which order and what came of it is this module's, the same on every launcher.
+``jobs`` runs go in parallel (with ray or slurm, 0: every run that is ready; the cluster queues them), each with
+``threads`` CPU threads (small models train several times faster as two one-thread processes than as one
+two-thread process on 2 cores). Fine-tuning runs are submitted when their pre-training run has finished. Local
+workers and children die with the grid process (PR_SET_PDEATHSIG), so a killed grid leaves no orphan writing into
+its runs; a grid stopped by Ctrl-C or SIGTERM cancels the Ray tasks and SLURM jobs it submitted.
 """
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import dataclasses
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -36,14 +36,15 @@ from typing import Any
 import yaml
 
 from normlab.config import ConfigError, TrainConfig, flat_dict
+from normlab.data.cache import cache_root
 from normlab.experiments.figures import RunSpec
+from normlab.experiments.launchers import Ended, LauncherConfig, Task, as_config, child_preexec, make_launcher
 from normlab.files import write_atomic
 from normlab.rundir import RunDir
 from normlab.train.run import train
-from normlab.train.throughput import limit_onednn_cache
 from normlab.train.trainer import EXIT_DIVERGED
 
-__all__ = ["RunOutcome", "run_grid", "run_status", "changed_settings", "failure_line", "FINISHED"]
+__all__ = ["RunOutcome", "run_grid", "run_status", "changed_settings", "failure_line", "FINISHED", "child_preexec"]
 
 # What a run's result does not depend on: checkpoint and log cadence; the device (`auto` on one invocation and
 # `cpu` on the next are the same run; precision, which changes the numbers, does count); the attention kernel
@@ -129,63 +130,21 @@ def failure_line(run_dir: Path, log_path: Path) -> str:
     return " | ".join(lines[-8:])
 
 
-def die_with_parent() -> None:  # runs in the child between fork and exec
+def train_run(config: dict[str, Any], run_dir: str, resume: bool) -> int:
+    """One run, where a launcher put it (launchers.run_task: its output already goes to the run's log). Returns
+    the exit code the ``normlab train`` command would have returned (0, 2, 3)."""
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def child_preexec() -> Callable[[], None] | None:
-    """``preexec_fn`` for a child that must not outlive the grid: Linux only (prctl). Windows has no
-    ``preexec_fn`` at all, and macOS no parent-death signal; there the grid's own shutdown stops its children."""
-    return die_with_parent if sys.platform.startswith("linux") else None
+        summary = train(TrainConfig.from_dict(config), run_dir, resume=resume, quiet=True)
+        return EXIT_DIVERGED if summary["status"] == "diverged" else 0
+    except ConfigError as e:
+        print(f"normlab train: error: {e}")  # the line failure_line finds
+        return 2
 
 
 def _torchrun_command(config_path: Path, run_dir: Path, resume: bool, nproc: int) -> list[str]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
            "-m", "normlab", "train", "--config", str(config_path), "--out", str(run_dir), "--quiet"]  # fmt: skip
     return cmd + (["--resume"] if resume else [])
-
-
-def _worker_init(threads: int) -> None:
-    die_with_parent()
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    # Waiting OpenMP threads sleep instead of spinning: with several jobs on few cores, spinning threads steal
-    # the cores the other jobs compute on (measured: a diagnosis took 22 s instead of 2.1 s).
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    import torch
-
-    torch.set_num_threads(threads)
-    # before the worker's first matmul: it trains run after run, and oneDNN's default cache would hold 1,024
-    # primitives of shapes from every one of them
-    limit_onednn_cache()
-
-
-def _train_in_worker(config: dict[str, Any], run_dir: str, resume: bool, log_path: str) -> int:
-    """One run inside a worker process; its output goes to the run's log. Returns the exit code the
-    ``normlab train`` command would have returned (0, 2, 3; 1 for an unexpected error)."""
-    import contextlib
-    import logging
-    import traceback
-
-    with open(log_path, "a", encoding="utf-8") as log, contextlib.redirect_stderr(log), contextlib.redirect_stdout(log):
-        handler = logging.StreamHandler(log)
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        root = logging.getLogger()
-        root.addHandler(handler)
-        root.setLevel(logging.WARNING)
-        try:
-            summary = train(TrainConfig.from_dict(config), run_dir, resume=resume, quiet=True)
-            return EXIT_DIVERGED if summary["status"] == "diverged" else 0
-        except ConfigError as e:
-            print(f"normlab train: error: {e}", file=log)
-            return 2
-        except Exception:  # noqa: BLE001 - recorded as a failed run; the grid goes on
-            traceback.print_exc(file=log)
-            return 1
-        finally:
-            root.removeHandler(handler)
 
 
 def _finetune_source(spec: RunSpec, out: Path) -> Path:
@@ -198,16 +157,26 @@ def run_grid(
     *,
     jobs: int = 1,
     threads: int | None = None,
-    launcher: str = "local",
+    launcher: LauncherConfig | str = "local",
     nproc: int = 1,
+    cuda: bool = False,
     say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
 ) -> dict[str, RunOutcome]:
-    """Run ``specs`` (see the module docstring); returns each run's outcome."""
-    out = Path(out)
+    """Run ``specs`` (see the module docstring) with ``launcher`` (a LauncherConfig, or its kind with ``nproc``);
+    returns each run's outcome. ``jobs``: runs in flight at once (0 with ray or slurm: every run that is ready);
+    ``cuda``: the runs train on GPUs (what a remote run requests without ``gpus_per_run``)."""
+    cfg = as_config(launcher, nproc)
+    cfg.require_engine()  # before anything is written: one line naming the extra to install
+    # a Ray worker or a SLURM job starts in another directory, perhaps on another machine
+    out = Path(out).resolve() if cfg.remote else Path(out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
     (out / "configs").mkdir(exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
-    threads = threads or max(1, (os.cpu_count() or 1) // max(jobs, 1))
+    threads = threads or (1 if cfg.remote else max(1, (os.cpu_count() or 1) // max(jobs, 1)))
+    # jobs 0 on a cluster: every ready run, the scheduler queues them; submitit's local executor has no queue, so
+    # there it is this machine's cores (all 24 smoke-sweep jobs at once on 2 cores took 3.7x the local launcher)
+    cluster = cfg.remote and not (cfg.kind == "slurm" and cfg.slurm_executor == "local")
+    in_flight = jobs if jobs > 0 else (max(1, len(specs)) if cluster else max(1, (os.cpu_count() or 1) // threads))
     check_not_stale(specs, out)
     outcomes: dict[str, RunOutcome] = {}
     pending: list[RunSpec] = []
@@ -219,17 +188,16 @@ def run_grid(
     total, done = len(specs), len(outcomes)
     if done:
         say(f"grid: {done} of {total} runs already finished in {out}; {len(pending)} to run")
-    running: dict[str, tuple[Any, float, RunSpec]] = {}  # a Popen (torchrun) or a Future (local worker)
+    running: dict[str, tuple[Any, float, RunSpec]] = {}  # the launcher's handle, when it was submitted
     t_grid = time.perf_counter()
-    pool = None
-    if launcher == "local" and pending:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        # spawn: workers start from a clean interpreter, not a copy of this process, and are this process's own
-        # children, so that PR_SET_PDEATHSIG ends them with it (a forkserver's workers would outlive it)
-        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_worker_init, initargs=(threads,))  # fmt: skip
+    engine = (make_launcher(cfg, jobs=in_flight, threads=threads, cuda=cuda, folder=out / "launcher" / cfg.kind)
+              if pending else None)  # fmt: skip
+    if engine is not None and cfg.remote:
+        say(f"grid: {len(pending)} run(s) as {_where(cfg)}, {threads * cfg.nproc} CPU(s) each"
+            + (f", at most {jobs} at once" if jobs > 0 else ""))
+    # The data cache this process prepared the data in (reproduce and sweep do so before the grid), for a run
+    # wherever it starts: a node would otherwise train its own tokenizer into its own home directory
+    env = {"NORMLAB_CACHE": str(_cache_of(specs))} if cfg.remote and specs else {}
 
     def parent_state(spec: RunSpec) -> str:
         if spec.parent is None:
@@ -248,100 +216,126 @@ def run_grid(
         resume = RunDir(run_dir).latest() is not None
         if not resume and run_dir.exists():
             shutil.rmtree(run_dir)  # killed before its first checkpoint: nothing worth keeping
-        cfg = spec.config
+        run_cfg = spec.config
         if spec.kind == "finetune":
             # the pre-training run's own weights and tokenizer (normlab train writes RUN/tokenizer.model)
             parent = out / "runs" / str(spec.parent)
-            data = cfg.data
+            data = run_cfg.data
             if RunDir(parent).tokenizer_path.exists():
                 data = data.replace(tokenizer=str(RunDir(parent).tokenizer_path))
-            cfg = cfg.replace(init_from=str(_finetune_source(spec, out)), data=data)
+            run_cfg = run_cfg.replace(init_from=str(_finetune_source(spec, out)), data=data)
         config_path = out / "configs" / f"{spec.name}.yaml"
-        write_atomic(config_path, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        write_atomic(config_path, yaml.safe_dump(run_cfg.to_dict(), sort_keys=False))
         log_path = out / "logs" / f"{spec.name}.log"
         with open(log_path, "a", encoding="utf-8") as log:
             log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {'resume' if resume else 'start'} ===\n")
-        if pool is not None:
-            job: Any = pool.submit(_train_in_worker, cfg.to_dict(), str(run_dir), resume, str(log_path))
-        else:
-            env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
-            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-            with open(log_path, "a", encoding="utf-8") as log:
-                job = subprocess.Popen(_torchrun_command(config_path, run_dir, resume, nproc), stdout=log,
-                                       stderr=subprocess.STDOUT, env=env, preexec_fn=child_preexec())  # fmt: skip
-        running[spec.name] = (job, time.perf_counter(), spec)
+        command = (_torchrun_command(config_path, run_dir, resume, cfg.nproc)
+                   if cfg.kind == "torchrun" or cfg.nproc > 1 else [])  # fmt: skip
+        task = Task(spec.name, train_run, {"config": run_cfg.to_dict(), "run_dir": str(run_dir), "resume": resume},
+                    log_path, tuple(command), env)  # fmt: skip
+        assert engine is not None
+        running[spec.name] = (engine.submit(task), time.perf_counter(), spec)
         say(f"[{done + len(running):>3}/{total}] {'resume' if resume else 'start '} {spec.name}")
 
-    def finish(name: str, code: int) -> None:
+    def finish(name: str, ended: Ended) -> None:
         nonlocal done
-        proc, t0, spec = running.pop(name)
+        _, t0, _ = running.pop(name)
         seconds = time.perf_counter() - t0
         status = run_status(out / "runs" / name)
-        if code == 0 and status == "completed":
+        log_path = out / "logs" / f"{name}.log"
+        if ended.note:  # the engine, not the run, says what happened: into the log too, for whoever reads it later
+            with open(log_path, "a", encoding="utf-8") as log:
+                log.write(f"normlab grid ({cfg.kind}): {ended.note}\n")
+        if ended.code == 0 and status == "completed":
             outcome = RunOutcome(name, "completed", seconds)
-        elif code == 3 and status == "diverged":
+        elif ended.code == 3 and status == "diverged":
             outcome = RunOutcome(name, "diverged", seconds)
         else:
-            line = failure_line(out / "runs" / name, out / "logs" / f"{name}.log")
-            outcome = RunOutcome(name, "failed", seconds, f"exit code {code}: {line}")
+            line = failure_line(out / "runs" / name, log_path)
+            code = "no exit code" if ended.code is None else f"exit code {ended.code}"
+            outcome = RunOutcome(name, "failed", seconds, f"{code}: {line}")
         outcomes[name] = outcome
         done += 1
         elapsed = time.perf_counter() - t_grid
-        say(f"[{done:>3}/{total}] {outcome.status:<9} {name} ({seconds:.0f} s; grid {elapsed / 60:.1f} min)")
+        why = f": {outcome.error} (log: {log_path})" if outcome.status == "failed" else ""
+        say(f"[{done:>3}/{total}] {outcome.status:<9} {name} ({seconds:.0f} s; grid {elapsed / 60:.1f} min){why}")
 
     clean = False
     try:
-        while pending or running:
-            progressed = False
-            for spec in list(pending):
-                if len(running) >= jobs:
-                    break
-                state = parent_state(spec)
-                if state == "wait":
-                    continue
-                pending.remove(spec)
-                progressed = True
-                if state == "failed":
-                    outcomes[spec.name] = RunOutcome(spec.name, "skipped", error=f"pre-training run {spec.parent} "
-                                                     "did not finish, or lacks the checkpoint")  # fmt: skip
-                    done += 1
-                    say(f"[{done:>3}/{total}] skipped   {spec.name} (its pre-training run did not finish)")
-                    continue
-                start(spec)
-            for name, (job, _, _) in list(running.items()):
-                code = _poll(job)
-                if code is not None:
-                    finish(name, code)
+        with _sigterm_as_interrupt():
+            while pending or running:
+                progressed = False
+                for spec in list(pending):
+                    if len(running) >= in_flight:
+                        break
+                    state = parent_state(spec)
+                    if state == "wait":
+                        continue
+                    pending.remove(spec)
                     progressed = True
-            if not progressed:
-                if not running and pending:  # nothing runs and nothing can start: a dependency never finished
-                    for spec in pending:
-                        outcomes[spec.name] = RunOutcome(spec.name, "skipped", error=f"{spec.parent} not in the grid")
-                    break
-                time.sleep(0.2)
+                    if state == "failed":
+                        outcomes[spec.name] = RunOutcome(spec.name, "skipped", error=f"pre-training run "
+                                                         f"{spec.parent} did not finish, or lacks the checkpoint")
+                        done += 1
+                        say(f"[{done:>3}/{total}] skipped   {spec.name} (its pre-training run did not finish)")
+                        continue
+                    start(spec)
+                for name, (handle, _, _) in list(running.items()):
+                    assert engine is not None
+                    ended = engine.poll(handle)
+                    if ended is not None:
+                        finish(name, ended)
+                        progressed = True
+                if not progressed:
+                    if not running and pending:  # nothing runs and nothing can start: a dependency never finished
+                        for spec in pending:
+                            outcomes[spec.name] = RunOutcome(spec.name, "skipped",
+                                                             error=f"{spec.parent} not in the grid")
+                        break
+                    # a remote poll asks the engine (a Ray call; submitit reads files, squeue now and then)
+                    time.sleep(0.5 if cfg.remote else 0.2)
         clean = True
     finally:
-        for job, _, _ in running.values():
-            if isinstance(job, subprocess.Popen):
-                job.kill()
-        if pool is not None:
-            if not clean:  # interrupted: a running run cannot be cancelled, only killed (it resumes next time)
-                for proc in list((getattr(pool, "_processes", None) or {}).values()):
-                    proc.kill()
-            pool.shutdown(wait=clean, cancel_futures=True)
+        if engine is not None:
+            if not clean:  # interrupted: what was submitted and has not ended is cancelled (it resumes next time)
+                n = engine.cancel()
+                if n and cfg.remote:
+                    say(f"grid: interrupted; cancelled {n} submitted run(s): {', '.join(sorted(running))}")
+            engine.close()
     return outcomes
 
 
-def _poll(job: Any) -> int | None:
-    """The exit code of a finished run, None while it runs (a worker that died counts as a failure)."""
-    if isinstance(job, subprocess.Popen):
-        return job.poll()
-    if not job.done():
-        return None
+def _where(cfg: LauncherConfig) -> str:
+    if cfg.kind == "ray":
+        return f"Ray tasks on {cfg.ray_address or 'a local Ray cluster'}"
+    if cfg.slurm_executor == "local":
+        return "submitit jobs on its local executor"
+    return f"SLURM jobs (partition {cfg.slurm_partition or 'the default'})"
+
+
+def _cache_of(specs: list[RunSpec]) -> Path:
+    """The data cache of the grid's runs, absolute (reproduce and sweep give every run the same one)."""
+    return cache_root(specs[0].config.data).resolve()
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Any:
+    """SIGTERM (the grid process itself stopped by SLURM, a kill) ends the grid as Ctrl-C does: what it
+    submitted is cancelled rather than left to run on a cluster with nobody to collect it."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
     try:
-        return job.result()
-    except Exception:  # noqa: BLE001 - e.g. BrokenProcessPool: the worker was killed
-        return 1
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def outcome_dict(outcome: RunOutcome) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from normlab.experiments.grid import (
     run_grid,
     run_status,
 )
+from normlab.experiments.launchers import LauncherConfig, add_launcher_arguments, as_config, launcher_from_args
 from normlab.experiments.results import collect, group_runs
 from normlab.experiments.scales import QUICK_BUDGET, Scale, get_scale
 from normlab.experiments.sweep import run_sweep, sweep_scale
@@ -69,10 +70,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rerender", default="", metavar="REPORT_DIR", help="train and read no run: decide the claims "
                    "again from REPORT_DIR/results.json under the current rules and rewrite its results.json, REPORT.md "
                    "(and index.html if there is one) in place")
-    p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA)")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads per run (default: cores / jobs)")
-    p.add_argument("--launcher", default="local", choices=["local", "torchrun"], help="how each run is started")
-    p.add_argument("--nproc", type=int, default=1, help="processes per run with --launcher torchrun")
+    p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA; "
+                   "with --launcher ray or slurm, every run that is ready: the cluster queues them)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads per run (default: cores / jobs; with ray or "
+                   "slurm, 1): what each run requests from Ray or SLURM")
+    add_launcher_arguments(p)
     p.add_argument("--corpus", default="", help="translation corpus: a directory of your own files (e.g. IWSLT14 "
                    "De-En as train.de/train.en ...); default the vendored de-en")  # fmt: skip
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
@@ -208,7 +210,7 @@ def reproduce(
     figures: tuple[str, ...] = (),
     jobs: int = 0,
     threads: int = 0,
-    launcher: str = "local",
+    launcher: LauncherConfig | str = "local",
     nproc: int = 1,
     corpus: str = "",
     device: str = "auto",
@@ -220,8 +222,13 @@ def reproduce(
     returns results.json's content. ``probe``: print the estimated wall time first (see budget.py). ``train``
     False (``--report-only``): run nothing (neither the grid, nor the analysis, nor the width sweep) and write the
     report from what has finished in ``out``; a run that has not finished (killed, still running in another
-    process, never started) counts as missing, and ``meta["unfinished"]`` names it."""
+    process, never started) counts as missing, and ``meta["unfinished"]`` names it. ``launcher``: where the
+    grid's runs go (a kind or a LauncherConfig, launchers.py), the width sweep's too; the analysis of Figure 3
+    (minutes, no training) runs in a process of this machine whatever the launcher."""
     t0 = time.perf_counter()
+    launch = as_config(launcher, nproc)
+    if train:
+        launch.require_engine()  # one line naming the extra to install, before any data is prepared
     _prepare.cache_clear()  # the data of this call only (files may have changed since an earlier one)
     scale = get_scale(scale_name)
     figures = tuple(figures) or scale.figures
@@ -235,9 +242,12 @@ def reproduce(
     out.mkdir(parents=True, exist_ok=True)
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     cores = os.cpu_count() or 1
-    jobs = jobs or (1 if cuda else cores)
-    threads = threads or max(1, cores // jobs)
-    _say(f"normlab reproduce --scale {scale.name} -> {out} " + (f"({jobs} job(s) x {threads} thread(s))" if train
+    if launch.remote:  # the cluster's nodes, not this machine's cores, bound what runs at once
+        threads = threads or 1
+    else:
+        jobs = jobs or (1 if cuda else cores)
+        threads = threads or max(1, cores // jobs)
+    _say(f"normlab reproduce --scale {scale.name} -> {out} " + (f"({_shape(launch, jobs, threads)})" if train
          else "(--report-only: from the runs finished so far, training nothing)"))  # fmt: skip
     # The analysis needs no data: it starts first and overlaps the tokenizer training as well as the grid.
     alone = set(figures) <= {"fig3"}
@@ -255,18 +265,20 @@ def reproduce(
                 raise ConfigError(f"--report-only: no run of the figures {', '.join(figures)} at the {scale.name} "
                                   f"scale has finished in {out} yet." + (others_note(specs, out / "runs") or
                                   " Run it without --report-only first."))  # fmt: skip
-        if train and probe and todo:
+        if train and probe and todo and launch.remote:
+            _say(f"estimate: none with --launcher {launch.kind} (the probe times this machine, not the cluster's)")
+        elif train and probe and todo:
             budget = QUICK_BUDGET["minutes"] if scale.name == "quick" else None
             _say(estimate(todo, ctx, jobs=jobs, threads=threads, budget_minutes=budget).text())
         base = baselines(scale, ctx, figures)
-        outcomes = (run_grid(specs, out, jobs=jobs, threads=threads, launcher=launcher, nproc=nproc, say=_say)
+        outcomes = (run_grid(specs, out, jobs=jobs, threads=threads, launcher=launch, cuda=cuda, say=_say)
                     if train else {})  # fmt: skip
         # After the paper's runs, so that a stopped job has decided the paper's claims first. With --report-only,
         # from the sweep's finished runs, if any.
         width = None
         if "width" in figures and (train or sweep_started):
             width = _width_sweep(scale, out, jobs=jobs, threads=threads, corpus=corpus, device=device,
-                                 precision=precision, probe=probe, train=train)  # fmt: skip
+                                 precision=precision, probe=probe, train=train, launcher=launch)  # fmt: skip
     except BaseException as e:  # a bad corpus, Ctrl-C: the analysis must not run on as an orphan
         if analysis_job:
             analysis_job.stop()
@@ -313,7 +325,8 @@ def reproduce(
         "python": platform.python_version(),
         "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.processor() or platform.machine()}, "
         f"{cores} cores)",
-        "threads": f"{jobs} job(s) x {threads} thread(s)" if train else None,
+        "threads": _shape(launch, jobs, threads) if train else None,
+        "launcher": launch.kind if train else None,
         "wall_time_s": wall,
         # the finished runs' own training time (their summaries), summed: what a report written with
         # --report-only can say of the job's cost; None when a finished run lacks it
@@ -340,6 +353,13 @@ def reproduce(
     for c in results["claims"]:
         _say(f"  {c['id']:>4} {c['verdict']:<22} {c['claim']}")
     return results
+
+
+def _shape(launch: LauncherConfig, jobs: int, threads: int) -> str:
+    """How the grid runs, in words: ``2 job(s) x 1 thread(s)``, or where a remote launcher sends it."""
+    if not launch.remote:
+        return f"{jobs} job(s) x {threads} thread(s)"
+    return f"{launch.kind}: {'every ready run' if jobs <= 0 else f'at most {jobs} runs'} at once x {threads} thread(s)"
 
 
 def rerender(report: Path | str) -> dict[str, Any]:
@@ -399,7 +419,7 @@ def run(args: argparse.Namespace) -> int:
     figures = tuple(f.strip() for f in args.figures.split(",") if f.strip())
     if args.figures.strip() and not figures:
         raise ConfigError(f"--figures {args.figures!r} names no figure; expected some of {list(ALL_FIGURES)}")
-    reproduce(args.scale, args.out, figures=figures, jobs=args.jobs, threads=args.threads, launcher=args.launcher,
-              nproc=args.nproc, corpus=args.corpus, device=args.device, precision=args.precision,
+    reproduce(args.scale, args.out, figures=figures, jobs=args.jobs, threads=args.threads,
+              launcher=launcher_from_args(args), corpus=args.corpus, device=args.device, precision=args.precision,
               probe=not args.no_estimate, train=not args.report_only)  # fmt: skip
     return 0

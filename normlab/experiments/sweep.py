@@ -114,6 +114,7 @@ from normlab.data import prepare
 from normlab.experiments.budget import estimate, updates_per_epoch
 from normlab.experiments.figures import Context, RunSpec
 from normlab.experiments.grid import FINISHED, any_finished, check_not_stale, others_note, run_grid, run_status
+from normlab.experiments.launchers import add_launcher_arguments, as_config, launcher_from_args
 from normlab.experiments.scales import PAPER
 from normlab.metrics import unigram_plateau
 from normlab.report.render import write_sweep_report
@@ -122,7 +123,8 @@ from normlab.rundir import RunDir
 
 __all__ = [
     "MARGIN", "PAPER_WARMUP_FRACTION", "SweepConfig", "SWEEP_SCALES", "sweep_scale", "lr_grid", "sweep_runs",
-    "Cell", "Curve", "diverged", "unstable", "Edge", "edge", "plan_edge", "plan_edges", "edge_summary", "seed_sign",
+    "Cell", "Curve", "diverged", "unstable", "curve_failures", "Edge", "edge", "plan_edge", "plan_edges",
+    "edge_summary", "seed_sign",
     "warmup_verdict", "warmup_verdicts", "width_law", "tolerance_truth", "rerender", "LR_CAP", "RESOLUTION",
     "lr_sensitivity", "frontier", "analyze", "predicted_slope", "width_slope",
     "slope_resolution", "read_cell", "WARMUPS", "BETAS", "warm_arms", "arms", "best_loss_gap", "warmup_truth",
@@ -169,8 +171,9 @@ run: with every seed agreeing it needs 5 seeds (0.5^5 = 0.031); with 2 or 3 seed
 
 
 
-BETAS = {"translation": (0.9, 0.98), "mlm": (0.9, 0.999)}
-"""Adam's betas per task: the paper's IWSLT optimizer (Section 3.2) and BERT's (figures._mlm's runs)."""
+BETAS = {"translation": (0.9, 0.98), "mlm": (0.9, 0.999), "lm": (0.9, 0.95)}
+"""Adam's betas per task: the paper's IWSLT optimizer (Section 3.2), BERT's (figures._mlm's runs) and the decoder-only
+LMs' (GPT-3, Brown et al. 2020, Appendix B; Llama, OLMo 2: beta2 = 0.95)."""
 
 
 @config
@@ -180,8 +183,10 @@ class SweepConfig(Strict):
     scale: Literal["smoke", "quick", "standard", "full", "custom"] = field(
         "custom", help="the preset this config started from"
     )
-    task: Literal["translation", "mlm"] = field("translation", help="de-en translation (the paper's IWSLT stand-in) "
-                                                "or masked-LM pre-training (en-mono)")  # fmt: skip
+    task: Literal["translation", "mlm", "lm"] = field("translation", help="de-en translation (the paper's IWSLT "
+                                                      "stand-in), masked-LM pre-training (en-mono) or a decoder-only "
+                                                      "language model on en-mono (lm: RoPE, GELU, tied embeddings, "
+                                                      "AdamW with beta2 0.95)")  # fmt: skip
     schemes: tuple[str, ...] = field(
         tuple(p.value for p in Placement),
         help="normalization schemes: a placement (" + ", ".join(p.value for p in Placement) + "), optionally with a "
@@ -199,11 +204,14 @@ class SweepConfig(Strict):
     widths: tuple[int, ...] = field((64, 128, 256, 512), help="d_model of each width; FFN = ffn_ratio x d")
     ffn_ratio: int = field(2, help="FFN width over d (the paper's IWSLT model: 1024 / 512 = 2)")
     n_heads: int = field(4, help="attention heads at every width (the paper: 4; head size d/4 = 128 at d=512)")
-    layers: int = field(6, help="encoder (and decoder) depth (the paper: 6-6)")
+    layers: int = field(6, help="encoder (and decoder) depth (the paper: 6-6); lm: the decoder-only stack's depth")
     updates: int = field(300, help="updates per run")
     seeds: int = field(1, help="training seeds per cell (runs named ...-s1, -s2, ...)")
     find_edge: bool = field(True, help="extend each curve's learning rates above lr_max (same grid) while its "
                             "highest run is stable, up to lr_cap, then bisect to `resolution` (sweep.plan_edges)")
+    plateau_fails: bool = field(True, help="a run that ends on the unigram plateau above its curve's best learning "
+                                "rate is unstable (collapsed; sweep.curve_failures says why); false: divergence "
+                                "only (non-finite, or above l0)")  # fmt: skip
     lr_cap: float = field(LR_CAP, help="the largest learning rate the edge search tries (sweep.LR_CAP says why)")
     resolution: float = field(RESOLUTION, help="the edge search bisects until first unstable / last stable <= this "
                               "ratio (sweep.RESOLUTION says why)")  # fmt: skip
@@ -212,7 +220,7 @@ class SweepConfig(Strict):
     vocab_size: int = field(8000, help="BPE vocabulary")
     max_tokens: int = field(2048, help="tokens per batch")
     max_positions: int = field(128, help="longest sentence kept, in tokens")
-    block_size: int = field(128, help="mlm: tokens per block")
+    block_size: int = field(128, help="mlm and lm: tokens per block")
     dropout: float = field(0.1, help="dropout (the paper: 0.1)")
     train_subset: int = field(0, help="training examples (0 = all)")
     valid_subset: int = field(500, help="validation examples for the final loss (0 = all)")
@@ -308,6 +316,10 @@ SWEEP_SCALES: dict[str, SweepConfig] = {
         scale="smoke", schemes=("post", "pre"), lr_min=1e-3, lr_max=1e-1, per_decade=1, widths=(16, 32), n_heads=2,
         layers=2, updates=4, vocab_size=600, max_tokens=256, max_positions=64, block_size=32, train_subset=100,
         valid_subset=16, resolution=11.0,  # one round of the edge search (lr 1, the cap) in seconds; no measurement
+        # 4 updates never leave the unigram plateau, so under the plateau rule every curve fails at every learning
+        # rate and the edge search would have nothing to run: the smoke preset, which exists to run every part of
+        # the pipeline, reads divergence only so that its extension round runs
+        plateau_fails=False,
         description="seconds, for the tests: every part of the pipeline runs (2-2 layers, so that diagnose has a "
         "stack to read); 4 updates at d=16 and 32 measure nothing about the frontier",
     ),  # fmt: skip
@@ -434,6 +446,19 @@ def _train_config(cfg: SweepConfig, ctx: Context, *, scheme: str, warmup: str, w
         # Section 3.2: Adam, beta = (0.9, 0.98); label smoothing 0.1 (the loss trained; the reported loss is the NLL)
         return TrainConfig(model=model, data=data, optim=OptimConfig(name="adam", lr=lr, betas=BETAS["translation"]),
                            schedule=schedule, label_smoothing=0.1, **common)  # fmt: skip
+    if cfg.task == "lm":
+        # GPT/Llama-shaped, as the LMs the newer schemes were proposed on (Peri-LN, Mix-LN, LayerNorm Scaling: Llama
+        # with RoPE): rotary positions, unscaled tied embeddings, GELU, no embedding norm; AdamW with the LLMs'
+        # betas and weight decay 0.1 (GPT-3, Brown et al. 2020, Appendix B), the same for every scheme
+        model = ModelConfig(placement=placement, norm=norm, d_model=width, d_ffn=cfg.ffn_ratio * width,
+                            n_heads=cfg.n_heads, encoder_layers=0, decoder_layers=cfg.layers, vocab_size=cfg.vocab_size,
+                            max_positions=cfg.block_size, positional="rope", scale_embedding=False, activation="gelu",
+                            dropout=cfg.dropout)  # fmt: skip
+        data = DataConfig(task="lm", corpus=ctx.mlm_corpus, vocab_size=cfg.vocab_size, block_size=cfg.block_size,
+                          train_subset=cfg.train_subset, valid_subset=cfg.valid_subset, max_tokens=cfg.max_tokens,
+                          cache_dir=ctx.cache_dir)  # fmt: skip
+        return TrainConfig(model=model, data=data, optim=OptimConfig(name="adamw", lr=lr, betas=BETAS["lm"],
+                           weight_decay=0.1), schedule=schedule, label_smoothing=0.0, **common)  # fmt: skip
     # BERT-shaped, as Figure 5's runs (figures._mlm), with the paper's Adam betas for all schemes alike
     model = ModelConfig(placement=placement, norm=norm, d_model=width, d_ffn=cfg.ffn_ratio * width, n_heads=cfg.n_heads,
                         encoder_layers=cfg.layers, decoder_layers=0, vocab_size=cfg.vocab_size,
@@ -482,15 +507,46 @@ def unstable(final: float | None, l0: float | None, status: str = "completed") -
     taken before the first step, so the warm-up cannot move it), and Wortsman et al. 2023 (arXiv 2309.14322)
     cap a diverged run's loss at l0 for the same reason. A multiple of the curve's best (k x l*) depends on how
     far the best run of that curve got, so two arms would be held to different lines and the criterion would not
-    be absolute, and k is a free constant. What it does not count: a run that ends on the unigram plateau (below
-    l0, above U) has learned token frequencies and is stable by this rule; the near-best band
-    (:func:`frontier`'s ``lr_tolerance``) is what sees that."""
+    be absolute, and k is a free constant. This is the divergence half of the criterion; a run that ends on the
+    unigram plateau (below l0, above U) passes it, and :func:`curve_failures` adds that failure on a curve."""
     if status == "diverged" or not _finite(final):
         return True
     return _finite(l0) and final > l0  # type: ignore[operator]
 
 
 diverged = unstable  # the name the band analysis and the reports used before issue 40
+
+
+def curve_failures(points: dict[float, tuple[float | None, float | None, str]], *, unigram: float | None = None,
+                   margin: float = MARGIN) -> dict[float, bool]:  # fmt: skip
+    """THE stability criterion on one seed's curve ``{lr: (final, l0, status)}``, shared by every scheme, warm-up
+    arm and width: a run fails when it diverged (:func:`unstable`: non-finite, or above l0) or when it collapsed:
+    it ends on the unigram plateau (final >= U - ``margin``, U = ``unigram``, the loss of predicting every target
+    token by its frequency) at a learning rate above the curve's best one (the lowest final loss of a run that did
+    not diverge). A curve whose best run did not leave the plateau fails everywhere (it learned nothing at any
+    learning rate: the edge reads "unstable from the smallest learning rate"). ``unigram`` None: divergence only.
+
+    Why the plateau counts (theory and the paper, not fitted): the failure the paper reports for Post-LN without
+    warm-up is a model that did not learn (Section 3.2 and Figure 2: 8.45 BLEU against ~34 with warm-up; "just
+    above zero" with SGD), not a loss that grows without bound. A LayerNorm before the output projection bounds
+    the logits' input, so a Post-LN network that large early steps break falls back to the token-frequency
+    solution, loss ~U, and stays below l0 (~ln V): "ends above l0" cannot see that failure. The line U - margin is
+    the one :func:`frontier` already asks a curve's best run to cross to count as trained (the same ``margin``, 0.1
+    nats, MARGIN says why); U is a property of the validation data, the same line for every arm, scheme and width.
+    Why only above the best learning rate: below it a run on the plateau is too slow for the run's length, not
+    unstable, and a user raising the learning rate from the best one meets the edge above it. (Added after the
+    quick preset's seed-1 runs showed Post-LN ending on the plateau from lr 2.15e-2 with and without warm-up, at
+    6.89-6.97 against U = 6.817, while it ended above l0 only from ~0.35; the divergence-only edge stays in
+    sweep.json beside it, ``divergence_edge``.)"""
+    div = {lr: unstable(f, l0, st) for lr, (f, l0, st) in points.items()}
+    kept = [(f, lr) for lr, (f, _, _) in points.items() if not div[lr]]
+    if unigram is None or not kept:
+        return div
+    best, best_lr = min(kept)  # type: ignore[type-var]
+    line = unigram - margin
+    if best >= line:  # type: ignore[operator]
+        return dict.fromkeys(points, True)
+    return {lr: div[lr] or (lr > best_lr and points[lr][0] >= line) for lr in points}  # type: ignore[operator]
 
 
 def lr_sensitivity(finals: Sequence[float | None], l0: float) -> float:
@@ -550,18 +606,20 @@ def _sd(xs: Sequence[float]) -> float | None:
 
 
 def analyze(cells: Sequence[Cell], *, margin: float = MARGIN, unigram: float | None = None,
-            grid: Sequence[float] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+            grid: Sequence[float] | None = None, plateau_fails: bool = True) -> list[dict[str, Any]]:  # fmt: skip
     """Per scheme x warm-up x width: each seed's stability edge from all its runs (:func:`edge_summary`, the
     frontier since issue 40); and on the runs of the log grid ``grid`` only (all the runs when None; the edge
     search's extra runs differ between seeds and would break the grid's even log spacing) the near-best band:
     the seed-mean curve's LR tolerance (a point diverged when any seed diverged
     there; its loss the mean of the seeds'), each seed's own frontier and sensitivity, and their spread. Points
     with a failed run (no result, not a divergence) are left out of the curve and listed. ``unigram``: the
-    unigram loss U of the validation targets (:func:`frontier`: a curve must get ``margin`` below it)."""
+    unigram loss U of the validation targets (:func:`frontier`: a curve must get ``margin`` below it; and the
+    edges' plateau rule, :func:`curve_failures`, unless ``plateau_fails`` is False)."""
     keyed: dict[tuple[str, str, int], list[Cell]] = {}
     for c in cells:
         keyed.setdefault((c.scheme, c.warmup, c.width), []).append(c)
-    edges = edge_rows_by_seed(cells)
+    edges = edge_rows_by_seed(cells, unigram=unigram if plateau_fails else None, margin=margin)
+    divergence = edge_rows_by_seed(cells)  # the same runs read by divergence alone, beside it
     if grid is not None:
         cells = [c for c in cells if any(_on_grid(c.lr, g) for g in grid)]
     keyed = {}
@@ -595,6 +653,9 @@ def analyze(cells: Sequence[Cell], *, margin: float = MARGIN, unigram: float | N
             "scheme": scheme, "warmup": warmup, "width": width, "seeds": len(seeds),
             # the stability edge (issue 40): each seed's (last stable, first unstable), their interval
             "edge": edge_summary(edges.get((scheme, warmup, width), {})),
+            # non-finite or above l0 only (no plateau): where the loss itself runs away; the edge search bisects the
+            # edge above, so this one is resolved only where the two coincide or the extension rounds reached it
+            "divergence_edge": edge_summary(divergence.get((scheme, warmup, width), {})),
             "curve": curve.to_dict() if curve else None,
             "lr_tolerance": curve.lr_tolerance if curve else None,
             # the frontier is the top of the grid: the true one is at or above it (a lower bound)
@@ -658,9 +719,11 @@ def plan_edge(results: dict[float, bool], *, lr_min: float, per_decade: int, cap
 
 
 def plan_edges(cells: Sequence[Cell], *, lr_min: float, per_decade: int, cap: float = LR_CAP,
-               resolution: float = RESOLUTION) -> list[tuple[str, str, int, int, float]]:  # fmt: skip
+               resolution: float = RESOLUTION, unigram: float | None = None, margin: float = MARGIN
+               ) -> list[tuple[str, str, int, int, float]]:  # fmt: skip
     """One round of the edge search: for each curve (scheme, warm-up, width, seed), :func:`plan_edge`'s next
-    learning rate from its finished runs (completed or diverged); (scheme, warm-up, width, seed, lr) each. A run
+    learning rate from its finished runs (completed or diverged), each run's failure read by
+    :func:`curve_failures` (``unigram``, ``margin``); (scheme, warm-up, width, seed, lr) each. A run
     not finished (failed, absent, still running) is a hole, not a verdict: it is left out here, and the curve is
     marked incomplete by :func:`analyze` (``missing_lrs``), which decides nothing on it."""
     curves: dict[tuple[str, str, int, int], list[Cell]] = {}
@@ -669,8 +732,8 @@ def plan_edges(cells: Sequence[Cell], *, lr_min: float, per_decade: int, cap: fl
             curves.setdefault((c.scheme, c.warmup, c.width, c.seed), []).append(c)
     out = []
     for key, members in curves.items():
-        nxt = plan_edge({c.lr: unstable(c.final, c.l0, c.status) for c in members}, lr_min=lr_min,
-                        per_decade=per_decade, cap=cap, resolution=resolution)  # fmt: skip
+        failed = curve_failures({c.lr: (c.final, c.l0, c.status) for c in members}, unigram=unigram, margin=margin)
+        nxt = plan_edge(failed, lr_min=lr_min, per_decade=per_decade, cap=cap, resolution=resolution)
         if nxt is not None:
             out.append((*key, nxt))
     return out
@@ -738,14 +801,16 @@ def warmup_verdict(signs: Sequence[int | None], *, alpha: float = SIGN_ALPHA) ->
             "undecided_seeds": len(signs) - n, "p_needed": p_needed, "p_not_needed": p_not}  # fmt: skip
 
 
-def edge_rows_by_seed(cells: Sequence[Cell]) -> dict[tuple[str, str, int], dict[int, Edge]]:
-    """Each seed's :func:`edge` per (scheme, warm-up, width), from its finished runs (holes left out)."""
-    out: dict[tuple[str, str, int], dict[int, dict[float, bool]]] = {}
+def edge_rows_by_seed(cells: Sequence[Cell], *, unigram: float | None = None, margin: float = MARGIN
+                      ) -> dict[tuple[str, str, int], dict[int, Edge]]:  # fmt: skip
+    """Each seed's :func:`edge` per (scheme, warm-up, width), from its finished runs (holes left out), each run's
+    failure read by :func:`curve_failures` (``unigram`` None: divergence only)."""
+    out: dict[tuple[str, str, int], dict[int, dict[float, tuple[float | None, float | None, str]]]] = {}
     for c in cells:
         if c.status in ("completed", "diverged", "cached"):
-            out.setdefault((c.scheme, c.warmup, c.width), {}).setdefault(c.seed, {})[c.lr] = unstable(
-                c.final, c.l0, c.status)  # fmt: skip
-    return {k: {s: edge(r) for s, r in sorted(v.items())} for k, v in out.items()}
+            out.setdefault((c.scheme, c.warmup, c.width), {}).setdefault(c.seed, {})[c.lr] = (c.final, c.l0, c.status)
+    return {k: {s: edge(curve_failures(r, unigram=unigram, margin=margin)) for s, r in sorted(v.items())}
+            for k, v in out.items()}  # fmt: skip
 
 
 def warmup_verdicts(rows: Sequence[dict[str, Any]], warmup: str) -> dict[tuple[str, int], dict[str, Any]]:
@@ -1025,11 +1090,14 @@ def read_cell(spec: RunSpec, run_dir: Path, status: str, scheme: str, warmup: st
 # the command: run the grid, read the cells, write sweep.json and the page
 
 RULES = {
-    "stability": "one criterion for every scheme, warm-up arm and width (sweep.unstable): a run is unstable when its "
-    "loss became non-finite (the trainer stops it) or its final validation NLL ends above l0, its NLL at "
-    "initialisation (the first batch's, before the first step): training left it worse than not training",
+    "stability": "one criterion for every scheme, warm-up arm and width (sweep.curve_failures): a run is unstable when "
+    "it diverged (below) or collapsed: at a learning rate above its curve's best one it ends on the unigram plateau "
+    "(final validation NLL >= U - margin, U the unigram loss of the validation targets), the failure the paper "
+    "reports for Post-LN without warm-up (a model that did not learn, Figure 2); a curve whose best run never left "
+    "the plateau fails at every learning rate",
     "divergence": "a run diverged when its loss became non-finite (the trainer stops it) or its final validation "
-    "NLL ends strictly above l0 (the stability criterion: the two are one rule)",
+    "NLL ends strictly above l0, its NLL at initialisation (training left it worse than not training); "
+    "divergence_edge is the edge under this half of the criterion alone",
     "edge": "per seed, the largest stable learning rate below the smallest unstable one (last stable, first "
     "unstable); the sweep extends each curve above lr_max on the same grid while its highest run is stable, up to "
     "lr_cap, then bisects until their ratio is <= resolution; a curve with no unstable run is censored (a lower "
@@ -1068,7 +1136,7 @@ def sweep_estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads
     """budget.estimate per width (its probe times one model, beside jobs - 1 processes training it as the grid
     will; the widths of a sweep differ in cost), summed."""
     if specs and specs[0].kind != "translation":
-        return "estimate: not available for the mlm task (budget.py probes a translation model)"
+        return f"estimate: not available for the {specs[0].kind} task (budget.py probes a translation model)"
     by_width: dict[int, list[RunSpec]] = {}
     for s in specs:
         by_width.setdefault(s.config.model.d_model, []).append(s)
@@ -1097,11 +1165,12 @@ def unigram_baseline(data: Any, task: str) -> dict[str, Any]:
 
 def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int = 0, corpus: str = "",
               device: str = "auto", precision: str = "auto", probe: bool = True, diagnose: bool = True,
-              say: Any = _say, train: bool = True) -> dict[str, Any]:  # fmt: skip
+              say: Any = _say, train: bool = True, launcher: Any = "local") -> dict[str, Any]:  # fmt: skip
     """Run the sweep's grid into ``out`` (resumable: finished runs are kept), then write ``out/report/``:
     sweep.json, loss_vs_lr.png, frontier.png, index.html and SWEEP.md. Returns sweep.json's content. ``train``
     False (``--report-only``): run nothing and write the report from the runs finished so far; a cell that has not
-    finished is a missing grid point (:func:`analyze`), and ``meta["unfinished"]`` counts them."""
+    finished is a missing grid point (:func:`analyze`), and ``meta["unfinished"]`` counts them. ``launcher``: where
+    the runs go (a kind or a LauncherConfig, launchers.py); diagnose and the report run here."""
     import os
     import platform
     import time
@@ -1109,6 +1178,9 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     import torch
 
     t0 = time.perf_counter()
+    launch = as_config(launcher)
+    if train:
+        launch.require_engine()  # one line naming the extra to install, before any data is prepared
     out = Path(out)
     if not train and not any_finished(out / "runs"):  # before any data is prepared
         raise ConfigError(f"--report-only: no run of this sweep has finished in {out} yet; run it without "
@@ -1116,10 +1188,16 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     out.mkdir(parents=True, exist_ok=True)
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     cores = os.cpu_count() or 1
-    jobs = jobs or (1 if cuda else cores)
-    threads = threads or max(1, cores // jobs)
+    if launch.remote:  # the cluster's nodes, not this machine's cores, bound what runs at once
+        threads = threads or 1
+    else:
+        jobs = jobs or (1 if cuda else cores)
+        threads = threads or max(1, cores // jobs)
+    shape = (f"{jobs} job(s) x {threads} thread(s)" if not launch.remote else
+             f"{launch.kind}: {'every ready run' if jobs <= 0 else f'at most {jobs} runs'} at once x {threads} "
+             "thread(s)")  # fmt: skip
     ctx = Context(translation_updates_per_epoch=1, corpus=corpus if cfg.task == "translation" else "",
-                  mlm_corpus=corpus if cfg.task == "mlm" else "", device=device, precision=precision)  # fmt: skip
+                  mlm_corpus=corpus if cfg.task in ("mlm", "lm") else "", device=device, precision=precision)  # fmt: skip
     specs = sweep_runs(cfg, ctx)
     where = {}
     for s in specs:
@@ -1129,7 +1207,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     grid_names = {s.name for s in specs}
     say(f"normlab sweep --scale {cfg.scale} -> {out}: {len(specs)} runs ({len(cfg.schemes)} schemes x "
         f"{len(cfg.warmups)} warm-ups x {len(cfg.widths)} widths x {len(cfg.lrs)} learning rates x {cfg.seeds} "
-        f"seed(s)); {jobs} job(s) x {threads} thread(s)")  # fmt: skip
+        f"seed(s)); {shape}")  # fmt: skip
     todo = [s for s in specs if run_status(out / "runs" / s.name) not in FINISHED]
     if not train:
         check_not_stale(specs, out)  # runs of another preset or --set must not be read as this sweep's
@@ -1148,7 +1226,9 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         # the estimate counts validation passes (budget.evaluations): it needs the epoch's real length, thousands
         # of updates here, so that runs of a few hundred validate every eval_every updates and at their end only
         ctx = dataclasses.replace(ctx, translation_updates_per_epoch=updates_per_epoch(data, first))
-        if probe:
+        if probe and launch.remote:
+            say(f"estimate: none with --launcher {launch.kind} (the probe times this machine, not the cluster's)")
+        elif probe:
             say(sweep_estimate(todo, ctx, jobs=jobs, threads=threads))
     outcomes: dict[str, Any] = {}
     read: dict[str, tuple[Cell, dict[str, Any]]] = {}
@@ -1168,14 +1248,16 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     pending, rounds = 0, 0
     while True:
         if train:
-            for name, o in run_grid(specs, out, jobs=jobs, threads=threads, say=say).items():
+            for name, o in run_grid(specs, out, jobs=jobs, threads=threads, launcher=launch, cuda=cuda,
+                                    say=say).items():  # fmt: skip
                 if o.status != "cached" or name not in outcomes:  # a run of an earlier round keeps its outcome
                     outcomes[name] = o
         cells = read_all()
         if not cfg.find_edge:
             break
         planned = plan_edges(cells, lr_min=cfg.lr_min, per_decade=cfg.per_decade, cap=cfg.lr_cap,
-                             resolution=cfg.resolution)  # fmt: skip
+                             resolution=cfg.resolution, margin=cfg.margin,
+                             unigram=baseline["unigram_loss"] if cfg.plateau_fails else None)  # fmt: skip
         new = [run_spec(cfg, ctx, *p[:3], p[4], p[3]) for p in planned]
         for sp, p in zip(new, planned):
             where[sp.name] = (p[0], p[1])
@@ -1198,7 +1280,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
             say(f"--report-only: this report reads the {len(specs)} runs of this sweep only." + note)
     cells = read_all()
     records = [read[s.name][1] for s in specs]
-    rows = analyze(cells, margin=cfg.margin, unigram=baseline["unigram_loss"], grid=cfg.lrs)
+    rows = analyze(cells, margin=cfg.margin, unigram=baseline["unigram_loss"], grid=cfg.lrs,
+                   plateau_fails=cfg.plateau_fails)
     truth = warmup_truth(rows)
     truth_per_arm = {w: warmup_truth(rows, w) for w in warm_arms(rows)}
     agreement = None
@@ -1216,7 +1299,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         "warmup_updates": cfg.warmup_updates,  # the paper arm's (sweep.json before the adam arm had only it)
         "warmup_lengths": {w: cfg.warmup_length(w) for w in cfg.warmups},
         "rules": {**RULES, "margin": cfg.margin, "lr_cap": cfg.lr_cap, "resolution": cfg.resolution,
-                  "find_edge": cfg.find_edge, "sign_alpha": SIGN_ALPHA},
+                  "find_edge": cfg.find_edge, "sign_alpha": SIGN_ALPHA,
+                  "plateau_fails": cfg.plateau_fails},
         "baseline": baseline,
         "frontier": rows,
         "width_law": [width_law(rows, s, w) for s in cfg.schemes for w in cfg.warmups],
@@ -1234,7 +1318,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
             "overrides": {k: v for k, v in cfg.to_dict().items() if v != preset.get(k)} if preset else {},
             "torch": torch.__version__, "python": platform.python_version(),
             "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.processor() or platform.machine()}, "
-            f"{cores} cores)", "threads": f"{jobs} job(s) x {threads} thread(s)", "wall_time_s": wall,
+            f"{cores} cores)", "threads": shape, "launcher": launch.kind, "wall_time_s": wall,
             # None when a run has no time (failed, or from before the runs recorded it): a partial sum would
             # understate the grid's cost without saying so
             "train_time_s": None if any(r["elapsed_s"] is None for r in records) else
@@ -1296,11 +1380,12 @@ def rerender(path: str | Path, *, say: Any = _say) -> dict[str, Any]:
              for c in old["cells"]]  # fmt: skip
     # cells written before the status of a failed or absent run was kept as such count as missing grid points
     u = (old.get("baseline") or {}).get("unigram_loss")
-    rows = analyze(cells, margin=cfg.margin, unigram=u, grid=cfg.lrs)
+    rows = analyze(cells, margin=cfg.margin, unigram=u, grid=cfg.lrs, plateau_fails=cfg.plateau_fails)
     truth = warmup_truth(rows)
     arms_present = warm_arms(rows)
     planned = plan_edges(cells, lr_min=cfg.lr_min, per_decade=cfg.per_decade, cap=cfg.lr_cap,
-                         resolution=cfg.resolution) if cfg.find_edge else []  # fmt: skip
+                         resolution=cfg.resolution, unigram=u if cfg.plateau_fails else None,
+                         margin=cfg.margin) if cfg.find_edge else []  # fmt: skip
     agreement = None
     if old.get("diagnose"):
         found = {(r["scheme"], r["width"]): r for r in old["diagnose"]["table"]}
@@ -1309,7 +1394,8 @@ def rerender(path: str | Path, *, say: Any = _say) -> dict[str, Any]:
     records = [{**c, "diverged": unstable(c["final"], c["l0"], c["status"])} for c in old["cells"]]
     result = {**old, "config": cfg.to_dict(), "lrs": list(cfg.lrs),
               "rules": {**RULES, "margin": cfg.margin, "lr_cap": cfg.lr_cap, "resolution": cfg.resolution,
-                        "find_edge": cfg.find_edge, "sign_alpha": SIGN_ALPHA},
+                        "find_edge": cfg.find_edge, "sign_alpha": SIGN_ALPHA,
+                        "plateau_fails": cfg.plateau_fails},
               "frontier": rows,
               "width_law": [width_law(rows, s, w) for s in cfg.schemes for w in cfg.warmups],
               "tolerance_width_law": [width_slope(rows, s, w, per_decade=cfg.per_decade) for s in cfg.schemes
@@ -1336,8 +1422,11 @@ def add_arguments(p: Any) -> None:
                    "a GPU)")  # fmt: skip
     p.add_argument("--out", help="output directory (default: sweep/SCALE)")
     add_set_argument(p, SweepConfig, note="the defaults shown are before --scale, which sets most of them")
-    p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA)")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads per run (default: cores / jobs)")
+    p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA; "
+                   "with --launcher ray or slurm, every run that is ready: the cluster queues them)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads per run (default: cores / jobs; with ray or "
+                   "slurm, 1): what each run requests from Ray or SLURM")
+    add_launcher_arguments(p)
     p.add_argument("--no-estimate", action="store_true", help="skip the probe that estimates the wall time")
     p.add_argument("--no-diagnose", action="store_true", help="skip diagnose's warm-up verdicts beside the sweep")
     p.add_argument("--report-only", action="store_true", help="train nothing: write the report from the runs "
@@ -1356,5 +1445,5 @@ def run(args: Any) -> int:
     cfg = SweepConfig.from_dict(apply_overrides(sweep_scale(args.scale).to_dict(), args.set))
     run_sweep(cfg, args.out or f"sweep/{cfg.scale}", jobs=args.jobs, threads=args.threads, corpus=args.corpus,
               device=args.device, precision=args.precision, probe=not args.no_estimate,
-              diagnose=not args.no_diagnose, train=not args.report_only)  # fmt: skip
+              diagnose=not args.no_diagnose, train=not args.report_only, launcher=launcher_from_args(args))  # fmt: skip
     return 0

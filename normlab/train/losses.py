@@ -54,6 +54,7 @@ __all__ = [
     "linear_label_smoothed_nll_loss",
     "default_chunk_size",
     "translation_loss",
+    "lm_loss",
     "masked_lm_loss",
     "classification_loss",
 ]
@@ -366,6 +367,24 @@ def translation_loss(
     feats = model(src, tgt_in, features_only=True)
     weight = getattr(model, "module", model).output_projection.weight  # through a DDP wrapper too
     return linear_label_smoothed_nll_loss(feats, weight, tgt_out, epsilon, impl=impl, chunk_size=chunk_size)
+
+
+def lm_loss(
+    model: torch.nn.Module,
+    tokens: Tensor,
+    targets: Tensor,
+    *,
+    impl: LossImpl = DEFAULT_LOSS_IMPL,
+    chunk_size: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The next-token cross-entropy of a :class:`~normlab.model.CausalLM` on one batch, summed over the non-pad
+    targets: ``(loss, nll)``, equal (no label smoothing: the language models the schemes were proposed on train
+    without it). The output projection and the loss go through the same three ``impl`` as translation's."""
+    if impl == "plain":
+        return label_smoothed_nll_loss(model(tokens), targets, 0.0)
+    feats = model(tokens, features_only=True)
+    weight = getattr(model, "module", model).output_projection.weight  # through a DDP wrapper too
+    return linear_label_smoothed_nll_loss(feats, weight, targets, 0.0, impl=impl, chunk_size=chunk_size)
 
 
 def masked_lm_loss(

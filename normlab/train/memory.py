@@ -31,14 +31,15 @@ def parameters(cfg: ModelConfig, task: str) -> int:
     4 d^2 more, FFN 2 d d_ffn) and one embedding of the vocabulary; biases, norms, position tables and an untied
     output projection are left out (tests/test_faults.py checks it against built models)."""
     d, f = cfg.d_model, cfg.d_ffn
-    encoder = cfg.encoder_layers * (4 * d * d + 2 * d * f)
+    # the decoder-only language model's stack has the encoder's layer shape and the decoder's depth
+    encoder = (cfg.decoder_layers if task == "lm" else cfg.encoder_layers) * (4 * d * d + 2 * d * f)
     decoder = cfg.decoder_layers * (8 * d * d + 2 * d * f) if task == "translation" else 0
     return cfg.vocab_size * d + encoder + decoder
 
 
 def training_bytes(cfg: ModelConfig, task: str, max_tokens: int) -> tuple[int, int]:
     """(parameter state, activations) bytes of training ``cfg`` on batches of ``max_tokens`` tokens."""
-    layers = cfg.encoder_layers + (cfg.decoder_layers if task == "translation" else 0)
+    layers = cfg.decoder_layers if task == "lm" else cfg.encoder_layers + (cfg.decoder_layers if task == "translation" else 0)
     activations = 4 * max_tokens * (layers * (10 * cfg.d_model + 2 * cfg.d_ffn) + 2 * cfg.vocab_size)
     return 16 * parameters(cfg, task), activations
 

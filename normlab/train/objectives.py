@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from normlab.data.batch import PAD, Batch, ClassificationBatch, MLMBatch, TranslationBatch
-from normlab.train.losses import DEFAULT_LOSS_IMPL, translation_loss
+from normlab.data.batch import PAD, Batch, ClassificationBatch, LMBatch, MLMBatch, TranslationBatch
+from normlab.train.losses import DEFAULT_LOSS_IMPL, lm_loss, translation_loss
 
 __all__ = ["LossSums", "compute_loss"]
 
@@ -29,6 +29,10 @@ def compute_loss(
     if isinstance(batch, TranslationBatch):
         # loss_impl: how the output projection and the loss are computed (losses.py); same values and gradients
         loss, nll = translation_loss(model, batch.src, batch.tgt_in, batch.tgt_out, label_smoothing, impl=loss_impl)
+        return LossSums(loss, nll.detach(), batch.n_tokens)
+    if isinstance(batch, LMBatch):
+        # next-token NLL over every non-pad target; label_smoothing is translation's (TrainConfig), not applied
+        loss, nll = lm_loss(model, batch.tokens, batch.targets, impl=loss_impl)
         return LossSums(loss, nll.detach(), batch.n_tokens)
     if isinstance(batch, MLMBatch):
         select = batch.targets != PAD  # BERT: the loss is on masked positions only
