@@ -14,6 +14,9 @@ same table with a few more factors (a weight on the residual, a gain on the bran
 resolved per layer by :func:`plan_layer`. B2T and ResiDual need a second tensor beside the residual stream (the
 layer's input; the sum of the branch outputs): every sub-layer carries it, ``(x, z) -> (out, z')``, and the row
 says how it is updated and where it is added (:class:`StreamRule`), so ``forward`` stays one line for them too.
+HybridNorm's row gives the FFN slots of its own (``NormSlots.ffn``) and norms on each head's Q, K and V; nGPT's
+row puts every slot on the unit sphere (x / ||x||) and its learned alpha in ``gain`` and ``1 - alpha`` in ``skip``,
+and :func:`project_weights_` keeps its matrices on the sphere after every optimizer step.
 The norm function itself (LayerNorm, RMSNorm, DyT, none) is the second switch, ``ModelConfig.norm``
 (:func:`make_norm`), and ``qk_norm`` puts it on queries and keys. Admin's omega is set by a profiling pass on a
 batch (:func:`admin_profile`, run by :func:`profile_init` where training and the analyses start).
@@ -35,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from normlab.config import ModelConfig, Placement
+from normlab.config import ConfigError, ModelConfig, Placement
 from normlab.device import LOW_PRECISION, attention_upcast, compute_dtype
 
 __all__ = [
@@ -911,7 +914,7 @@ class SelfAttention(Sublayer):
     ) -> Tensor:
         B, T, _ = h.shape
         q, k, v = self.qkv(h).unflatten(-1, (3, self.n_heads, -1)).permute(2, 0, 3, 1, 4).unbind(0)
-        q, k, v = self.q_norm(q), self.k_norm(k), self.v_norm(v)  # keys and values are normalised before they are cached
+        q, k, v = self.q_norm(q), self.k_norm(k), self.v_norm(v)  # keys and values normalised before they are cached
         past = 0 if cache is None or cache.k is None else cache.k.shape[2]
         if self.rotary is not None:
             # rotated after QK-norm (OLMo 2's order: the norm sees the raw projection), before the keys are cached:
@@ -1139,7 +1142,7 @@ class TransformerStack(nn.Module):
         if NORM_SLOTS[cfg.placement].sphere and (cross_attention or not causal):
             # the paper defines nGPT for decoder-only language models: no cross-attention on the sphere, and the
             # masked-LM and classification heads have a LayerNorm and a bias where nGPT has s_z (E h)
-            raise ValueError(f"placement={cfg.placement.value} (nGPT, Loshchilov et al. 2025) is a decoder-only "
+            raise ConfigError(f"placement={cfg.placement.value} (nGPT, Loshchilov et al. 2025) is a decoder-only "
                              "language model: use task lm (an encoder, cross-attention or the masked-LM/classification "
                              "heads are not defined on the sphere)")
         self.cfg = cfg

@@ -19,7 +19,6 @@ References:
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
@@ -182,7 +181,8 @@ def test_ngpt_lines():
 
 def _ngpt_reference_model(model: CausalLM, *, tied: bool):
     """lucidrains' nGPT with our weights copied in: returns the reference model."""
-    ngpt = require_reference("nGPT_pytorch", "pip install nGPT-pytorch==0.2.16 rotary-embedding-torch (make install-ref)")
+    ngpt = require_reference("nGPT_pytorch", "pip install nGPT-pytorch==0.2.16 rotary-embedding-torch "
+                             "(make install-ref)")
     cfg = model.cfg
     hd = cfg.head_dim
     ref = ngpt.nGPT(num_tokens=cfg.vocab_size, dim=cfg.d_model, depth=cfg.decoder_layers, dim_head=hd,
@@ -216,8 +216,9 @@ def _ngpt_reference_model(model: CausalLM, *, tied: bool):
             ff.fn.gate_scale.scale.copy_(f.s_v.s)
             ff.branch_scale.scale.copy_(f.gain.s)
     # the scales' stored sizes agree, so that an optimizer moves them alike (Section 2.5)
-    assert ref.layers[0][0].fn.qk_scale.forward_scale == pytest.approx(1.0 / model.decoder.layers[0].self_attn.q_scale.s_qk.scale)
-    assert ref.layers[0][0].branch_scale.forward_scale == pytest.approx(model.decoder.layers[0].self_attn.gain.init * d**0.5)
+    sa0 = model.decoder.layers[0].self_attn
+    assert ref.layers[0][0].fn.qk_scale.forward_scale == pytest.approx(1.0 / sa0.q_scale.s_qk.scale)
+    assert ref.layers[0][0].branch_scale.forward_scale == pytest.approx(sa0.gain.init * d**0.5)
     assert ref.logit_scale.forward_scale == pytest.approx(d**0.5)
     return ref, heads
 
@@ -233,7 +234,8 @@ def test_ngpt_parity_with_lucidrains(tied):
     theirs, hiddens = ref(x, return_hiddens=True)
     torch.testing.assert_close(ours, theirs, atol=2e-5, rtol=1e-4)
     # the hidden state after every sub-layer (the reference's hiddens: the embedding, then each attention and MLP)
-    ours_h = [rec["decoder"]["embed"]] + [layer[n]["output"] for layer in rec["decoder"]["layers"] for n in ("self_attn", "ffn")]
+    layers = rec["decoder"]["layers"]
+    ours_h = [rec["decoder"]["embed"]] + [layer[n]["output"] for layer in layers for n in ("self_attn", "ffn")]
     torch.testing.assert_close(torch.stack(ours_h), hiddens, atol=2e-6, rtol=1e-5)
     w = torch.randn_like(ours)
     (ours * w).sum().backward()
@@ -400,7 +402,8 @@ def test_ngpt_unit_norm_after_a_training_step(tmp_path, accumulate):
     model.eval()
     with torch.no_grad():
         _, rec = model(tokens(), return_intermediates=True)
-    states = [rec["decoder"]["embed"]] + [l[n]["output"] for l in rec["decoder"]["layers"] for n in ("self_attn", "ffn")]
+    layers = rec["decoder"]["layers"]
+    states = [rec["decoder"]["embed"]] + [layer[n]["output"] for layer in layers for n in ("self_attn", "ffn")]
     for h in states:
         torch.testing.assert_close(h.norm(dim=-1), torch.ones(3, 10))
     assert isinstance(model.decoder.layers[0].self_attn.norm_add, SphereNorm)
