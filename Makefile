@@ -30,10 +30,12 @@ REF_STAMP := $(VENV)/.installed-ref
 
 install-ref: $(REF_STAMP)
 
-$(REF_STAMP): $(STAMP)
+# after the Makefile: a reference added here reaches a venv installed before it (pip skips the pinned ones present)
+$(REF_STAMP): $(STAMP) Makefile
 	$(PY) -m pip install -q --no-deps torchscale==0.3.0 fairscale==0.4.0 x-transformers==2.31.10 einops==0.8.2 \
-		einx==0.4.3 frozendict==2.5.1 loguru==0.7.3 torch-einops-utils==0.2.0
-	$(PY) -c 'import fairscale, x_transformers, torchscale.architecture.config'
+		einx==0.4.3 frozendict==2.5.1 loguru==0.7.3 torch-einops-utils==0.2.0 nGPT-pytorch==0.2.16 \
+		rotary-embedding-torch==0.9.1
+	$(PY) -c 'import fairscale, x_transformers, torchscale.architecture.config, nGPT_pytorch'
 	# the grid launchers' engines (the `ray` and `slurm` extras), so that tests/test_launchers.py runs its grids
 	# through a 2-worker Ray cluster and submitit rather than skipping; pinned as the references are. With their
 	# dependencies (none of them is torch).

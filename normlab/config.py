@@ -29,7 +29,7 @@ __all__ = [
     "ConfigError", "Strict", "config", "field", "Placement", "NORMS", "ModelConfig", "OptimConfig", "ScheduleConfig",
     "DataConfig", "TrainConfig", "VENDORED_CORPORA", "DEFAULT_CORPUS", "TEXT_TASKS", "corpus_serves",
     "parse_override", "apply_overrides", "load_yaml", "Setting", "settings", "settings_help",
-    "add_set_argument", "resolve_overrides", "flat_dict",
+    "add_set_argument", "resolve_overrides", "flat_dict", "PLACEMENT_TASKS", "placement_task_error",
 ]  # fmt: skip
 
 
@@ -469,6 +469,13 @@ class Placement(enum.StrEnum):
       others, and every projection scaled by 1/sqrt(L) at init (Takase et al. 2023, "B2T connection").
     * ``resi_dual``: a Post-LN stream x_a and a second stream x_d that sums the branch outputs; the stack's
       output is x_a + N(x_d) (Xie et al. 2023, "ResiDual").
+    * ``hybridnorm``: a norm on each head's queries, keys and values and one after the attention's residual add,
+      a plain FFN residual, plus a final N (Zhuo et al. 2025, "HybridNorm": QKV-norm in the attention, Post-Norm in
+      the FFN): h <- N(h + Attn_QKVnorm(h)); h <- h + FFN(h).
+    * ``ngpt``: the normalized Transformer (Loshchilov et al. 2025, "nGPT"): hidden states and every matrix on the
+      unit sphere, h <- Norm(h + alpha (Norm(F(h)) - h)) with learned per-channel alpha, queries and keys on the
+      sphere, SwiGLU FFN, logits scaled by s_z, no LayerNorm (``norm`` does not apply); weights renormalised after
+      each optimizer step. Decoder-only: task lm, with positional=rope and scale_embedding=false.
     """
 
     POST = "post"
@@ -483,6 +490,22 @@ class Placement(enum.StrEnum):
     ADMIN = "admin"
     B2T = "b2t"
     RESI_DUAL = "resi_dual"
+    HYBRIDNORM = "hybridnorm"
+    NGPT = "ngpt"
+
+
+# placements defined for some tasks only (the others: every task); TrainConfig and the sweep refuse the rest
+PLACEMENT_TASKS: dict[Placement, tuple[str, ...]] = {Placement.NGPT: ("lm",)}
+
+
+def placement_task_error(placement: Placement | str, task: str) -> str | None:
+    """Why ``placement`` cannot train ``task`` (one line), or None."""
+    tasks = PLACEMENT_TASKS.get(Placement(placement))
+    if tasks is None or task in tasks:
+        return None
+    return (f"placement={Placement(placement).value} is defined for task {' or '.join(tasks)} only, not {task} "
+            "(nGPT, Loshchilov et al. 2025: a decoder-only language model; no encoder, cross-attention or "
+            "masked-LM head on the sphere)")
 
 
 NORMS = ("layernorm", "rmsnorm", "dyt", "none")
@@ -605,6 +628,22 @@ class ModelConfig(Strict):
         if self.positional == "rope" and self.head_dim % 2:
             # RoPE rotates pairs of a head's features (Su et al. 2021, Eq. 34): an odd head size leaves one alone
             raise self.error("positional", f"rope needs an even head size; d_model / n_heads = {self.head_dim}")
+        if self.placement is Placement.NGPT:
+            # nGPT's input is the unit-norm token vector itself and positions enter through RoPE (the paper and the
+            # reference); its norms are x / ||x||, its queries and keys are normalised by the scheme
+            for name, ok, why in (
+                ("positional", self.positional == "rope", "positions enter through RoPE (a table added to the "
+                 "unit-norm token vector would take it off the sphere): set positional=rope"),
+                ("scale_embedding", not self.scale_embedding, "the input is the unit-norm token vector: set "
+                 "scale_embedding=false"),
+                ("embedding_norm", not self.embedding_norm, "the token vectors are already unit norm"),
+                ("qk_norm", not self.qk_norm, "nGPT puts queries and keys on the sphere itself"),
+                ("norm", self.norm == "layernorm", f"nGPT's only norm is x / ||x||; norm={self.norm!r} would not be "
+                 "used (leave it at its default)"),
+                ("init", self.init == "xavier", "'theory' zeroes W^Q and W^K, which have unit rows in nGPT"),
+            ):
+                if not ok:
+                    raise self.error(name, f"placement=ngpt: {why}")
         if self.init == "theory" and self.n_heads != 1:
             raise self.error("init", f"'theory' is the paper's single-head setting (Section 3.3); set n_heads=1, got {self.n_heads}")
 
@@ -878,6 +917,8 @@ class TrainConfig(Strict):
         for name in ("max_updates", "eval_every", "save_every", "valid_bleu", "keep_every"):
             if getattr(self, name) < 0:
                 raise self.error(name, f"must be >= 0, got {getattr(self, name)}")
+        if why := placement_task_error(self.model.placement, self.data.task):
+            raise self.error("model", why)
         if self.valid_bleu and self.data.task != "translation":
             raise self.error("valid_bleu", f"BLEU is for translation, not {self.data.task}")
         if not 0 <= self.seed < 2**32:  # numpy's and the data pipeline's seeds are unsigned 32-bit

@@ -14,6 +14,9 @@ same table with a few more factors (a weight on the residual, a gain on the bran
 resolved per layer by :func:`plan_layer`. B2T and ResiDual need a second tensor beside the residual stream (the
 layer's input; the sum of the branch outputs): every sub-layer carries it, ``(x, z) -> (out, z')``, and the row
 says how it is updated and where it is added (:class:`StreamRule`), so ``forward`` stays one line for them too.
+HybridNorm's row gives the FFN slots of its own (``NormSlots.ffn``) and norms on each head's Q, K and V; nGPT's
+row puts every slot on the unit sphere (x / ||x||) and its learned alpha in ``gain`` and ``1 - alpha`` in ``skip``,
+and :func:`project_weights_` keeps its matrices on the sphere after every optimizer step.
 The norm function itself (LayerNorm, RMSNorm, DyT, none) is the second switch, ``ModelConfig.norm``
 (:func:`make_norm`), and ``qk_norm`` puts it on queries and keys. Admin's omega is set by a profiling pass on a
 batch (:func:`admin_profile`, run by :func:`profile_init` where training and the analyses start).
@@ -35,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from normlab.config import ModelConfig, Placement
+from normlab.config import ConfigError, ModelConfig, Placement
 from normlab.device import LOW_PRECISION, attention_upcast, compute_dtype
 
 __all__ = [
@@ -74,6 +77,11 @@ __all__ = [
     "StreamRule",
     "admin_profile",
     "profile_init",
+    "SphereNorm",
+    "EigenScale",
+    "QueryScale",
+    "SphereFeedForward",
+    "project_weights_",
 ]
 
 
@@ -93,13 +101,27 @@ class NormSlots:
     final: bool  # N after the last layer of a stack (Pre-LN's "Final LayerNorm", Table 1)
     inner: bool = False  # Sub-LN: N before the attention output projection and before the FFN's W^2
     skip: Literal["one", "deepnorm", "admin"] = "one"  # weight on x: 1, DeepNorm's alpha, Admin's learned omega
-    gain: Literal["none", "rezero"] = "none"  # learned scalar on the branch output, 0 at init (ReZero)
+    # learned scalar on the branch output, 0 at init (ReZero); eigen: nGPT's learned per-channel alpha, the residual
+    # h + alpha (y - h), i.e. skip 1 - alpha and gain alpha on the branch (EigenScale, Complement)
+    gain: Literal["none", "rezero", "eigen"] = "none"
     scale_in: Literal["none", "lns"] = "none"  # constant on the branch input: 1/sqrt(l) (LayerNorm Scaling)
     init: Literal["xavier", "deepnorm", "subln", "b2t"] = "xavier"  # projections x beta, gamma or 1/sqrt(L)
     post_first: bool = False  # Mix-LN: the first floor(mixln_alpha * L) layers take Post-LN's slots
     # the second stream z (StreamRule): "b2t", the layer's input, added before the layer's last norm;
     # "dual", ResiDual's sum of the branch outputs, the stack's output x + N(z) (its final norm is on z)
     stream: Literal["none", "b2t", "dual"] = "none"
+    qkv_norm: bool = False  # HybridNorm: N on each head's queries, keys and values (over head_dim), whatever qk_norm
+    # the FFN sub-layer's own slots where they differ from the attention's (HybridNorm: Post-LN attention, plain FFN);
+    # None: every sub-layer of the layer takes this row
+    ffn: NormSlots | None = None
+    # nGPT: every slot's N is x / ||x|| (the unit sphere) whatever ModelConfig.norm; with gain="eigen" the residual is
+    # h + alpha (y - h); queries and keys on the sphere, projections without bias and with unit-norm rows along
+    # d_model (project_weights_), a SwiGLU FFN with its scales, logits scaled by s_z (CausalLM)
+    sphere: bool = False
+
+    def at(self, place: str) -> NormSlots:
+        """The slots of the sub-layer at ``place`` (first, middle: the attentions; last: the FFN)."""
+        return self.ffn if place == "last" and self.ffn is not None else self
 
 
 _POST = NormSlots(branch_in=False, branch_out=False, after_add=True, final=False)
@@ -175,6 +197,31 @@ NORM_SLOTS: dict[Placement, NormSlots] = {
     #   x_a --+--> F --(+)--> N --> x_a          x_d --(+)--> x_d      ... out = x_a + N(x_d)
     #         '--------'  '--------- y -----------------'
     Placement.RESI_DUAL: dataclasses.replace(_POST, final=True, stream="dual"),
+    # Zhuo et al. 2025 ("HybridNorm", arXiv 2503.04598; code github.com/BryceZhuo/HybridNorm, commit f0dd605,
+    # dense_model/olmo/model.py OLMoSequentialBlock with configs/exps/1.2B-dense-HybriedNorm.yaml): QKV-norm in the
+    # attention (use_query_norm, use_key_norm, use_value_norm: one norm over head_dim each, shared by the heads, on
+    # the projections before RoPE), no norm on the attention's input (attn_norm: false), and the FFN's input norm
+    # with the residual taken after it (ffn_norm, ffn_residual_after_norm: x' = N(x1) + FFN(N(x1)), x1 = x +
+    # Attn(x)). That is the same function as a norm after the attention's residual add and a plain FFN residual,
+    # which is how the row says it. The model's final norm (OLMo's ln_f) stays. In an encoder-decoder the
+    # cross-attention is an attention like the self-attention (QKV-norm, N after its add): the paper has none.
+    #   x --+--> [N(q) N(k) N(v)] Attn --(+)--> N --+--> FFN --(+)--> out      ... final N
+    #       '-------------------------------'       '-----------'
+    Placement.HYBRIDNORM: NormSlots(branch_in=False, branch_out=False, after_add=True, final=True, qkv_norm=True,
+                                    ffn=NormSlots(branch_in=False, branch_out=False, after_add=False, final=True)),
+    # Loshchilov et al. 2025 ("nGPT: Normalized Transformer with Representation Learning on the Hypersphere", ICLR,
+    # arXiv 2410.01131; reference lucidrains/nGPT-pytorch 0.2.16, nGPT_pytorch/nGPT.py). N(x) = x / ||x||, no
+    # LayerNorm anywhere. Section 2.2.3: h_A = N(Attn(h)), h <- N(h + alpha_A (h_A - h)), the same for the MLP with
+    # alpha_M, alpha a learned d-vector ("eigen learning rates", EigenScale: init 1/L, stored at scale 1/sqrt(d) as
+    # Section 2.5 and the reference). Section 2.3.2: q <- s_qk N(q), k <- N(k) per head, softmax scale sqrt(d_k)
+    # (the reference scales the queries only; the paper both). Section 2.4: SwiGLU u * silu(v) with u <- s_u u,
+    # v <- s_v sqrt(d) v (SphereFeedForward). Section 2.2.1/2.2.2: unit-norm token embeddings in, logits
+    # z = s_z (E h) out (CausalLM). Section 2.2.4: every matrix unit-norm along d_model, renormalised after each
+    # optimizer step (project_weights_). No final norm (the stream is on the sphere). Decoder-only (task lm).
+    #   h --+--> Attn --> N --(lerp alpha)--> N --> out
+    #       '-----------------'
+    Placement.NGPT: NormSlots(branch_in=False, branch_out=True, after_add=True, final=False, gain="eigen",
+                              sphere=True),
 }
 
 
@@ -232,6 +279,7 @@ class LayerPlan:
     skip: float = 1.0  # DeepNorm's alpha
     scale_in: float = 1.0  # LayerNorm Scaling's 1/sqrt(l)
     init_gain: float = 1.0  # DeepNorm's beta, Sub-LN's gamma or B2T's 1/sqrt(L)
+    eigen_init: float = 0.0  # nGPT's alpha at init: 1/L (the reference's alpha_init default; the paper 0.05)
 
 
 def plan_layer(cfg: ModelConfig, role: str, index: int, n_layers: int) -> LayerPlan:
@@ -250,7 +298,8 @@ def plan_layer(cfg: ModelConfig, role: str, index: int, n_layers: int) -> LayerP
     if slots.init == "b2t":
         gain = 1.0 / math.sqrt(n_layers)  # B2T's rescaling_init: layer_num ** -0.5, the stack's own depth
     scale_in = 1.0 / math.sqrt(index + 1) if slots.scale_in == "lns" else 1.0
-    return LayerPlan(slots, index + 1, skip=skip, scale_in=scale_in, init_gain=gain)
+    eigen = 1.0 / n_layers if slots.gain == "eigen" else 0.0
+    return LayerPlan(slots, index + 1, skip=skip, scale_in=scale_in, init_gain=gain, eigen_init=eigen)
 
 
 def stack_has_final_norm(cfg: ModelConfig, n_layers: int) -> bool:
@@ -288,6 +337,94 @@ class DyT(nn.Module):
 NORM_TYPES: tuple[type[nn.Module], ...] = (nn.LayerNorm, nn.RMSNorm, DyT)
 
 
+class SphereNorm(nn.Module):
+    """nGPT's Norm(x) = x / ||x||_2 over the last dimension (Loshchilov et al. 2025, Section 2.1): the projection onto
+    the unit sphere, no parameters (``F.normalize``, as the reference's l2norm with norm_eps = 0)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.normalize(x, dim=-1)
+
+
+class EigenScale(nn.Module):
+    """A learned per-channel scale of nGPT stored at another scale (Loshchilov et al. 2025, Section 2.5): the
+    parameter ``s`` starts at ``scale`` and the value used is ``s * init / scale``, so that it starts at ``init``
+    while the optimizer moves it as a parameter of size ``scale`` (alpha_A, alpha_M: init 1/L, scale 1/sqrt(d);
+    s_qk: 1, 1/d; s_u, s_v: 1, 1; s_z: 1, 1/sqrt(d), the reference's defaults). ``forward(x)`` multiplies the last
+    dimension of ``x`` by the value."""
+
+    def __init__(self, n: int, init: float, scale: float) -> None:
+        super().__init__()
+        self.init, self.scale = init, scale
+        self.s = nn.Parameter(torch.full((n,), scale))
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            self.s.fill_(self.scale)
+
+    def value(self) -> Tensor:
+        return self.s * (self.init / self.scale)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * self.value()
+
+    def extra_repr(self) -> str:
+        return f"{self.s.shape[0]}, init={self.init:.4g}, scale={self.scale:.4g}"
+
+
+class Complement(nn.Module):
+    """(1 - alpha) x for the alpha of an :class:`EigenScale` held elsewhere (the sub-layer's gain): with it nGPT's
+    residual h + alpha (y - h) is the table's ``skip(h) + gain(y)`` (Section 2.2.3). The rate is not registered
+    here, so its parameter has one name (``gain.s``)."""
+
+    def __init__(self, rate: EigenScale) -> None:
+        super().__init__()
+        object.__setattr__(self, "rate", rate)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x - self.rate(x)
+
+
+class QueryScale(nn.Module):
+    """nGPT's scale of the unit-norm queries (B, H, T, hd) (Section 2.3.2): times s_qk, a learned vector over the
+    heads' features (:class:`EigenScale`: init 1, scale 1/d, the reference's; the reference scales the queries only,
+    the paper the keys too), and times hd, which turns the kernels' softmax scale 1/sqrt(hd) into nGPT's sqrt(hd)
+    (q and k unit vectors: the logits are s_qk-weighted cosines times sqrt(d_k)). Applied after RoPE, as in the
+    reference: the per-feature scale does not commute with the rotation (the normalisation does)."""
+
+    def __init__(self, n_heads: int, head_dim: int, d_model: int) -> None:
+        super().__init__()
+        self.n_heads, self.head_dim = n_heads, head_dim
+        self.s_qk = EigenScale(n_heads * head_dim, 1.0, 1.0 / d_model)
+
+    def forward(self, q: Tensor) -> Tensor:
+        return q * (self.s_qk.value().view(self.n_heads, 1, self.head_dim) * float(self.head_dim))
+
+
+def sphere_linear(n_in: int, n_out: int, dim: int) -> nn.Linear:
+    """An nGPT projection: no bias, its weight (n_out, n_in) kept with unit-norm vectors along ``dim``, the axis of
+    d_model (1: rows over the input, for W^Q, W^K, W^V, W^u, W^v, the embeddings; 0: columns over the output, for
+    W^O and the FFN's W^2; Section 2.2.4), by :func:`project_weights_`."""
+    linear = nn.Linear(n_in, n_out, bias=False)
+    linear.sphere_dim = dim
+    return linear
+
+
+@torch.no_grad()
+def project_weights_(model: nn.Module) -> int:
+    """nGPT's weight normalisation (Loshchilov et al. 2025, Section 2.2.4; the reference's ``norm_weights_``): every
+    matrix marked ``sphere_dim`` (:func:`sphere_linear`, and nGPT's token embedding and output projection) back onto
+    the unit sphere along that axis. :func:`init_weights` calls it, and the trainer after every optimizer step, so
+    every update of every training path (plain, accumulated, data-parallel: each rank the same) ends with it; a
+    no-op for the other schemes. Returns how many matrices it projected (a tied one once)."""
+    seen: set[int] = set()
+    for m in model.modules():
+        dim = getattr(m, "sphere_dim", None)
+        if dim is not None and id(m.weight) not in seen:
+            seen.add(id(m.weight))
+            m.weight.copy_(F.normalize(m.weight, dim=dim))
+    return len(seen)
+
+
 def make_norm(cfg: ModelConfig, d: int | None = None) -> nn.Module:
     """The norm function ``cfg.norm`` over the last ``d`` (default d_model) features."""
     d = cfg.d_model if d is None else d
@@ -300,8 +437,11 @@ def make_norm(cfg: ModelConfig, d: int | None = None) -> nn.Module:
     return nn.Identity()
 
 
-def _norm(present: bool, cfg: ModelConfig, d: int | None = None) -> nn.Module:
-    return make_norm(cfg, d) if present else nn.Identity()
+def _norm(present: bool, cfg: ModelConfig, d: int | None = None, slots: NormSlots | None = None) -> nn.Module:
+    """The norm of one slot: ``cfg.norm`` over ``d`` features where ``present``, nGPT's x / ||x|| in a sphere scheme."""
+    if not present:
+        return nn.Identity()
+    return SphereNorm() if slots is not None and slots.sphere else make_norm(cfg, d)
 
 
 class Scale(nn.Module):
@@ -536,13 +676,17 @@ class Sublayer(nn.Module):
     def __init__(self, cfg: ModelConfig, plan: LayerPlan | None = None) -> None:
         super().__init__()
         self.plan = plan = plan or plan_layer(cfg, "encoder", 0, max(cfg.encoder_layers, 1))
-        slots = plan.slots
-        self.norm_in = _norm(slots.branch_in, cfg)
+        self.slots = slots = plan.slots.at(self.place)  # HybridNorm's FFN has slots of its own
+        self.norm_in = _norm(slots.branch_in, cfg, slots=slots)
         self.scale_in = _maybe(plan.scale_in)
-        self.norm_out = _norm(slots.branch_out, cfg)
-        self.gain = ReZeroGain() if slots.gain == "rezero" else nn.Identity()
-        self.skip = _skip(slots, plan.skip, cfg.d_model)
-        self.norm_add = _norm(slots.after_add, cfg)
+        self.norm_out = _norm(slots.branch_out, cfg, slots=slots)
+        if slots.gain == "eigen":  # nGPT: h + alpha (y - h) = (1 - alpha) h + alpha y, alpha per channel
+            self.gain: nn.Module = EigenScale(cfg.d_model, plan.eigen_init, cfg.d_model**-0.5)
+            self.skip: nn.Module = Complement(self.gain)
+        else:
+            self.gain = ReZeroGain() if slots.gain == "rezero" else nn.Identity()
+            self.skip = _skip(slots, plan.skip, cfg.d_model)
+        self.norm_add = _norm(slots.after_add, cfg, slots=slots)
         self.drop = Dropout(cfg.dropout)
         self.stream = StreamRule(slots.stream, self.place)
         self.init_gain = plan.init_gain
@@ -557,7 +701,7 @@ class Sublayer(nn.Module):
     def init_gain_params(self) -> list[Tensor]:
         """What ``init_weights`` multiplies by ``init_gain``: B2T's rescaling_init takes every projection
         weight of the sub-layer (not the biases, not the norms), DeepNorm and Sub-LN ``init_gain_weights``."""
-        if self.plan.slots.init == "b2t":
+        if self.slots.init == "b2t":
             return [m.weight for m in self.modules() if isinstance(m, nn.Linear)]
         return self.init_gain_weights()
 
@@ -721,9 +865,21 @@ class Rotary(nn.Module):
         return f"head_dim={2 * self.cos.shape[1]}, max_positions={self.cos.shape[0]}"
 
 
+def _qkv_norms(cfg: ModelConfig, slots: NormSlots) -> tuple[nn.Module, nn.Module, nn.Module]:
+    """The norms of each head's queries, keys and values (over head_dim), decided once from the scheme: nGPT's
+    sphere for queries and keys (their scale is :class:`QueryScale`, after RoPE); HybridNorm's three norms; else
+    ``qk_norm``'s two (Dehghani et al. 2023); the values untouched but by HybridNorm."""
+    hd = cfg.head_dim
+    if slots.sphere:
+        return SphereNorm(), SphereNorm(), nn.Identity()
+    qk = cfg.qk_norm or slots.qkv_norm
+    return _norm(qk, cfg, hd), _norm(qk, cfg, hd), _norm(slots.qkv_norm, cfg, hd)
+
+
 class SelfAttention(Sublayer):
     """Multi-head self-attention with one fused QKV projection (Section 3.1); with ``qk_norm`` each head's
-    queries and keys are normalised over head_dim before the dot product (Dehghani et al. 2023, ViT-22B),
+    queries and keys are normalised over head_dim before the dot product (Dehghani et al. 2023, ViT-22B), with
+    HybridNorm the values too, with nGPT queries and keys go onto the unit sphere (:func:`_qkv_norms`);
     with Sub-LN a norm sits before the output projection W^O."""
 
     place = "first"
@@ -732,12 +888,14 @@ class SelfAttention(Sublayer):
         super().__init__(cfg, plan)
         self.n_heads = cfg.n_heads
         self.attention_dropout = cfg.attention_dropout
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        d, sphere = cfg.d_model, self.slots.sphere
+        # nGPT: W^Q, W^K, W^V with unit rows over d_model, W^O with unit columns, no biases (Section 2.3.2)
+        self.qkv = sphere_linear(d, 3 * d, 1) if sphere else nn.Linear(d, 3 * d)
         self.qkv.xavier_blocks = 3  # W^Q, W^K, W^V are three d x d matrices, each Xavier-initialised
-        self.q_norm = _norm(cfg.qk_norm, cfg, cfg.head_dim)
-        self.k_norm = _norm(cfg.qk_norm, cfg, cfg.head_dim)
-        self.norm_inner = _norm(self.plan.slots.inner, cfg)
-        self.out = nn.Linear(cfg.d_model, cfg.d_model)
+        self.q_norm, self.k_norm, self.v_norm = _qkv_norms(cfg, self.slots)
+        self.q_scale = QueryScale(cfg.n_heads, cfg.head_dim, d) if sphere else nn.Identity()  # nGPT's s_qk
+        self.norm_inner = _norm(self.slots.inner, cfg)
+        self.out = sphere_linear(d, d, 0) if sphere else nn.Linear(d, d)
         self.rotary = Rotary(cfg.head_dim, cfg.max_positions) if cfg.positional == "rope" else None
         self.softcap = cfg.attention_softcap
         self.attention: str | None = None  # the kernel (set_attention); None: default_attention
@@ -756,12 +914,13 @@ class SelfAttention(Sublayer):
     ) -> Tensor:
         B, T, _ = h.shape
         q, k, v = self.qkv(h).unflatten(-1, (3, self.n_heads, -1)).permute(2, 0, 3, 1, 4).unbind(0)
-        q, k = self.q_norm(q), self.k_norm(k)  # keys are normalised before they are cached
+        q, k, v = self.q_norm(q), self.k_norm(k), self.v_norm(v)  # keys and values normalised before they are cached
         past = 0 if cache is None or cache.k is None else cache.k.shape[2]
         if self.rotary is not None:
             # rotated after QK-norm (OLMo 2's order: the norm sees the raw projection), before the keys are cached:
             # the new positions are past .. past + T - 1
             q, k = self.rotary(q, past), self.rotary(k, past)
+        q = self.q_scale(q)
         if cache is not None:
             if cache.k is not None:
                 k = torch.cat([cache.k, k], dim=2)
@@ -792,8 +951,7 @@ class CrossAttention(Sublayer):
         self.q = nn.Linear(cfg.d_model, cfg.d_model)
         self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model)
         self.kv.xavier_blocks = 2
-        self.q_norm = _norm(cfg.qk_norm, cfg, cfg.head_dim)
-        self.k_norm = _norm(cfg.qk_norm, cfg, cfg.head_dim)
+        self.q_norm, self.k_norm, self.v_norm = _qkv_norms(cfg, self.slots)
         # Sub-LN has no inner norm in the cross-attention (torchscale 0.3.0: `subln and self.self_attention`)
         self.out = nn.Linear(cfg.d_model, cfg.d_model)
         self.softcap = cfg.attention_softcap
@@ -817,7 +975,7 @@ class CrossAttention(Sublayer):
         else:
             # the encoder output is fixed while decoding: its keys/values are computed once per sentence
             k, v = self.kv(memory).unflatten(-1, (2, self.n_heads, -1)).permute(2, 0, 3, 1, 4).unbind(0)
-            k = self.k_norm(k)
+            k, v = self.k_norm(k), self.v_norm(v)
             if cache is not None:
                 cache.cross_k, cache.cross_v = k, v
         mask = None if memory_padding_mask is None else ~memory_padding_mask[:, None, None, :]
@@ -848,13 +1006,32 @@ class FeedForward(Sublayer):
         self.w2 = nn.Linear(cfg.d_ffn, cfg.d_model)
         self.act = nn.ReLU() if cfg.activation == "relu" else nn.GELU()
         self.act_drop = Dropout(cfg.activation_dropout)
-        self.norm_inner = _norm(self.plan.slots.inner, cfg, cfg.d_ffn)
+        self.norm_inner = _norm(self.slots.inner, cfg, cfg.d_ffn)
 
     def init_gain_weights(self) -> list[Tensor]:
         return [self.w1.weight, self.w1.bias, self.w2.weight, self.w2.bias]
 
     def branch(self, h: Tensor) -> Tensor:
         return self.w2(self.norm_inner(self.act_drop(self.act(self.w1(h)))))
+
+
+class SphereFeedForward(FeedForward):
+    """nGPT's MLP (Loshchilov et al. 2025, Section 2.4): SwiGLU W^2 (u * silu(v)) with u = s_u (W^u h) and
+    v = s_v sqrt(d) (W^v h), s_u and s_v learned d_ffn-vectors (:class:`EigenScale`, init 1, scale 1); no biases,
+    W^u and W^v (``w1``, ``w3``) with unit rows over d_model, W^2 with unit columns. The gate is nGPT's SiLU whatever
+    ``activation``; ``d_ffn`` is the width of u and v."""
+
+    def __init__(self, cfg: ModelConfig, plan: LayerPlan | None = None) -> None:
+        super().__init__(cfg, plan)
+        d, f = cfg.d_model, cfg.d_ffn
+        self.w1, self.w3, self.w2 = sphere_linear(d, f, 1), sphere_linear(d, f, 1), sphere_linear(f, d, 0)
+        self.act = nn.SiLU()
+        self.s_u, self.s_v = EigenScale(f, 1.0, 1.0), EigenScale(f, 1.0, 1.0)
+        self.v_factor = math.sqrt(d)
+
+    def branch(self, h: Tensor) -> Tensor:
+        u, v = self.s_u(self.w1(h)), self.s_v(self.w3(h)) * self.v_factor
+        return self.w2(self.act_drop(u * self.act(v)))
 
 
 class Block(nn.Module):
@@ -866,7 +1043,7 @@ class Block(nn.Module):
                                               max(cfg.decoder_layers if cross_attention else cfg.encoder_layers, 1))
         self.self_attn = SelfAttention(cfg, plan)
         self.cross_attn = CrossAttention(cfg, plan) if cross_attention else None
-        self.ffn = FeedForward(cfg, plan)
+        self.ffn = (SphereFeedForward if plan.slots.sphere else FeedForward)(cfg, plan)
         if plan.slots.gain == "rezero":
             # ReZero's reference shares one a per layer between its sub-layers (github.com/majumderb/rezero,
             # rezero/transformer/rztx.py: RZTXEncoderLayer and RZTXDecoderLayer multiply every branch by the
@@ -962,6 +1139,12 @@ class TransformerStack(nn.Module):
         seq2seq: bool = False,
     ) -> None:
         super().__init__()
+        if NORM_SLOTS[cfg.placement].sphere and (cross_attention or not causal):
+            # the paper defines nGPT for decoder-only language models: no cross-attention on the sphere, and the
+            # masked-LM and classification heads have a LayerNorm and a bias where nGPT has s_z (E h)
+            raise ConfigError(f"placement={cfg.placement.value} (nGPT, Loshchilov et al. 2025) is a decoder-only "
+                             "language model: use task lm (an encoder, cross-attention or the masked-LM/classification "
+                             "heads are not defined on the sphere)")
         self.cfg = cfg
         self.causal = causal
         # the stack's role sets DeepNorm's and Sub-LN's constants (torchscale: encoder-only, decoder-only and
@@ -1218,9 +1401,21 @@ class CausalLM(nn.Module):
             cfg, cfg.decoder_layers, causal=True, cross_attention=False, embed_tokens=embed
         )
         self.output_projection = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        # nGPT (Section 2.2.1-2.2.2): unit-norm token vectors in and out (project_weights_), logits z = s_z (E h)
+        # with s_z a learned V-vector (EigenScale: init 1, scale 1/sqrt(d)); the identity for every other scheme
+        self.logit_scale: nn.Module = nn.Identity()
+        if NORM_SLOTS[cfg.placement].sphere:
+            embed.sphere_dim = self.output_projection.sphere_dim = 1
+            self.logit_scale = EigenScale(cfg.vocab_size, 1.0, cfg.d_model**-0.5)
         init_weights(self, cfg)
         if cfg.share_embeddings != "none":
             self.output_projection.weight = embed.weight  # W^emb is both the input table and the softmax layer
+
+    def logit_weight(self) -> Tensor:
+        """The (V, d) matrix W whose product h W^T with the stack's output is the logits: the output projection's
+        weight, with nGPT's s_z folded into its rows (s_z * (h E^T) = h (s_z E)^T: the logit scale acts on the last,
+        vocabulary, dimension, so applied to W^T it scales W's rows). The chunked losses project with it."""
+        return self.logit_scale(self.output_projection.weight.t()).t()
 
     def init_cache(self) -> DecoderCache:
         return DecoderCache([LayerCache() for _ in self.decoder.layers])
@@ -1238,7 +1433,7 @@ class CausalLM(nn.Module):
         ``tokens`` holds only the new positions. ``return_intermediates`` adds ``{"decoder": record}``."""
         record = {} if return_intermediates else None
         h = self.decoder(tokens, cache=cache, record=record)
-        out = h if features_only else self.output_projection(h)
+        out = h if features_only else self.logit_scale(self.output_projection(h))
         return (out, {"decoder": record}) if record is not None else out
 
 
@@ -1260,6 +1455,8 @@ def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
     * token, learned-position and segment embeddings: N(0, 1/d) (fairseq's transformer, the code the paper
       used); with the sqrt(d) scale each input coordinate has unit variance, as Section 3.3 assumes of the
       Gaussian inputs. The padding row is 0;
+    * nGPT: then every matrix it keeps on the sphere normalised (:func:`project_weights_`), eigen scales at their
+      init (:class:`EigenScale`);
     * ``init="theory"``: additionally W^Q = W^K = 0, so attention is uniform at initialisation and
       Attn(x_i) = (1/n) sum_j x_j W^V W^O (Section 3.3).
     """
@@ -1271,8 +1468,9 @@ def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
                 w.normal_(0.0, math.sqrt(2.0 / (n_in + n_out)))
             if module.bias is not None:
                 module.bias.zero_()
-        elif isinstance(module, (*NORM_TYPES, ReZeroGain, Omega)):
-            module.reset_parameters()  # gamma = 1, beta = 0; DyT's alpha = alpha0; ReZero's a = 0; Admin's omega = 1
+        elif isinstance(module, (*NORM_TYPES, ReZeroGain, Omega, EigenScale)):
+            # gamma = 1, beta = 0; DyT's alpha = alpha0; ReZero's a = 0; Admin's omega = 1; nGPT's scales at init
+            module.reset_parameters()
         elif isinstance(module, nn.Embedding):
             module.weight.normal_(0.0, cfg.d_model**-0.5)
             if module.padding_idx is not None:
@@ -1284,6 +1482,7 @@ def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
         if isinstance(module, Sublayer) and module.init_gain != 1.0:
             for p in module.init_gain_params():
                 p.mul_(module.init_gain)
+    project_weights_(model)  # nGPT: every matrix onto the unit sphere (Section 2.2.4); no-op for other schemes
     if cfg.init == "theory":
         d = cfg.d_model
         for module in model.modules():
@@ -1387,7 +1586,11 @@ _NORM_NAMES = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm", "dyt": "DyT", "no
 
 
 def _where(slots: NormSlots) -> str:
+    if slots.ffn is not None:  # HybridNorm: the attention's and the FFN's slots differ
+        return f"attention: {_where(dataclasses.replace(slots, ffn=None))}; FFN: {_where(slots.ffn)}"
     parts = []
+    if slots.qkv_norm:
+        parts.append("each head's queries, keys and values")
     if slots.branch_in:
         parts.append("branch input" + (" (scaled by 1/sqrt(l))" if slots.scale_in == "lns" else ""))
     if slots.inner:
@@ -1401,6 +1604,10 @@ def _where(slots: NormSlots) -> str:
         parts.append("and the layer's input added before its last norm (B2T)")
     if slots.stream == "dual":
         parts.append("and a second stream summing the branch outputs, output x + N(stream) (ResiDual)")
+    if slots.gain == "eigen":
+        parts.append("the residual x + alpha (N(F(x)) - x) with learned per-channel eigen learning rates alpha, "
+                     "queries and keys on the sphere, every matrix unit-norm along d_model after each update, "
+                     "logits scaled by s_z (nGPT)")
     return ", ".join(parts) if parts else "nothing"
 
 
@@ -1408,9 +1615,10 @@ def describe(model: nn.Module) -> str:
     """A short human-readable summary: configuration, parameter count, and where the norms sit (per stack,
     with the constants the scheme sets there)."""
     cfg: ModelConfig = model.cfg  # type: ignore[assignment]
-    name = _NORM_NAMES[cfg.norm]
+    sphere = NORM_SLOTS[cfg.placement].sphere
+    name = "x/||x|| (the unit sphere)" if sphere else _NORM_NAMES[cfg.norm]
     n_params = sum(p.numel() for p in model.parameters())
-    n_norms = sum(isinstance(m, NORM_TYPES) for m in model.modules())
+    n_norms = sum(isinstance(m, (*NORM_TYPES, SphereNorm)) for m in model.modules())
     stacks = [(n, m) for n, m in model.named_children() if isinstance(m, TransformerStack)]
     lines = [f"{type(model).__name__}: placement={cfg.placement.value}, norm={cfg.norm}, {n_params:,} parameters, "
              f"{n_norms} norms ({name}, qk_norm={'on' if cfg.qk_norm else 'off'})"]

@@ -12,13 +12,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normlab.config import ConfigError, Placement
+from normlab.config import ConfigError, Placement, placement_task_error
 from normlab.model import (
     NORM_SLOTS, NORM_TYPES, DyT, MaskedLM, Omega, Seq2Seq, admin_profile, describe, plan_layer, profile_init,
 )
 from tests.conftest import tiny_config
 
-SCHEMES = [p.value for p in Placement]
+# the schemes of the encoder-decoder these tests build; nGPT is decoder-only (tests/test_lm_schemes.py)
+SCHEMES = [p.value for p in Placement if placement_task_error(p, "translation") is None]
 NORMS = ["layernorm", "rmsnorm", "dyt", "none"]
 
 
@@ -411,7 +412,9 @@ def test_describe_says_where_the_norms_sit(scheme):
               "deepnorm": "alpha*x + F(x)", "subln": "before the self-attention's W^O", "mixln": "layers 1-2",
               "lns": "1/sqrt(l)", "output": "branch output", "rezero": "no norm in the sub-layers",
               "admin": "omega*x + F(x) (Admin)", "b2t": "layer's input added before its last norm (B2T)",
-              "resi_dual": "final LayerNorm on the second stream: yes"}[scheme]
+              "resi_dual": "final LayerNorm on the second stream: yes",
+              "hybridnorm": "attention: each head's queries, keys and values, after the residual add; FFN: nothing"
+              }[scheme]  # fmt: skip
     assert expect in text, text
     if scheme in ("deepnorm", "subln", "b2t"):
         assert "at init" in text
@@ -469,11 +472,14 @@ def _branch_formula(sub: nn.Module, kind: str, h: torch.Tensor, *, causal: bool,
     else:
         q = F.linear(h, sub.q.weight, sub.q.bias)
         k, v = F.linear(memory, sub.kv.weight, sub.kv.bias).split(d, -1)
-    scores = heads(q) @ heads(k).transpose(-1, -2) / math.sqrt(d // sub.n_heads)
+    q, k, v = heads(q), heads(k), heads(v)
+    if sub.slots.qkv_norm:  # HybridNorm: each head's queries, keys and values normalised over head_dim
+        q, k, v = (_norm_formula(kind, getattr(sub, n), t) for n, t in (("q_norm", q), ("k_norm", k), ("v_norm", v)))
+    scores = q @ k.transpose(-1, -2) / math.sqrt(d // sub.n_heads)
     if causal:
         T = h.shape[1]
         scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
-    o = (scores.softmax(-1) @ heads(v)).transpose(1, 2).flatten(2)
+    o = (scores.softmax(-1) @ v).transpose(1, 2).flatten(2)
     if memory is None:
         o = _norm_formula(kind if sub.plan.slots.inner else "none", sub.norm_inner, o)
     return F.linear(o, sub.out.weight, sub.out.bias)
@@ -533,6 +539,12 @@ def _scheme_formula(placement: str, kind: str, sub, x, f, *, layer: int, n_layer
     if placement == "rezero":  # x + a F(x), no norm
         used()
         return x + sub.gain.alpha * f(x)
+    if placement == "hybridnorm":  # attentions N(x + F(x)) (F with QKV-norm), the FFN x + F(x)
+        if hasattr(sub, "w1"):
+            used()
+            return x + f(x)
+        used("norm_add")
+        return N("norm_add", x + f(x))
     if placement == "b2t":  # N(x + F(x)); the FFN adds the layer's input too
         used("norm_add")
         return N("norm_add", x + f(x) + (x_l if hasattr(sub, "w1") else 0))
@@ -568,7 +580,7 @@ def test_every_placement_and_norm_with_perturbed_norms(placement, norm):
             last = rec[stack]["layers"][-1]["ffn"]["output"]
             if placement == "resi_dual":  # x_a + N(x_d), x_d the embedding plus every F(x_a)
                 want = last + _norm_formula(norm, st.final_norm, z)
-            elif placement in ("pre", "peri", "subln", "mixln", "lns", "output"):
+            elif placement in ("pre", "peri", "subln", "mixln", "lns", "output", "hybridnorm"):
                 want = _norm_formula(norm, st.final_norm, last)
             else:
                 assert isinstance(st.final_norm, nn.Identity)

@@ -108,6 +108,7 @@ from normlab.config import (
     config,
     field,
     parse_scheme,
+    placement_task_error,
     scheme_errors,
 )
 from normlab.data import prepare
@@ -188,9 +189,10 @@ class SweepConfig(Strict):
                                                       "language model on en-mono (lm: RoPE, GELU, tied embeddings, "
                                                       "AdamW with beta2 0.95)")  # fmt: skip
     schemes: tuple[str, ...] = field(
-        tuple(p.value for p in Placement),
-        help="normalization schemes: a placement (" + ", ".join(p.value for p in Placement) + "), optionally with a "
-        "norm function after a slash (pre/rmsnorm; norms: " + ", ".join(NORMS) + ")",
+        tuple(p.value for p in Placement if placement_task_error(p, "translation") is None),
+        help="normalization schemes: a placement (" + ", ".join(p.value for p in Placement) + "; ngpt with task lm "
+        "only), optionally with a norm function after a slash (pre/rmsnorm; norms: " + ", ".join(NORMS) + "; ngpt's "
+        "norm is its own x/||x||); default: every placement the translation task takes",
     )
     warmups: tuple[Literal["none", "paper", "adam"], ...] = field(
         ("none", "paper"), help="none; paper: a linear warm-up over the paper's share of the run (4,000 of ~33,000 "
@@ -230,6 +232,9 @@ class SweepConfig(Strict):
     def validate(self) -> None:
         if problem := scheme_errors(self.schemes):
             raise self.error("schemes", problem)
+        for scheme in self.schemes:
+            if why := placement_task_error(parse_scheme(scheme)[0], self.task):
+                raise self.error("schemes", f"{scheme!r}: {why}")
         if not self.warmups or len(set(self.warmups)) != len(self.warmups):
             raise self.error("warmups", f"expected some of {list(WARMUPS)}, each once, got {list(self.warmups)}")
         if not 0 < self.warmup_fraction < 1:

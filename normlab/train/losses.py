@@ -383,7 +383,7 @@ def lm_loss(
     if impl == "plain":
         return label_smoothed_nll_loss(model(tokens), targets, 0.0)
     feats = model(tokens, features_only=True)
-    weight = getattr(model, "module", model).output_projection.weight  # through a DDP wrapper too
+    weight = getattr(model, "module", model).logit_weight()  # through a DDP wrapper too; with nGPT's s_z folded in
     return linear_label_smoothed_nll_loss(feats, weight, targets, 0.0, impl=impl, chunk_size=chunk_size)
 
 

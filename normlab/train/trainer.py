@@ -45,7 +45,7 @@ from normlab.data.batch import Batch
 from normlab.data.corpora import DataError
 from normlab.device import autocast, autocast_dtype
 from normlab.faults import fault_line
-from normlab.model import Omega, build_model, profile_init, set_attention
+from normlab.model import Omega, build_model, profile_init, project_weights_, set_attention
 from normlab.rundir import RunDir
 from normlab.train import checkpoint as ckpt
 from normlab.train.distributed import Dist, all_reduce_sum, init_distributed
@@ -475,6 +475,9 @@ class Trainer:
         if cfg.optim.clip_norm > 0:
             torch.nn.utils.clip_grads_with_norm_(self.params, cfg.optim.clip_norm, torch.tensor(gnorm))
         self.optimizer.step()
+        # nGPT's matrices back onto the unit sphere after every update (Loshchilov et al. 2025, Section 2.2.4), on
+        # every rank alike; the one place an update happens, so plain, accumulated and data-parallel runs all do it
+        project_weights_(self.model)
         self.optimizer.zero_grad(set_to_none=True)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
