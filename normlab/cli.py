@@ -204,13 +204,13 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _finetune_args(p: argparse.ArgumentParser) -> None:
-    from normlab.finetune import add_arguments
+    from normlab.experiments.finetune_grid import add_arguments
 
     add_arguments(p)
 
 
 def _finetune(args: argparse.Namespace) -> int:
-    from normlab.finetune import run
+    from normlab.experiments.finetune_grid import run
 
     return run(args)
 
