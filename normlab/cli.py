@@ -13,13 +13,13 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from normlab import __version__, finetune, lm, pretrained, translate
+from normlab import __version__, lm, pretrained, translate
 from normlab.analysis.diagnose import diagnose_config
 from normlab.analysis.run import AnalysisConfig, analysis_scale, print_progress, run_analysis, summary_lines
 from normlab.assets import load_config_file
 from normlab.config import ConfigError, ModelConfig, add_set_argument, apply_overrides, resolve_overrides
 from normlab.data import summary as data_summary
-from normlab.experiments import reproduce, sweep
+from normlab.experiments import finetune_grid, reproduce, sweep
 from normlab.faults import fault_line, report_to_torchrun
 from normlab.model import build_model, describe
 from normlab.train import run as train_run
@@ -138,7 +138,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
               "LR sensitivity per normalization scheme, with and without warm-up, across widths",
               sweep.add_arguments, sweep.run),
     "finetune": ("fine-tune a masked-LM checkpoint on sentence pairs: the paper's grid, 6 seeds, t confidence "
-                 "intervals", finetune.add_arguments, finetune.run),
+                 "intervals", finetune_grid.add_arguments, finetune_grid.run),
     "export-hf": ("write a Post-LN masked-LM checkpoint as a Hugging Face BertForMaskedLM, or a Pre-LN language "
                   "model as a GPT2LMHeadModel", pretrained.add_export_arguments, pretrained.run_export),
 }

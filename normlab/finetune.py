@@ -29,6 +29,11 @@ Layout of the output directory (default ``RUN/finetune/<task>-<scale>/update_<N>
     runs/bs32-lr0.0001-ep3/seed1/   a `normlab train` run directory: config.yaml, metrics.jsonl, summary.json, tb/
     results.json      per setting: seeds, accuracies, mean, confidence interval, per-epoch curve; the choice
 
+``normlab finetune`` hands the runs to a launcher (``--launcher local | ray | slurm``, as ``reproduce`` and
+``sweep``: normlab/experiments/finetune_grid.py), each run a task that trains as :func:`finetune`'s in-process loop
+does (:func:`train_task`), its output in ``logs/SETTING/seedK.log``; :func:`finetune` itself trains one run after
+another in the calling process.
+
 The grid is resumable: a finished run (summary.json says completed or diverged) is skipped, an interrupted one
 resumes from its last checkpoint (never re-loading the pre-trained encoder over it), a run of another
 configuration in the same place is an error. A finished run's checkpoints are deleted unless
@@ -53,7 +58,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -70,7 +74,6 @@ from normlab.config import (
     Strict,
     TrainConfig,
     add_set_argument,
-    apply_overrides,
     config,
     field,
     flat_dict,
@@ -83,12 +86,12 @@ from normlab.model import PairClassifier
 from normlab.pretrained import Pretrained, locate_pretrained
 from normlab.rundir import RunDir
 from normlab.train.checkpoint import read_state
-from normlab.train.trainer import Trainer, prepare_run_dir
+from normlab.train.trainer import EXIT_DIVERGED, Trainer, prepare_run_dir
 
 __all__ = [
     "FinetuneConfig", "SCALES", "PAPER", "Setting", "FinetuneRun", "data_config", "run_config", "grid", "finetune",
-    "epoch_curve", "scale_note",
-    "table", "add_arguments", "run",
+    "epoch_curve", "scale_note", "OpenGrid", "open_grid", "announce", "run_line", "grid_results", "train_task",
+    "table", "add_arguments",
 ]  # fmt: skip
 
 
@@ -271,10 +274,14 @@ def epoch_curve(run_dir: str | Path) -> list[dict[str, Any]]:
     return [{k: r[k] for k in keys if k in r} for r in RunDir(run_dir).metrics("valid")]
 
 
-def _train_one(run: FinetuneRun, pre: Pretrained, data: Any, status: str, *, keep: bool, verbose: bool) -> None:
-    if read_state(pre.checkpoint)["update"] != pre.update:  # e.g. `best` moved on while the pre-training continues
-        raise ConfigError(f"{pre.checkpoint} changed during the grid (now update {read_state(pre.checkpoint)['update']}"
-                          f", was {pre.update}); fine-tune a fixed checkpoint: --from RUN/checkpoints/update_N")
+def _train_one(
+    run: FinetuneRun, checkpoint: Path, update: int, data: Any, status: str, *, keep: bool, verbose: bool
+) -> str:
+    """Train (or resume) one run of the grid in this process; returns its summary's status."""
+
+    if read_state(checkpoint)["update"] != update:  # e.g. `best` moved on while the pre-training continues
+        raise ConfigError(f"{checkpoint} changed during the grid (now update {read_state(checkpoint)['update']}"
+                          f", was {update}); fine-tune a fixed checkpoint: --from RUN/checkpoints/update_N")
     prepare_run_dir(run.run_dir, run.cfg, resume=status == "resume")
     # The Trainer builds the PairClassifier from the run's seed (the new head's initialisation) and copies the
     # pre-trained encoder in (TrainConfig.init_from) when the run starts, never over a resumed checkpoint.
@@ -295,6 +302,30 @@ def _train_one(run: FinetuneRun, pre: Pretrained, data: Any, status: str, *, kee
     summary = trainer.fit(resume=status == "resume")
     if summary["status"] in ("completed", "diverged") and not keep:
         shutil.rmtree(RunDir(run.run_dir).checkpoints, ignore_errors=True)
+    return str(summary["status"])
+
+
+def train_task(
+    config: dict[str, Any], run_dir: str, resume: bool, *, checkpoint: str, update: int, keep: bool = False,
+    verbose: bool = False, cwd: str = "",
+) -> int:
+    """One run of the grid as a launcher's task (a worker process, a Ray task, a SLURM job): the same training as
+    :func:`finetune`'s loop, its data prepared again from the cache (the same splits), in ``cwd`` (the grid's
+    working directory: a run's config may hold relative paths). Returns the exit code ``normlab train`` would:
+    0, 3 (diverged), 2 (an error of the configuration, its line printed as ``normlab train: error: ...``)."""
+
+    if cwd:
+        os.chdir(cwd)
+    cfg = TrainConfig.from_dict(config)
+    try:
+        data = prepare(cfg.data, cfg.model.max_positions)
+        run = FinetuneRun(Setting(cfg.data.max_sentences, cfg.optim.lr, cfg.max_epochs), cfg.seed, cfg, Path(run_dir))
+        status = _train_one(run, Path(checkpoint), update, data, "resume" if resume else "new", keep=keep,
+                            verbose=verbose)  # fmt: skip
+    except ConfigError as e:
+        print(f"normlab train: error: {e}")  # the line the grid runner reports (grid.failure_line)
+        return 2
+    return EXIT_DIVERGED if status == "diverged" else 0
 
 
 def _majority(data: Any) -> dict[str, float | int]:
@@ -381,18 +412,27 @@ def _label(task: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(task).name)[:40] or "task"
 
 
-def finetune(
-    source: str | Path,
-    fc: FinetuneConfig,
-    out: str | Path | None = None,
-    *,
-    which: str = "best",
+@dataclasses.dataclass
+class OpenGrid:
+    """A grid checked and its directory claimed (:func:`open_grid`), ready to train: what :func:`finetune`'s loop
+    and a launcher's tasks (normlab/experiments/finetune_grid.py) start from."""
+
+    pre: Pretrained
+    fc: FinetuneConfig
+    out: Path
+    meta: dict[str, Any]
+    tok_path: Path
+    data: Any
+    runs: list[FinetuneRun]
+    statuses: list[str]  # per run: new, resume or done (_run_status)
+
+
+def open_grid(
+    source: str | Path, fc: FinetuneConfig, out: str | Path | None = None, *, which: str = "best",
     scale: str = "custom",
-    verbose: bool = False,
-    say: Any = print,
-) -> dict[str, Any]:
-    """Run (or resume) the grid of ``fc`` from the masked-LM checkpoint ``source``; returns the results (also in
-    ``out/results.json``). ``say`` receives the progress lines."""
+) -> OpenGrid:
+    """Check the grid of ``fc`` from the masked-LM checkpoint ``source`` and claim its output directory (every
+    run checked before any trains: a run of another configuration in the same place is an error)."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ConfigError("normlab finetune runs its grid in one process, not under torchrun; to spread a grid over "
                           "devices, start one command per device with its own --set lrs=[...] and --out")  # fmt: skip
@@ -436,26 +476,58 @@ def finetune(
     pre.check_encoder(PairClassifier(runs[0].cfg.model))  # init_from will fill the whole encoder
     statuses = [_run_status(r) for r in runs]  # every run checked before any trains
     write_json_atomic(meta_path, meta)
+    return OpenGrid(pre, fc, out, meta, tok_path, data, runs, statuses)
 
-    say(f"fine-tuning {pre.describe()}")
-    say(f"task {fc.task}: {', '.join(f'{k} {len(v):,}' for k, v in data.splits.items())} pairs; "
-        f"{len(runs) // fc.seeds} settings x {fc.seeds} seeds = {len(runs)} runs in {out}")  # fmt: skip
-    say(scale_note(fc))
-    for i, (run, status) in enumerate(zip(runs, statuses), 1):
-        where = f"[{i}/{len(runs)}] {run.setting.name} seed {run.seed}"
+
+def announce(g: OpenGrid, say: Any) -> None:
+    """The grid's opening lines: the checkpoint, the task's sizes and runs, the search space."""
+    say(f"fine-tuning {g.pre.describe()}")
+    say(f"task {g.fc.task}: {', '.join(f'{k} {len(v):,}' for k, v in g.data.splits.items())} pairs; "
+        f"{len(g.runs) // g.fc.seeds} settings x {g.fc.seeds} seeds = {len(g.runs)} runs in {g.out}")  # fmt: skip
+    say(scale_note(g.fc))
+
+
+def run_line(g: OpenGrid, i: int, status: str, seconds: float) -> str:
+    """``[i/N] SETTING seed K: valid accuracy X (T s)`` for run ``i`` (1-based) once it has ended."""
+    run = g.runs[i - 1]
+    curve = epoch_curve(run.run_dir)
+    acc = f"valid accuracy {curve[-1]['accuracy']:.4f}" if curve else "no evaluation"
+    when = "finished earlier, skipped" if status == "done" else f"{seconds:.1f} s"
+    return f"[{i}/{len(g.runs)}] {run.setting.name} seed {run.seed}: {acc} ({when})"
+
+
+def grid_results(g: OpenGrid) -> dict[str, Any]:
+    """The results of the grid's finished runs (settings, the choice, the majority baseline), written to
+    ``out/results.json``."""
+    settings, chosen = _results(g.runs, g.fc)
+    results = {**g.meta, "out": str(g.out), "scale_note": scale_note(g.fc), "tokenizer": str(g.tok_path),
+               "majority_baseline": _majority(g.data), "settings": settings, "chosen": chosen}  # fmt: skip
+    write_json_atomic(g.out / "results.json", results)
+    return results
+
+
+def finetune(
+    source: str | Path,
+    fc: FinetuneConfig,
+    out: str | Path | None = None,
+    *,
+    which: str = "best",
+    scale: str = "custom",
+    verbose: bool = False,
+    say: Any = print,
+) -> dict[str, Any]:
+    """Run (or resume) the grid of ``fc`` from the masked-LM checkpoint ``source`` in this process, one run after
+    another; returns the results (also in ``out/results.json``). ``say`` receives the progress lines. (``normlab
+    finetune`` hands the runs to a launcher instead: normlab/experiments/finetune_grid.py.)"""
+    g = open_grid(source, fc, out, which=which, scale=scale)
+    announce(g, say)
+    for i, (run, status) in enumerate(zip(g.runs, g.statuses), 1):
         t0 = time.perf_counter()
         if status != "done":
-            _train_one(run, pre, data, status, keep=fc.keep_checkpoints, verbose=verbose)
-        curve = epoch_curve(run.run_dir)
-        acc = f"valid accuracy {curve[-1]['accuracy']:.4f}" if curve else "no evaluation"
-        when = "finished earlier, skipped" if status == "done" else f"{time.perf_counter() - t0:.1f} s"
-        say(f"{where}: {acc} ({when})")
-
-    settings, chosen = _results(runs, fc)
-    results = {**meta, "out": str(out), "scale_note": scale_note(fc), "tokenizer": str(tok_path),
-               "majority_baseline": _majority(data), "settings": settings, "chosen": chosen}  # fmt: skip
-    write_json_atomic(out / "results.json", results)
-    return results
+            _train_one(run, g.pre.checkpoint, g.pre.update, g.data, status, keep=g.fc.keep_checkpoints,
+                       verbose=verbose)  # fmt: skip
+        say(run_line(g, i, status, time.perf_counter() - t0))
+    return grid_results(g)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -473,17 +545,5 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_set_argument(p, FinetuneConfig, note="the defaults shown are the paper's; --scale sets some of them, --task "
                                               "sets task")  # fmt: skip
     p.add_argument("--out", help="output directory (default: RUN/finetune/<task>-<scale>/update_<N>)")
-    p.add_argument("--verbose", action="store_true", help="show each run's progress and per-epoch validation")
-
-
-def run(args: argparse.Namespace) -> int:
-    fc = FinetuneConfig.from_dict(apply_overrides({**SCALES[args.scale], "task": args.task}, args.set))
-
-    def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    results = finetune(args.source, fc, args.out, which=args.checkpoint, scale=args.scale, verbose=args.verbose,
-                       say=say)  # fmt: skip
-    print(table(results))
-    print(f"results: {Path(results['out']) / 'results.json'}")
-    return 0
+    p.add_argument("--verbose", action="store_true", help="each run's progress and per-epoch validation (in its log, "
+                   "OUT/logs/SETTING/seedK.log)")

@@ -90,6 +90,9 @@ COVERED: dict[str, str] = {
     ".venv/bin/pip install -e '.[slurm]'": "tests/test_launchers.py::test_slurm_gives_the_local_runs_bit_for_bit",
     ".venv/bin/normlab reproduce --scale full --out /shared/full --launcher slurm --slurm-partition gpu --slurm-time "
     "120 --gpus-per-run 1": "tests/test_launchers.py::test_slurm_gives_the_local_runs_bit_for_bit",
+    ".venv/bin/normlab finetune --from /shared/bert-tiny-post --task paraphrase --scale small --out /shared/ft "
+    "--launcher slurm --slurm-partition gpu --gpus-per-run 1":
+        "tests/test_finetune_launchers.py::test_submitit_local_gives_the_local_runs_bit_for_bit",
     # language models: the tests train a tiny one and run the same commands on it
     ".venv/bin/normlab train --out runs/lm-pre --set data.task=lm --set model.placement=pre --set model.positional=rope "
     "--set model.decoder_layers=3 --set model.d_model=128 --set model.d_ffn=512 --set model.scale_embedding=false "

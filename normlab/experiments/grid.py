@@ -161,10 +161,17 @@ def run_grid(
     nproc: int = 1,
     cuda: bool = False,
     say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+    task: Callable[..., int] | None = None,
+    task_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, RunOutcome]:
     """Run ``specs`` (see the module docstring) with ``launcher`` (a LauncherConfig, or its kind with ``nproc``);
     returns each run's outcome. ``jobs``: runs in flight at once (0 with ray or slurm: every run that is ready);
-    ``cuda``: the runs train on GPUs (what a remote run requests without ``gpus_per_run``)."""
+    ``cuda``: the runs train on GPUs (what a remote run requests without ``gpus_per_run``). ``task``: the
+    module-level function that trains a run, ``task(config=..., run_dir=..., resume=..., **task_kwargs)`` returning
+    ``normlab train``'s exit code (default :func:`train_run`; ``normlab finetune`` gives its own, with the test
+    split's evaluation); a spec's name may hold a ``/`` (``SETTING/seedK``: nested run folders)."""
+    task = task or train_run
+    task_kwargs = task_kwargs or {}
     cfg = as_config(launcher, nproc)
     cfg.require_engine()  # before anything is written: one line naming the extra to install
     # a Ray worker or a SLURM job starts in another directory, perhaps on another machine
@@ -217,7 +224,7 @@ def run_grid(
         if not resume and run_dir.exists():
             shutil.rmtree(run_dir)  # killed before its first checkpoint: nothing worth keeping
         run_cfg = spec.config
-        if spec.kind == "finetune":
+        if spec.kind == "finetune" and spec.parent is not None:
             # the pre-training run's own weights and tokenizer (normlab train writes RUN/tokenizer.model)
             parent = out / "runs" / str(spec.parent)
             data = run_cfg.data
@@ -227,14 +234,15 @@ def run_grid(
         config_path = out / "configs" / f"{spec.name}.yaml"
         write_atomic(config_path, yaml.safe_dump(run_cfg.to_dict(), sort_keys=False))
         log_path = out / "logs" / f"{spec.name}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "a", encoding="utf-8") as log:
             log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {'resume' if resume else 'start'} ===\n")
         command = (_torchrun_command(config_path, run_dir, resume, cfg.nproc)
                    if cfg.kind == "torchrun" or cfg.nproc > 1 else [])  # fmt: skip
-        task = Task(spec.name, train_run, {"config": run_cfg.to_dict(), "run_dir": str(run_dir), "resume": resume},
-                    log_path, tuple(command), env)  # fmt: skip
+        kwargs = {"config": run_cfg.to_dict(), "run_dir": str(run_dir), "resume": resume, **task_kwargs}
         assert engine is not None
-        running[spec.name] = (engine.submit(task), time.perf_counter(), spec)
+        running[spec.name] = (engine.submit(Task(spec.name, task, kwargs, log_path, tuple(command), env)),
+                              time.perf_counter(), spec)  # fmt: skip
         say(f"[{done + len(running):>3}/{total}] {'resume' if resume else 'start '} {spec.name}")
 
     def finish(name: str, ended: Ended) -> None:
