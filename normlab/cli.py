@@ -157,8 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _error(line: str) -> None:
-    """Print the one line of an error, and hand it to torchrun (:func:`report_to_torchrun`)."""
-    print(line, file=sys.stderr)
+    """Print the one line of an error, and hand it to torchrun (:func:`report_to_torchrun`). One write of the line
+    and its newline: with PYTHONUNBUFFERED, print() writes them separately, and two torchrun ranks failing at once
+    interleaved their lines onto one (seen as a flaky test_config_error_under_torchrun_is_one_line_per_rank)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
     report_to_torchrun(line)
 
 

@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 
 from normlab.cli import main
 from normlab.experiments.finetune_grid import finetune_grid
-from normlab.experiments.launchers import LauncherConfig
+from normlab.experiments.launchers import LauncherConfig, restore_signal_handlers, signal_handlers
 from normlab.finetune import FinetuneConfig, finetune
 from normlab.rundir import RunDir
 from tests.clirun import sets
@@ -124,6 +124,7 @@ def test_ray_gives_the_local_runs_bit_for_bit_and_a_resumed_grid_submits_only_th
     pretrained, fc, in_process, tmp_path
 ):
     ray = require_reference("ray", "pip install 'normlab[ray]' (make test installs it)")
+    handlers = signal_handlers()  # ray.init installs a SIGTERM handler that ray.shutdown() leaves behind
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         out = tmp_path / "ft"
@@ -136,6 +137,7 @@ def test_ray_gives_the_local_runs_bit_for_bit_and_a_resumed_grid_submits_only_th
         results, outcomes = finetune_grid(pretrained, fc, out, launcher="ray", say=lines.append)
     finally:
         ray.shutdown()
+        restore_signal_handlers(handlers)
     assert {n: o.status for n, o in outcomes.items()} == {f"{SETTING}/seed1": "cached",
                                                           f"{SETTING}/seed2": "completed"}  # fmt: skip
     assert (submissions(out, "seed1"), submissions(out, "seed2")) == (1, 2)  # the finished run never again

@@ -25,7 +25,12 @@ from conftest import require_reference
 from normlab.config import ConfigError
 from normlab.experiments.figures import Context, RunSpec, fig5_bert, fig5_finetune
 from normlab.experiments.grid import run_grid
-from normlab.experiments.launchers import LauncherConfig, launcher_from_args
+from normlab.experiments.launchers import (
+    LauncherConfig,
+    launcher_from_args,
+    restore_signal_handlers,
+    signal_handlers,
+)
 from normlab.experiments.scales import get_scale
 from normlab.rundir import RunDir
 
@@ -109,9 +114,11 @@ def local_grid(tmp_path_factory, missing) -> Path:
 def ray_cluster():
     """A local Ray cluster of 2 workers (2 CPUs, each run requests 1); the launcher joins it."""
     ray = require_reference("ray", "pip install 'normlab[ray]' (make test installs it)")
+    handlers = signal_handlers()  # ray.init installs a SIGTERM handler that ray.shutdown() leaves behind
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield ray
     ray.shutdown()
+    restore_signal_handlers(handlers)
 
 
 @pytest.fixture(scope="module")

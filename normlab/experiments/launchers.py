@@ -26,8 +26,10 @@ import contextlib
 import dataclasses
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -300,6 +302,24 @@ def _tail(text: str, lines: int = 8) -> str:
     return " | ".join(ln for ln in text.strip().splitlines()[-lines:] if ln.strip())
 
 
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def signal_handlers() -> dict[int, Any]:
+    """This process's handlers of SIGINT and SIGTERM, for :func:`restore_signal_handlers`."""
+    return {s: signal.getsignal(s) for s in _SIGNALS}
+
+
+def restore_signal_handlers(handlers: dict[int, Any]) -> None:
+    """Put back handlers saved by :func:`signal_handlers` (only the main thread may set them; None: not set from
+    Python, left as it is)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for s, h in handlers.items():
+        if h is not None:
+            signal.signal(s, h)
+
+
 class RayLauncher(Launcher):
     """Each run a Ray task. Joins ``cfg.ray_address``, starts a local cluster without one, or uses the Ray
     already initialised in this process (a notebook, a test); it shuts down only a cluster it started."""
@@ -313,6 +333,10 @@ class RayLauncher(Launcher):
 
         self.ray = ray
         self.started = not ray.is_initialized()
+        # ray.init installs its own SIGTERM handler in this process, and ray.shutdown() leaves it there: the
+        # caller's handlers (the grid's Ctrl-C/SIGTERM cancel, a Trainer's stop at an update boundary) come back at
+        # close(). Found as an order-dependent test failure: a SIGTERM test met Ray's handler after a Ray test.
+        self.handlers = signal_handlers()
         if self.started:
             if not cfg.ray_address:
                 # a cluster of our own runs its workers at Ray's default niceness, 15, below every other process of
@@ -355,6 +379,7 @@ class RayLauncher(Launcher):
     def close(self) -> None:
         if self.started:
             self.ray.shutdown()
+            restore_signal_handlers(self.handlers)
 
 
 class SlurmLauncher(Launcher):
