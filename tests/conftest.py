@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 # Tiny models spend their time in thread hand-offs, not arithmetic: one thread is several times faster on a
 # 2-core machine (and far faster when the cores are shared). Set before torch is imported so that the
@@ -14,6 +15,14 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+# A suite started as a background job of a non-interactive shell (`pytest ... &`, nohup, some CI runners) inherits
+# SIGINT ignored (POSIX: asynchronous commands ignore SIGINT and SIGQUIT), so Python installs no KeyboardInterrupt
+# handler and every process the tests start ignores SIGINT too. The Ctrl-C tests (the Trainer's stop at an update
+# boundary, a grid cancelling its submitit jobs with SIGINT) need what an interactive `pytest` has; found as two
+# failures that appeared only when the suite ran in the background.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # `make test` (and so CI, .ci/run) installs the references of tests/test_parity_refs.py and the benchmark's

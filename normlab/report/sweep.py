@@ -86,8 +86,9 @@ def plot_loss_vs_lr(result: dict[str, Any], path: Path) -> Path:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("final validation NLL (nats)")
     axes[0][0].legend(fontsize=7)
-    fig.suptitle("Final loss against learning rate (x: unstable; faint vertical lines: last stable lr of the edge, "
-                 "dotted where censored)", fontsize=9)
+    fig.suptitle("Final loss against learning rate (x: diverged, non-finite or above l0; faint vertical lines: last "
+                 "stable lr of the edge, which also counts a collapse onto the unigram plateau; dotted where censored)",
+                 fontsize=9)  # fmt: skip
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -214,7 +215,7 @@ def _frontier_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                              f"{', '.join(_lr(x) for x in r['lr_tolerance_per_seed'])}, sensitivity sd "
                              f"{format_number(r['sensitivity_sd'])}, best-loss sd {format_number(r['best_loss_sd'])}")
                 if r["diverged_lrs"]:
-                    text += f"; unstable at {', '.join(_lr(x) for x in r['diverged_lrs'])}"
+                    text += f"; diverged at {', '.join(_lr(x) for x in r['diverged_lrs'])}"
                 if r["missing_lrs"]:  # failed, or not finished (--report-only): the curve decides nothing
                     text += f"; incomplete, no result at {', '.join(_lr(x) for x in r['missing_lrs'])}"
                 cells.append(text)
