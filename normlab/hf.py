@@ -267,11 +267,12 @@ _HEAD = [
 _QKV = ("query", "key", "value")  # the row blocks of normlab's fused projection, in order (model.SelfAttention)
 
 
-def _unwrap(model: nn.Module) -> MaskedLM:
+def _unwrap(model: nn.Module, cls: type[nn.Module] = MaskedLM, what: str = "the encoder-only masked LM") -> Any:
+    """``model`` without its torch.compile / DistributedDataParallel wrappers, checked to be a ``cls``."""
     model = getattr(model, "_orig_mod", model)  # torch.compile
     model = getattr(model, "module", model)  # DistributedDataParallel
-    if not isinstance(model, MaskedLM):
-        raise TypeError(f"expected a normlab MaskedLM (the encoder-only masked LM), got {type(model).__name__}")
+    if not isinstance(model, cls):
+        raise TypeError(f"expected a normlab {cls.__name__} ({what}), got {type(model).__name__}")
     return model
 
 
@@ -504,11 +505,7 @@ def gpt2_config(cfg: ModelConfig) -> GPT2Config:
 
 
 def _unwrap_lm(model: nn.Module) -> CausalLM:
-    model = getattr(model, "_orig_mod", model)  # torch.compile
-    model = getattr(model, "module", model)  # DistributedDataParallel
-    if not isinstance(model, CausalLM):
-        raise TypeError(f"expected a normlab CausalLM (the decoder-only language model), got {type(model).__name__}")
-    return model
+    return _unwrap(model, CausalLM, "the decoder-only language model")
 
 
 @torch.no_grad()
