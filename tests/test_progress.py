@@ -1,8 +1,9 @@
 """A grid a person can watch (issue 32; normlab/experiments/progress.py): the pace and the ETA, the periodic line
-without a terminal (a fake clock), the live display on a fake terminal."""
+without a terminal (a fake clock), the live display on a fake terminal, and a smoke grid end to end."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -18,6 +19,7 @@ from normlab.experiments.progress import (
     duration,
     eta,
     pace,
+    progress_from_args,
 )
 from normlab.files import last_jsonl
 from normlab.rundir import RunDir
@@ -199,6 +201,17 @@ def test_quiet_shows_nothing_but_the_grids_lines(tmp_path):
     assert tty.getvalue() == "" and lines == ["[  1/1] start  a", "[  1/1] completed a (3 s; grid 0.1 min)"]
 
 
+def test_the_commands_flags():
+    from normlab.cli import build_parser
+
+    parser = build_parser()
+    for command in (["reproduce"], ["sweep"], ["finetune", "--from", "x", "--task", "wic"]):
+        args = parser.parse_args(command)
+        assert progress_from_args(args) == ProgressSettings(mode="auto", every_s=300.0), command
+        args = parser.parse_args([*command, "--quiet", "--progress-every", "0.5"])
+        assert progress_from_args(args) == ProgressSettings(mode="off", every_s=30.0), command
+
+
 # --------------------------------------------------------------------------------------------- on a terminal
 
 
@@ -252,3 +265,40 @@ def test_the_live_display_keeps_the_grids_lines_whole(tmp_path, monkeypatch):
     assert screen(tty.getvalue()) == ["[  1/2] start  post-adam-5e-4-w4000-s1", "[  2/2] start  pre-adam-5e-4-nowarm-s1",
                                       "[  1/2] completed post-adam-5e-4-w4000-s1 (25 s; grid 0.4 min)",
                                       "grid: interrupted"]  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+
+
+@pytest.mark.slow
+def test_a_smoke_grid_on_a_terminal_shows_its_progress_and_trains_the_same(tmp_path):
+    """run_grid with the live display on a (fake) terminal: the start/end lines whole on the screen, the block drawn
+    while it ran and gone at the end, and every run's losses bit for bit those of the same run trained alone."""
+    from normlab.experiments.budget import run_updates
+    from normlab.experiments.figures import Context, fig6_small_lr
+    from normlab.experiments.grid import run_grid
+    from normlab.experiments.scales import get_scale
+    from normlab.train.run import train
+
+    ctx = Context(translation_updates_per_epoch=9)
+    specs = [dataclasses.replace(s, config=s.config.replace(attention="sdpa-fp32"))
+             for s in fig6_small_lr(get_scale("smoke"), ctx)[:2]]  # fmt: skip
+    tty = FakeTTY()
+    outcomes = run_grid(specs, tmp_path / "grid", jobs=1, threads=1, say=lambda line: print(line, file=tty),
+                        progress=ProgressSettings(stream=tty), pace=0.05,
+                        totals={s.name: run_updates(s, ctx) for s in specs})  # fmt: skip
+    assert [o.status for o in outcomes.values()] == ["completed", "completed"], outcomes
+    shown = screen(tty.getvalue())  # the grid's lines, whole and in order; the block gone
+    assert [ln for ln in shown if " start " in ln] == [f"[  {i}/2] start  {s.name}" for i, s in enumerate(specs, 1)]
+    ends = [re.fullmatch(r"\[  ([12])/2\] completed (\S+) \(\d+ s; grid \d+\.\d min\)", ln) for ln in shown]
+    assert len(shown) == 4 and [(m[1], m[2]) for m in ends if m] == [("1", specs[0].name), ("2", specs[1].name)]
+    drawn = tty.getvalue()
+    assert "grid [....................] 0/36 updates (0%) | ETA 2 s | 20.0 updates/s (probe)" in drawn
+    assert "grid [####################] 36/36 updates (100%)" in drawn  # drawn after the last run's end line
+    for s in specs:  # what the grid trained is what the run trains alone
+        train(s.config, tmp_path / "alone" / s.name, quiet=True)
+        ours = [(r["update"], r["loss"]) for r in RunDir(tmp_path / "grid" / "runs" / s.name).metrics("train")]
+        alone = [(r["update"], r["loss"]) for r in RunDir(tmp_path / "alone" / s.name).metrics("train")]
+        assert len(ours) == 18
+        torch.testing.assert_close(torch.tensor(ours, dtype=torch.float64), torch.tensor(alone, dtype=torch.float64),
+                                   rtol=0, atol=0)  # fmt: skip
