@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["UMASK", "fsync_dir", "json_line", "read_jsonl", "remove_tree", "strict_json", "sweep", "write_atomic",
-           "write_json_atomic"]  # fmt: skip
+__all__ = ["UMASK", "fsync_dir", "json_line", "last_jsonl", "read_jsonl", "remove_tree", "strict_json", "sweep",
+           "write_atomic", "write_json_atomic"]  # fmt: skip
 
 
 def fsync_dir(path: str | Path) -> None:
@@ -104,6 +104,36 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             if isinstance(rec, dict):
                 out.append(rec)
     return out
+
+
+def last_jsonl(path: str | Path, kind: str, window: int = 8192) -> dict[str, Any] | None:
+    """The last complete record of ``"type": kind`` in a JSON-lines file that is being appended to, read from the
+    file's end (the last ``window`` bytes, doubled until one is found or the whole file is read): a grid watching
+    its runs reads this every second, and a run's metrics.jsonl grows by a line per update. A first line cut by
+    the seek and a last line still being written are skipped. None when there is no such record (or no file)."""
+    try:
+        f = open(path, "rb")
+    except OSError:
+        return None
+    with f:
+        size = f.seek(0, os.SEEK_END)
+        while True:
+            start = max(0, size - window)
+            f.seek(start)
+            lines = f.read(size - start).split(b"\n")
+            lines.pop()  # after the last newline: b"" or a line still being written
+            if start > 0 and lines:
+                lines.pop(0)  # cut by the seek
+            for raw in reversed(lines):
+                try:
+                    rec = json.loads(raw.decode("utf-8"))
+                except (UnicodeDecodeError, json.JSONDecodeError):
+                    continue
+                if isinstance(rec, dict) and rec.get("type") == kind:
+                    return rec
+            if start == 0:
+                return None
+            window *= 2
 
 
 def remove_tree(path: Path) -> None:

@@ -206,6 +206,7 @@ class FinetuneRun:
     seed: int
     cfg: TrainConfig
     run_dir: Path
+    updates: int = 0  # epochs x updates per epoch (0: not counted): the updates the grid's progress display counts
 
 
 def data_config(pretrain: TrainConfig, fc: FinetuneConfig, tokenizer: str | Path, batch_size: int) -> DataConfig:
@@ -248,7 +249,8 @@ def grid(pre: Pretrained, fc: FinetuneConfig, tokenizer: Path, train: Any, out: 
             per_epoch = len(train.epoch_batches(1, seed, data.max_tokens, max_sentences=bs))  # as Trainer.fit
             cfg = run_config(pre.cfg, fc, data, lr=lr, epochs=epochs, seed=seed, updates_per_epoch=per_epoch,
                              init_from=str(pre.checkpoint))  # fmt: skip
-            runs.append(FinetuneRun(setting, seed, cfg, out / "runs" / setting.name / f"seed{seed}"))
+            run_dir = out / "runs" / setting.name / f"seed{seed}"
+            runs.append(FinetuneRun(setting, seed, cfg, run_dir, epochs * per_epoch))
     return runs
 
 

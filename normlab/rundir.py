@@ -36,6 +36,7 @@ from normlab.device import pick_device
 from normlab.files import (
     fsync_dir,
     json_line,
+    last_jsonl,
     read_jsonl,
     remove_tree,
     strict_json,
@@ -245,6 +246,11 @@ class RunDir:
         by a kill is skipped."""
         recs = read_jsonl(self.metrics_path)
         return recs if kind is None else [r for r in recs if r.get("type") == kind]
+
+    def last_metric(self, kind: str = "train") -> dict[str, Any] | None:
+        """The last record of ``kind`` in metrics.jsonl, read from the file's end (files.last_jsonl): what a grid
+        shows of a run in progress, every second, without reading the whole file."""
+        return last_jsonl(self.metrics_path, kind)
 
     def truncate_metrics(self, update: int, valid: bool = True) -> None:
         """Keep the records up to ``update`` (a resume forgets what the killed run logged after its checkpoint:

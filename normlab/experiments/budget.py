@@ -8,6 +8,10 @@ passes. It also measures the fp32 and bf16 matmul rates (on a CPU, of one core: 
 would otherwise distort them) and warns, with both numbers, when the CPU
 has no native bf16 (no AMX or AVX-512 BF16): the quick scale's budget (scales.QUICK_BUDGET) assumes a CPU that
 has it, and an fp32-only CPU takes several times longer.
+
+The estimate is a pace (:attr:`Estimate.pace`: seconds per update of the grid as a whole) times the grid's updates,
+through progress.eta with nothing measured yet; the grid (grid.py) starts from the same pace and the same function
+for the ETA it shows while it runs, which its own measured pace corrects as it goes.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import torch
 from normlab.config import TrainConfig
 from normlab.device import autocast, autocast_dtype
 from normlab.experiments.figures import Context, RunSpec
+from normlab.experiments.progress import eta
 from normlab.model import build_model, set_attention
 from normlab.train.kernels import choose_attention
 from normlab.train.losses import translation_loss
@@ -31,7 +36,7 @@ from normlab.train.optim import build_optimizer
 from normlab.train.throughput import limit_onednn_cache, matmul_peak_flops
 
 __all__ = ["Estimate", "probe_update_seconds", "estimate", "grid_work", "evaluations", "updates_per_epoch",
-           "native_bf16"]
+           "native_bf16", "run_updates"]
 
 # A validation pass over V target tokens costs about a third of a training update on the same tokens (forward
 # only); the grid's runs validate every eval_every updates. BLEU decoding is counted as this many updates per
@@ -147,14 +152,22 @@ def _compete(cfg: TrainConfig, threads: int, sentence_len: int, ready: Any, stop
 @dataclasses.dataclass
 class Estimate:
     seconds_per_update: float  # of the probe, at the grid's threads per job
-    updates: int  # training updates of the grid's translation and pre-training runs
-    seconds: float  # the estimated wall time of the grid
+    updates: int  # training updates of the grid's runs
+    # seconds per update of the grid as a whole (jobs in parallel, validation counted): what run_grid's ETA starts
+    # from (progress.pace); 0 when there is no probe
+    pace: float
     jobs: int
     fp32_gflops: float
     bf16_gflops: float
     native_bf16: bool
     warning: str = ""
     per_core: bool = False  # the matmul rates are one core's (CPU), not the device's (CUDA)
+
+    @property
+    def seconds(self) -> float:
+        """The estimated wall time of the grid: progress.eta with nothing measured yet, the formula of the ETA that
+        the grid shows while it runs."""
+        return eta(self.updates, prior=self.pace) or 0.0
 
     @property
     def _per(self) -> str:
@@ -178,7 +191,8 @@ def _measured_epoch(spec: RunSpec, ctx: Context) -> int:
     return ctx.mlm_updates_per_epoch if spec.kind == "mlm" else ctx.translation_updates_per_epoch
 
 
-def _updates(spec: RunSpec, ctx: Context) -> int:
+def run_updates(spec: RunSpec, ctx: Context) -> int:
+    """The updates ``spec``'s run makes: its max_updates, or its epochs of the data as the context measured them."""
     c = spec.config
     return c.max_updates or c.max_epochs * (_measured_epoch(spec, ctx) or 1)
 
@@ -228,7 +242,7 @@ def grid_work(specs: Sequence[RunSpec], ctx: Context, ref: TrainConfig) -> tuple
     updates, work = 0, 0.0
     for s in specs:
         c = s.config
-        n = _updates(s, ctx)
+        n = run_updates(s, ctx)
         updates += n
         evals = evaluations(n, _per_epoch(s, ctx, n), c.eval_every)
         # a validation pass: (valid examples x ~25 tokens) forward-only, a third of an update's work per token
@@ -267,7 +281,9 @@ def estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int,
     competitors = jobs - 1 if compete and cpu else 0
     per_update = probe_update_seconds(ref, threads=threads, competitors=competitors) if trans else 0.0
     updates, work = grid_work(specs, ctx, ref)
-    seconds = work * per_update / max(1, jobs)
+    # the grid's work (in updates of the probed run) at the probe's time each, shared by the jobs, per grid update
+    grid_pace = work * per_update / max(1, jobs) / max(1, updates)
+    seconds = eta(updates, prior=grid_pace) or 0.0
     native = native_bf16(device)
     warning = ""
     if device.type == "cpu" and not native:
@@ -280,4 +296,4 @@ def estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int,
     if load > (os.cpu_count() or 1) + 0.5:
         warning += (f" The load average is {load:.1f} on {os.cpu_count()} cores: other processes share them, so this "
                     "probe (and the grid) run slower than on an idle machine.")
-    return Estimate(per_update, updates, seconds, jobs, fp32, bf16, native, warning.strip(), per_core=cpu)
+    return Estimate(per_update, updates, grid_pace, jobs, fp32, bf16, native, warning.strip(), per_core=cpu)

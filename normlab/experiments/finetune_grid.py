@@ -21,6 +21,7 @@ from normlab.config import ConfigError, apply_overrides
 from normlab.experiments.figures import RunSpec
 from normlab.experiments.grid import RunOutcome, run_grid
 from normlab.experiments.launchers import LauncherConfig, add_launcher_arguments, as_config, launcher_from_args
+from normlab.experiments.progress import ProgressSettings, add_progress_arguments, progress_from_args
 from normlab.finetune import SCALES, FinetuneConfig, announce, grid_results, open_grid, run_line, table, train_task
 from normlab.finetune import add_arguments as add_finetune_arguments
 
@@ -49,11 +50,13 @@ def finetune_grid(
     threads: int = 0,
     verbose: bool = False,
     say: Any = print,
+    progress: ProgressSettings | None = None,
 ) -> tuple[dict[str, Any] | None, dict[str, RunOutcome]]:
     """Run (or resume) the grid of ``fc`` with ``launcher``: the same checks, run folders and results as
     :func:`normlab.finetune.finetune`, each unfinished run a task of the grid runner (a finished run is never
     submitted again; Ctrl-C cancels what was submitted). Returns the results (None when a run failed: each
-    failure is reported with its log's line, and the command run again retries it) and each run's outcome."""
+    failure is reported with its log's line, and the command run again retries it) and each run's outcome.
+    ``progress``: the grid's live display or progress lines (progress.py)."""
     launch = as_config(launcher)
     if launch.kind == "torchrun" or launch.nproc > 1:
         raise ConfigError("normlab finetune trains each run in one process: --launcher local, ray or slurm, "
@@ -72,7 +75,8 @@ def finetune_grid(
     task_kwargs = {"checkpoint": str(Path(g.pre.checkpoint).resolve()), "update": g.pre.update,
                    "keep": g.fc.keep_checkpoints, "verbose": verbose, "cwd": os.getcwd()}  # fmt: skip
     outcomes = run_grid(specs, g.out, jobs=jobs or (0 if launch.remote else 1), threads=threads, launcher=launch,
-                        cuda=cuda, say=say, task=train_task, task_kwargs=task_kwargs)  # fmt: skip
+                        cuda=cuda, say=say, task=train_task, task_kwargs=task_kwargs, progress=progress,
+                        totals={name: r.updates for name, r in zip(names, g.runs)})  # fmt: skip
     failed = []
     for i, name in enumerate(names, 1):
         o = outcomes[name]
@@ -97,6 +101,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "one job, the threads this process trains with, as the in-process loop did; several jobs, cores / "
                    "jobs; ray or slurm, 1): what each run requests from Ray or SLURM")  # fmt: skip
     add_launcher_arguments(p)
+    add_progress_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
 
     results, _ = finetune_grid(args.source, fc, args.out, which=args.checkpoint, scale=args.scale,
                                launcher=launcher_from_args(args), jobs=args.jobs, threads=args.threads,
-                               verbose=args.verbose, say=say)  # fmt: skip
+                               verbose=args.verbose, say=say, progress=progress_from_args(args))  # fmt: skip
     if results is None:
         return 1
     print(table(results))

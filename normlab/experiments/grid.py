@@ -18,6 +18,11 @@ SLURM jobs); what runs, in which order and what came of it is this module's, the
 two-thread process on 2 cores). Fine-tuning runs are submitted when their pre-training run has finished. Local
 workers and children die with the grid process (PR_SET_PDEATHSIG), so a killed grid leaves no orphan writing into
 its runs; a grid stopped by Ctrl-C or SIGTERM cancels the Ray tasks and SLURM jobs it submitted.
+
+Between a run's start and end lines the grid shows its progress (progress.py): on a terminal a live display of
+the updates done of the total, the runs in flight with their loss, the pace and the ETA; without one, the same
+figures as a line every few minutes. It reads each running run's metrics.jsonl from its end, so it is the same on
+every launcher.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +44,7 @@ from normlab.config import ConfigError, TrainConfig, flat_dict
 from normlab.data.cache import cache_root
 from normlab.experiments.figures import RunSpec
 from normlab.experiments.launchers import Ended, LauncherConfig, Task, as_config, child_preexec, make_launcher
+from normlab.experiments.progress import GridWatch, ProgressSettings
 from normlab.files import write_atomic
 from normlab.rundir import RunDir
 from normlab.train.run import train
@@ -163,13 +169,21 @@ def run_grid(
     say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
     task: Callable[..., int] | None = None,
     task_kwargs: dict[str, Any] | None = None,
+    progress: ProgressSettings | None = None,
+    totals: Mapping[str, int] | None = None,
+    pace: float | None = None,
 ) -> dict[str, RunOutcome]:
     """Run ``specs`` (see the module docstring) with ``launcher`` (a LauncherConfig, or its kind with ``nproc``);
     returns each run's outcome. ``jobs``: runs in flight at once (0 with ray or slurm: every run that is ready);
     ``cuda``: the runs train on GPUs (what a remote run requests without ``gpus_per_run``). ``task``: the
     module-level function that trains a run, ``task(config=..., run_dir=..., resume=..., **task_kwargs)`` returning
     ``normlab train``'s exit code (default :func:`train_run`; ``normlab finetune`` gives its own, with the test
-    split's evaluation); a spec's name may hold a ``/`` (``SETTING/seedK``: nested run folders)."""
+    split's evaluation); a spec's name may hold a ``/`` (``SETTING/seedK``: nested run folders).
+
+    ``progress``: the live display or the periodic lines (progress.py; default: live on a terminal, a line every
+    5 minutes otherwise); ``totals``: the updates of each run by name, for the runs bounded by epochs (default:
+    the config's max_updates; for a run without one, its summary's once it runs); ``pace``: the probe's seconds per
+    grid update (budget.Estimate.pace), the ETA's start."""
     task = task or train_run
     task_kwargs = task_kwargs or {}
     cfg = as_config(launcher, nproc)
@@ -220,7 +234,8 @@ def run_grid(
 
     def start(spec: RunSpec) -> None:
         run_dir = out / "runs" / spec.name
-        resume = RunDir(run_dir).latest() is not None
+        latest = RunDir(run_dir).latest()
+        resume = latest is not None
         if not resume and run_dir.exists():
             shutil.rmtree(run_dir)  # killed before its first checkpoint: nothing worth keeping
         run_cfg = spec.config
@@ -243,6 +258,7 @@ def run_grid(
         assert engine is not None
         running[spec.name] = (engine.submit(Task(spec.name, task, kwargs, log_path, tuple(command), env)),
                               time.perf_counter(), spec)  # fmt: skip
+        watch.started(spec.name, base=int(latest.name.split("_")[-1]) if latest is not None else 0)
         say(f"[{done + len(running):>3}/{total}] {'resume' if resume else 'start '} {spec.name}")
 
     def finish(name: str, ended: Ended) -> None:
@@ -263,11 +279,18 @@ def run_grid(
             code = "no exit code" if ended.code is None else f"exit code {ended.code}"
             outcome = RunOutcome(name, "failed", seconds, f"{code}: {line}")
         outcomes[name] = outcome
+        watch.ended(name)
         done += 1
         elapsed = time.perf_counter() - t_grid
         why = f": {outcome.error} (log: {log_path})" if outcome.status == "failed" else ""
         say(f"[{done:>3}/{total}] {outcome.status:<9} {name} ({seconds:.0f} s; grid {elapsed / 60:.1f} min){why}")
 
+    # the live display or the progress lines, from here to the end of the grid (closed in the finally below)
+    watch = GridWatch(say, progress, prior=pace)
+    for spec in specs:
+        length = (totals or {}).get(spec.name) or spec.config.max_updates
+        watch.add(spec.name, out / "runs" / spec.name, length, finished=spec.name in outcomes)
+    say = watch.say  # the grid's lines above the live display (the caller's say when there is none)
     clean = False
     try:
         with _sigterm_as_interrupt():
@@ -285,6 +308,7 @@ def run_grid(
                         outcomes[spec.name] = RunOutcome(spec.name, "skipped", error=f"pre-training run "
                                                          f"{spec.parent} did not finish, or lacks the checkpoint")
                         done += 1
+                        watch.ended(spec.name)
                         say(f"[{done:>3}/{total}] skipped   {spec.name} (its pre-training run did not finish)")
                         continue
                     start(spec)
@@ -294,6 +318,7 @@ def run_grid(
                     if ended is not None:
                         finish(name, ended)
                         progressed = True
+                watch.tick()
                 if not progressed:
                     if not running and pending:  # nothing runs and nothing can start: a dependency never finished
                         for spec in pending:
@@ -304,6 +329,7 @@ def run_grid(
                     time.sleep(0.5 if cfg.remote else 0.2)
         clean = True
     finally:
+        watch.close()
         if engine is not None:
             if not clean:  # interrupted: what was submitted and has not ended is cancelled (it resumes next time)
                 n = engine.cancel()

@@ -32,7 +32,7 @@ from normlab import __version__
 from normlab.analysis.run import analysis_scale, claims_numbers, summary_lines
 from normlab.config import ConfigError, OptimConfig, ScheduleConfig, TrainConfig
 from normlab.data import prepare
-from normlab.experiments.budget import estimate, updates_per_epoch
+from normlab.experiments.budget import estimate, run_updates, updates_per_epoch
 from normlab.experiments.figures import Context, _translation, all_runs, fig5_bert, mappings, seeds_mapping
 from normlab.experiments.finetuning import finetune_config
 from normlab.experiments.grid import (
@@ -45,6 +45,7 @@ from normlab.experiments.grid import (
     run_status,
 )
 from normlab.experiments.launchers import LauncherConfig, add_launcher_arguments, as_config, launcher_from_args
+from normlab.experiments.progress import ProgressSettings, add_progress_arguments, progress_from_args
 from normlab.experiments.results import collect, group_runs
 from normlab.experiments.scales import QUICK_BUDGET, Scale, get_scale
 from normlab.experiments.sweep import run_sweep, sweep_scale
@@ -79,6 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "De-En as train.de/train.en ...); default the vendored de-en")  # fmt: skip
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"])
+    add_progress_arguments(p)
 
 
 @functools.lru_cache(maxsize=4)
@@ -217,6 +219,7 @@ def reproduce(
     precision: str = "auto",
     probe: bool = True,
     train: bool = True,
+    progress: ProgressSettings | None = None,
 ) -> dict[str, Any]:
     """Run the grid of ``figures`` (default: the scale's) at ``scale_name`` into ``out`` and write the report;
     returns results.json's content. ``probe``: print the estimated wall time first (see budget.py). ``train``
@@ -224,7 +227,8 @@ def reproduce(
     report from what has finished in ``out``; a run that has not finished (killed, still running in another
     process, never started) counts as missing, and ``meta["unfinished"]`` names it. ``launcher``: where the
     grid's runs go (a kind or a LauncherConfig, launchers.py), the width sweep's too; the analysis of Figure 3
-    (minutes, no training) runs in a process of this machine whatever the launcher."""
+    (minutes, no training) runs in a process of this machine whatever the launcher. ``progress``: the grid's live
+    display or progress lines (progress.py), whose ETA starts from the estimate's pace."""
     t0 = time.perf_counter()
     launch = as_config(launcher, nproc)
     if train:
@@ -265,20 +269,25 @@ def reproduce(
                 raise ConfigError(f"--report-only: no run of the figures {', '.join(figures)} at the {scale.name} "
                                   f"scale has finished in {out} yet." + (others_note(specs, out / "runs") or
                                   " Run it without --report-only first."))  # fmt: skip
+        pace = None  # the probe's seconds per grid update: the estimate, and the start of the grid's ETA
         if train and probe and todo and launch.remote:
             _say(f"estimate: none with --launcher {launch.kind} (the probe times this machine, not the cluster's)")
         elif train and probe and todo:
             budget = QUICK_BUDGET["minutes"] if scale.name == "quick" else None
-            _say(estimate(todo, ctx, jobs=jobs, threads=threads, budget_minutes=budget).text())
+            est = estimate(todo, ctx, jobs=jobs, threads=threads, budget_minutes=budget)
+            _say(est.text())
+            pace = est.pace or None
         base = baselines(scale, ctx, figures)
-        outcomes = (run_grid(specs, out, jobs=jobs, threads=threads, launcher=launch, cuda=cuda, say=_say)
+        outcomes = (run_grid(specs, out, jobs=jobs, threads=threads, launcher=launch, cuda=cuda, say=_say,
+                             progress=progress, totals={s.name: run_updates(s, ctx) for s in specs}, pace=pace)
                     if train else {})  # fmt: skip
         # After the paper's runs, so that a stopped job has decided the paper's claims first. With --report-only,
         # from the sweep's finished runs, if any.
         width = None
         if "width" in figures and (train or sweep_started):
             width = _width_sweep(scale, out, jobs=jobs, threads=threads, corpus=corpus, device=device,
-                                 precision=precision, probe=probe, train=train, launcher=launch)  # fmt: skip
+                                 precision=precision, probe=probe, train=train, launcher=launch,
+                                 progress=progress)  # fmt: skip
     except BaseException as e:  # a bad corpus, Ctrl-C: the analysis must not run on as an orphan
         if analysis_job:
             analysis_job.stop()
@@ -421,5 +430,5 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--figures {args.figures!r} names no figure; expected some of {list(ALL_FIGURES)}")
     reproduce(args.scale, args.out, figures=figures, jobs=args.jobs, threads=args.threads,
               launcher=launcher_from_args(args), corpus=args.corpus, device=args.device, precision=args.precision,
-              probe=not args.no_estimate, train=not args.report_only)  # fmt: skip
+              probe=not args.no_estimate, train=not args.report_only, progress=progress_from_args(args))  # fmt: skip
     return 0

@@ -116,6 +116,7 @@ from normlab.experiments.budget import estimate, updates_per_epoch
 from normlab.experiments.figures import Context, RunSpec
 from normlab.experiments.grid import FINISHED, any_finished, check_not_stale, others_note, run_grid, run_status
 from normlab.experiments.launchers import add_launcher_arguments, as_config, launcher_from_args
+from normlab.experiments.progress import ProgressSettings, add_progress_arguments, eta, progress_from_args
 from normlab.experiments.scales import PAPER
 from normlab.metrics import unigram_plateau
 from normlab.report.render import write_sweep_report
@@ -1137,11 +1138,12 @@ _RUN_OVERHEAD_S = 1.0  # measured: the smoke sweep's 24 runs took ~1 s each in a
 _WORKER_START_S = 15.0  # measured: the first run of each worker took ~15 s (imports, first data load)
 
 
-def sweep_estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int) -> str:
+def sweep_estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int) -> tuple[str, float | None]:
     """budget.estimate per width (its probe times one model, beside jobs - 1 processes training it as the grid
-    will; the widths of a sweep differ in cost), summed."""
+    will; the widths of a sweep differ in cost), summed: the line to print, and the pace it comes from (seconds per
+    update of the grid, progress.pace's prior: the grid's ETA starts from it), None where there is no probe."""
     if specs and specs[0].kind != "translation":
-        return f"estimate: not available for the {specs[0].kind} task (budget.py probes a translation model)"
+        return f"estimate: not available for the {specs[0].kind} task (budget.py probes a translation model)", None
     by_width: dict[int, list[RunSpec]] = {}
     for s in specs:
         by_width.setdefault(s.config.model.d_model, []).append(s)
@@ -1155,9 +1157,11 @@ def sweep_estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads
     # budget.estimate counts training and validation work only; a short run also pays its model build, data
     # loading and checkpoint (~1 s on the smoke scale here) and each worker its start-up (~15 s, torch imports)
     overhead = len(specs) * _RUN_OVERHEAD_S / max(1, jobs) + _WORKER_START_S
+    pace = (seconds + overhead) / max(1, updates)
     line = (f"estimate: {len(specs)} runs, {updates:,} updates ({'; '.join(parts)}) / {jobs} job(s) + validation "
-            f"+ ~{overhead:.0f} s of per-run overhead = ~{(seconds + overhead) / 60:.1f} min on this machine")  # fmt: skip
-    return line + (f"\nWARNING: {warning}" if warning else "")
+            f"+ ~{overhead:.0f} s of per-run overhead = ~{(eta(updates, prior=pace) or 0.0) / 60:.1f} min on this "
+            "machine")  # fmt: skip
+    return line + (f"\nWARNING: {warning}" if warning else ""), pace
 
 
 def unigram_baseline(data: Any, task: str) -> dict[str, Any]:
@@ -1170,12 +1174,14 @@ def unigram_baseline(data: Any, task: str) -> dict[str, Any]:
 
 def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int = 0, corpus: str = "",
               device: str = "auto", precision: str = "auto", probe: bool = True, diagnose: bool = True,
-              say: Any = _say, train: bool = True, launcher: Any = "local") -> dict[str, Any]:  # fmt: skip
+              say: Any = _say, train: bool = True, launcher: Any = "local",
+              progress: ProgressSettings | None = None) -> dict[str, Any]:  # fmt: skip
     """Run the sweep's grid into ``out`` (resumable: finished runs are kept), then write ``out/report/``:
     sweep.json, loss_vs_lr.png, frontier.png, index.html and SWEEP.md. Returns sweep.json's content. ``train``
     False (``--report-only``): run nothing and write the report from the runs finished so far; a cell that has not
     finished is a missing grid point (:func:`analyze`), and ``meta["unfinished"]`` counts them. ``launcher``: where
-    the runs go (a kind or a LauncherConfig, launchers.py); diagnose and the report run here."""
+    the runs go (a kind or a LauncherConfig, launchers.py); diagnose and the report run here. ``progress``: the
+    grid's live display or progress lines (progress.py), whose ETA starts from the estimate's pace."""
     import os
     import platform
     import time
@@ -1227,6 +1233,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     baseline = unigram_baseline(data, cfg.task)
     say(f"unigram loss of the validation targets U = {baseline['unigram_loss']:.3f} nats ({baseline['tokens']:,} "
         f"tokens): a curve has a frontier only when its best run ends more than {cfg.margin:g} nats below it")  # fmt: skip
+    pace = None  # the estimate's seconds per grid update: where the grid's ETA starts
     if todo and train:
         # the estimate counts validation passes (budget.evaluations): it needs the epoch's real length, thousands
         # of updates here, so that runs of a few hundred validate every eval_every updates and at their end only
@@ -1234,7 +1241,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         if probe and launch.remote:
             say(f"estimate: none with --launcher {launch.kind} (the probe times this machine, not the cluster's)")
         elif probe:
-            say(sweep_estimate(todo, ctx, jobs=jobs, threads=threads))
+            text, pace = sweep_estimate(todo, ctx, jobs=jobs, threads=threads)
+            say(text)
     outcomes: dict[str, Any] = {}
     read: dict[str, tuple[Cell, dict[str, Any]]] = {}
 
@@ -1254,7 +1262,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     while True:
         if train:
             for name, o in run_grid(specs, out, jobs=jobs, threads=threads, launcher=launch, cuda=cuda,
-                                    say=say).items():  # fmt: skip
+                                    say=say, progress=progress, pace=pace).items():  # fmt: skip
                 if o.status != "cached" or name not in outcomes:  # a run of an earlier round keeps its outcome
                     outcomes[name] = o
         cells = read_all()
@@ -1441,6 +1449,7 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--corpus", default="", help="a directory of your own files (default: the vendored de-en / en-mono)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"])
+    add_progress_arguments(p)
 
 
 def run(args: Any) -> int:
@@ -1450,5 +1459,6 @@ def run(args: Any) -> int:
     cfg = SweepConfig.from_dict(apply_overrides(sweep_scale(args.scale).to_dict(), args.set))
     run_sweep(cfg, args.out or f"sweep/{cfg.scale}", jobs=args.jobs, threads=args.threads, corpus=args.corpus,
               device=args.device, precision=args.precision, probe=not args.no_estimate,
-              diagnose=not args.no_diagnose, train=not args.report_only, launcher=launcher_from_args(args))  # fmt: skip
+              diagnose=not args.no_diagnose, train=not args.report_only, launcher=launcher_from_args(args),
+              progress=progress_from_args(args))  # fmt: skip
     return 0
