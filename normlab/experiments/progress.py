@@ -37,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+from normlab.config import ConfigError
 from normlab.rundir import RunDir
 
 __all__ = ["LINE_EVERY_S", "PRIOR_WEIGHT_S", "ProgressSettings", "GridWatch", "Snapshot", "pace", "eta",
@@ -129,8 +130,6 @@ def add_progress_arguments(p: Any) -> None:
 
 def progress_from_args(args: Any) -> ProgressSettings:
     if args.progress_every <= 0:
-        from normlab.config import ConfigError
-
         raise ConfigError(f"--progress-every must be > 0 minutes, got {args.progress_every:g}")
     return ProgressSettings(mode="off" if args.quiet else "auto", every_s=args.progress_every * 60)
 
