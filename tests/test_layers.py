@@ -23,7 +23,7 @@ PACKAGE = ROOT / "normlab"
 # written.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # file mechanics, the configs, the wording of faults: nothing of normlab below them
-    ("ground", ("normlab.files", "normlab.config", "normlab.faults")),
+    ("ground", ("normlab.files", "normlab.config", "normlab.faults", "normlab.allocator")),
     # what the machine and the installed package provide
     ("platform", ("normlab.assets", "normlab.device")),
     ("data", ("normlab.data",)),
@@ -45,6 +45,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 # module, where a reader (and this test) sees what the module stands on.
 LOCAL_IMPORTS: dict[tuple[str, str], str] = {
     ("normlab.analysis.run", "normlab.analysis.plots"): "matplotlib, for the figures only",
+    ("normlab.__main__", "normlab.cli"): "after the allocator's re-exec: cli imports torch, which the re-executed "
+    "process would import again (normlab.allocator)",
 }
 MAX_LOCAL_IMPORTS = 15
 

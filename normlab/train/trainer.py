@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from normlab import __version__
+from normlab import __version__, allocator
 from normlab.config import ConfigError, TrainConfig, flat_dict
 from normlab.data.batch import Batch
 from normlab.data.corpora import DataError
@@ -237,6 +237,7 @@ class Trainer:
         # the size of the distribution the training loss is over (the divergence rule)
         self._outputs = cfg.model.num_classes if cfg.data.task == "classification" else cfg.model.vocab_size
         self.ckpt_dir = self.rundir.checkpoints
+        self._allocator = allocator.loaded()  # the C allocator this process runs on (normlab.allocator), for the summary
         self._writer = None
         self._lock = None
         self._metrics_file = None
@@ -281,6 +282,7 @@ class Trainer:
             "world_size": self.dist.world,
             "parameters": sum(p.numel() for p in self.params),
             "normlab_version": __version__,
+            "allocator": self._allocator,
             **extra,
         }
         if self.dist.is_main:

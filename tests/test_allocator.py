@@ -1,0 +1,133 @@
+"""The C allocator a normlab process runs on (normlab.allocator, issue 31): the choice on synthetic machines, and
+``python -m normlab`` re-executing itself onto jemalloc where this machine has it (CI installs it as root and
+sets NORMLAB_REQUIRE_JEMALLOC=1, so that the end-to-end test cannot skip there)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from normlab import allocator
+from normlab.allocator import AllocatorError, find, loaded, plan
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MAPS_GLIBC = """\
+7f0000000000-7f0000001000 r--p 00000000 08:01 1 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f0000002000-7f0000003000 r-xp 00000000 08:01 2 /usr/bin/python3.11
+"""
+MAPS_JEMALLOC = MAPS_GLIBC + (
+    "7f0000004000-7f0000005000 r-xp 00000000 08:01 3 /usr/lib/x86_64-linux-gnu/libjemalloc.so.2\n"
+)
+
+
+def test_loaded_reads_the_mapped_libraries():
+    assert loaded(MAPS_GLIBC) == "system"
+    assert loaded(MAPS_JEMALLOC) == "jemalloc"
+    assert loaded(MAPS_GLIBC + "7f00-7f01 r-xp 0 0 4 /opt/gperftools/lib/libtcmalloc_minimal.so.4.5.10\n") == "tcmalloc"
+    assert loaded("") == "system"
+
+
+@pytest.fixture
+def libdir(tmp_path: Path) -> Path:
+    (tmp_path / "libjemalloc.so.2").write_bytes(b"\x7fELF")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("env", "running", "platform", "expect"),
+    [
+        ({}, "system", "linux", "found"),  # auto, the library there: preload it
+        ({"NORMLAB_ALLOCATOR": "auto"}, "system", "linux", "found"),
+        ({"NORMLAB_ALLOCATOR": "jemalloc"}, "system", "linux", "found"),
+        ({"NORMLAB_ALLOCATOR": "system"}, "system", "linux", None),  # asked for the C library's
+        ({}, "jemalloc", "linux", None),  # already preloaded (by the user or by the first exec)
+        ({}, "tcmalloc", "linux", None),
+        ({"_NORMLAB_ALLOCATOR_EXEC": "1"}, "system", "linux", None),  # re-executed and still not loaded: no loop
+        ({}, "system", "darwin", None),  # LD_PRELOAD is Linux's
+    ],
+)
+def test_plan(libdir: Path, env: dict[str, str], running: str, platform: str, expect: str | None):
+    got = plan(env, running=running, dirs=[libdir], platform=platform)
+    assert got == (libdir / "libjemalloc.so.2" if expect == "found" else None)
+
+
+def test_plan_without_the_library(tmp_path: Path):
+    assert plan({}, running="system", dirs=[tmp_path], platform="linux") is None  # auto: the C library's, quietly
+    with pytest.raises(AllocatorError, match="apt install libjemalloc2"):
+        plan({"NORMLAB_ALLOCATOR": "jemalloc"}, running="system", dirs=[tmp_path], platform="linux")
+    with pytest.raises(AllocatorError, match="libtcmalloc-minimal4"):
+        plan({"NORMLAB_ALLOCATOR": "tcmalloc"}, running="system", dirs=[tmp_path], platform="linux")
+    with pytest.raises(AllocatorError, match="no such file"):
+        missing = {"NORMLAB_ALLOCATOR": str(tmp_path / "libnothing.so")}
+        plan(missing, running="system", dirs=[tmp_path], platform="linux")
+    with pytest.raises(AllocatorError, match="expected auto, system, jemalloc, tcmalloc"):
+        plan({"NORMLAB_ALLOCATOR": "jemaloc"}, running="system", dirs=[tmp_path], platform="linux")
+
+
+def test_a_path_is_preloaded_as_given(libdir: Path):
+    lib = libdir / "libjemalloc.so.2"
+    assert plan({"NORMLAB_ALLOCATOR": str(lib)}, running="system", dirs=[], platform="linux") == lib
+
+
+def test_find_takes_the_first_folder_that_has_it(tmp_path: Path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (b / "libtcmalloc_minimal.so.4").write_bytes(b"")
+    (a / "libtcmalloc.so.4").write_bytes(b"")
+    assert find("tcmalloc", [a, b]) == a / "libtcmalloc.so.4"
+    assert find("jemalloc", [a, b]) is None
+
+
+def test_importing_the_package_does_not_import_torch():
+    """``python -m normlab`` imports the package before __main__ chooses the allocator: torch must not be in yet,
+    or the re-executed process pays its import twice."""
+    code = "import sys, normlab; print('torch' in sys.modules); normlab.ModelConfig; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.split()  # fmt: skip
+    assert out == ["False", "False"], out  # ModelConfig comes from normlab.config, which needs no torch either
+
+
+def _train(tmp_path: Path, name: str, **env: str) -> subprocess.CompletedProcess[str]:
+    args = [sys.executable, "-m", "normlab", "train", "--out", str(tmp_path / name), "--quiet",
+            "--set", "model.d_model=16", "--set", "model.n_heads=2", "--set", "model.d_ffn=32",
+            "--set", "model.encoder_layers=1", "--set", "model.decoder_layers=1", "--set", "model.vocab_size=600",
+            "--set", "data.vocab_size=600", "--set", "data.tokenizer_sentences=2000", "--set", "data.train_subset=40",
+            "--set", "data.valid_subset=8",
+            "--set", "data.max_tokens=256", "--set", "max_updates=1", "--set", "device=cpu",
+            "--set", f"data.cache_dir={tmp_path / 'cache'}"]  # fmt: skip
+    full = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "_NORMLAB_ALLOCATOR_EXEC")}
+    return subprocess.run(args, check=False, capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env={**full, "PYTHONPATH": str(ROOT), **env})  # fmt: skip
+
+
+def test_an_allocator_that_is_not_there_is_one_line(tmp_path: Path):
+    r = _train(tmp_path, "run", NORMLAB_ALLOCATOR=str(tmp_path / "libnothing.so"))
+    assert r.returncode == 2, r.stderr
+    line = f"normlab: error: NORMLAB_ALLOCATOR={tmp_path / 'libnothing.so'}: no such file"
+    assert r.stderr.strip().splitlines() == [line]
+    assert not (tmp_path / "run").exists()
+
+
+def test_python_m_normlab_runs_on_jemalloc_where_the_machine_has_it(tmp_path: Path):
+    if allocator.find("jemalloc") is None:
+        if os.environ.get("NORMLAB_REQUIRE_JEMALLOC"):
+            pytest.fail("NORMLAB_REQUIRE_JEMALLOC is set and no libjemalloc.so.2 is found in "
+                        + ", ".join(map(str, allocator.search_dirs())))  # fmt: skip
+        pytest.skip("no libjemalloc.so.2 on this machine (apt install libjemalloc2); the re-exec is not exercised")
+    on = _train(tmp_path, "je")
+    off = _train(tmp_path, "sys", NORMLAB_ALLOCATOR="system")
+    assert on.returncode == 0 and off.returncode == 0, (on.stderr[-2000:], off.stderr[-2000:])
+    s_on = json.loads((tmp_path / "je" / "summary.json").read_text())
+    s_off = json.loads((tmp_path / "sys" / "summary.json").read_text())
+    assert (s_on["allocator"], s_off["allocator"]) == ("jemalloc", "system")
+    # where memory comes from changes nothing a run computes: the same loss, bit for bit
+    m_on = [json.loads(x) for x in (tmp_path / "je" / "metrics.jsonl").read_text().splitlines()]
+    m_off = [json.loads(x) for x in (tmp_path / "sys" / "metrics.jsonl").read_text().splitlines()]
+    assert [m.get("loss") for m in m_on] == [m.get("loss") for m in m_off]
