@@ -575,3 +575,49 @@ def test_a_validation_after_its_checkpoint_rewrites_only_the_state(tmp_path, mon
     state = ck.read_state(RunDir(tmp_path).latest())
     assert state["pending_valid"] is None and state["best_valid"] == summary["best_valid_nll"]
     assert ck.read_state(RunDir(tmp_path).checkpoints / "best")["update"] == summary["best_update"]
+
+
+# ----------------------------------------------------------------------- 8. a validation off the checkpoint grid
+
+
+def test_a_mid_epoch_validation_that_fails_loses_no_update_and_resumes_exactly(small_corpora, small_translation,
+                                                                              data_cache, tmp_path, capsys,
+                                                                              monkeypatch):  # fmt: skip
+    """Issue 36: what can fail after training steps comes after a checkpoint. An ``eval_every`` validation off the
+    ``save_every`` grid (here 3 against 4) had none: a fault in it lost the updates since the last checkpoint
+    (update 0 here). Now it is one line, status ``failed``, a checkpoint at the validation's update that says the
+    validation is due; --resume validates first and ends bit-identical to an uninterrupted run."""
+    import errno
+
+    from normlab.train import checkpoint as ck
+    from normlab.train.trainer import Trainer
+    from tests.test_trainer import final_params, records
+
+    args = small_run(small_corpora["de-en-tsv"], data_cache, "max_updates=7", "eval_every=3", "save_every=4")
+    assert cli(capsys, "train", "--out", str(tmp_path / "ref"), "--quiet", *args)[0] == 0
+    ref = RunDir(tmp_path / "ref")
+    assert ref.summary()["updates_per_epoch"] > 3  # update 3's validation is mid-epoch
+    real_evaluate, calls = Trainer.evaluate, []
+
+    def evaluate(self, *a, **k):
+        calls.append(self.state.update)
+        raise OSError(errno.EIO, "Input/output error (injected)", "valid")
+
+    run = tmp_path / "run"
+    monkeypatch.setattr(Trainer, "evaluate", evaluate)
+    status, err = cli(capsys, "train", "--out", str(run), "--quiet", *args)
+    assert status == 1 and err == ["normlab train: error: Input/output error (injected): valid"], err
+    assert calls == [3]
+    rd = RunDir(run)
+    assert rd.summary()["status"] == "failed" and rd.summary()["error"] == "Input/output error (injected): valid"
+    assert [p.name for p in rd.list_checkpoints()] == ["update_00000003"]  # nothing lost
+    assert ck.read_state(rd.latest())["pending_valid"] == 1
+    monkeypatch.setattr(Trainer, "evaluate", real_evaluate)
+    assert cli(capsys, "train", "--out", str(run), "--resume", "--quiet")[0] == 0
+    assert rd.status() == "completed"
+    a, b = final_params(tmp_path / "ref"), final_params(run)
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=0)
+    assert records(run) == records(tmp_path / "ref")
+    assert [r["update"] for r in records(run) if r["type"] == "valid"] == [3, 6, 7]

@@ -776,10 +776,12 @@ class Trainer:
                 if s.update % RELEASE_EVERY == 0:
                     self._release()
                 mid = s.step_in_epoch < len(groups)
-                if mid and cfg.save_every and s.update % cfg.save_every == 0:
-                    self._save_then_validate(s.epoch, validate=bool(cfg.eval_every and s.update % cfg.eval_every == 0))
-                elif mid and cfg.eval_every and s.update % cfg.eval_every == 0:
-                    self._validate(s.epoch)
+                save = bool(cfg.save_every and s.update % cfg.save_every == 0)
+                validate = bool(cfg.eval_every and s.update % cfg.eval_every == 0)
+                if mid and (save or validate):
+                    # every validation after a checkpoint, an eval_every one off the save_every grid too: a validation
+                    # that failed there lost the updates since the last checkpoint (issue 36)
+                    self._save_then_validate(s.epoch, validate=validate)
                 # a Ctrl-C stops here, at an update boundary, with a checkpoint (not at an epoch's last update:
                 # the epoch's validation and checkpoint below come first)
                 if s.step_in_epoch < len(groups) and s.update < total and self._stopping():
@@ -801,7 +803,9 @@ class Trainer:
         that checkpoint. The checkpoint comes first because validation can fail where training did not (a
         validation batch that cannot be shared among the ranks, BLEU's decoding): under torchrun a run of 30
         updates lost all of them to its end-of-run validation (issue 36). The checkpoint says that its validation
-        is due (``pending_valid``): a run stopped before it is done validates first when resumed."""
+        is due (``pending_valid``): a run stopped before it is done validates first when resumed. Every validation
+        of :meth:`_loop` comes through here (at an epoch's end, at ``eval_every`` and at the run's end), so
+        ``eval_every`` writes a checkpoint of its own where ``save_every`` would not (``keep_last`` rotates it)."""
         s = self.state
         validate = validate and self.valid_data is not None and self._evaluated_at != s.update
         if validate:
