@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
-__all__ = ["fault_line", "report_to_torchrun", "final_line", "launched", "LAUNCHED"]
+__all__ = ["fault_line", "report_to_torchrun", "final_line", "launched", "collective_timed_out", "LAUNCHED"]
 
 LAUNCHED = "NORMLAB_LAUNCHED"  # "1" in the environment of the ranks that normlab's launcher starts
 
@@ -37,6 +38,16 @@ def _raised_in(e: BaseException, *packages: str) -> bool:
     return any(p in parts for p in packages)
 
 
+def collective_timed_out(e: BaseException) -> bool:
+    """Whether ``e`` is a collective of torch.distributed that waited past its timeout for another rank
+    (normlab.train.distributed: NORMLAB_DIST_TIMEOUT): gloo's "Timed out waiting 3000ms for recv operation to
+    complete", NCCL's watchdog under TORCH_NCCL_BLOCKING_WAIT."""
+    text = str(e)
+    if "Timed out waiting" in text or "collective operation timeout" in text:
+        return True
+    return type(e).__name__ == "DistBackendError" and "timed out" in text.lower()
+
+
 def fault_line(e: BaseException) -> str | None:
     """The one line for an error of the machine or of a library that reached the CLI (issue 36: OSError,
     safetensors, sentencepiece, yaml, memory, torch's overflow), or None for anything else, a bug of ours,
@@ -47,6 +58,11 @@ def fault_line(e: BaseException) -> str | None:
         return f"{what}: {where}" if where else what
     if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
         return f"out of memory ({_last_line(e)}); use a smaller model, batch (data.max_tokens) or beam"
+    if collective_timed_out(e):
+        # gloo prefixes its source file ("[.../unbound_buffer.cc:78] Timed out waiting 3000ms ..."): not for users
+        what = re.sub(r"^\[[^\]]*\]\s*", "", _last_line(e))
+        return (f"another rank stopped answering: a collective waited past its timeout ({what}); it stalled or died "
+                "(NORMLAB_DIST_TIMEOUT sets the wait, in seconds)")
     if isinstance(e, OverflowError):
         return f"a number too large for the kernels ({_last_line(e)}); check the sizes in the configuration"
     name = type(e).__name__

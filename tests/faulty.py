@@ -7,6 +7,9 @@ when that folder is on PYTHONPATH (:func:`inject_from_environment`). Faults:
 * ``evaluate-eio``: the validation raises an I/O error (OSError EIO), as a failing disk or network file would;
 * ``no-shard-check``: the trainer's check that every batch can be shared among the ranks is skipped, so that the
   sharding itself fails where it did before the check existed (issue 36: after the last update);
+* ``stall``: the rank stops answering at its third update (it sleeps for an hour before the update's first
+  collective), as a rank in a deadlock or on a hung file system does; the others wait in that collective until
+  NORMLAB_DIST_TIMEOUT.
 """
 
 from __future__ import annotations
@@ -33,6 +36,17 @@ def inject(fault: str, rank: int) -> None:
         Trainer.evaluate = evaluate  # type: ignore[method-assign]
     elif fault == "no-shard-check":
         Trainer._check_shards = lambda self, split, plan: None  # type: ignore[method-assign]
+    elif fault == "stall":
+        import time
+
+        real_step = Trainer.train_step
+
+        def train_step(self, *a, **k):
+            if self.state.update == 2:
+                time.sleep(3600)
+            return real_step(self, *a, **k)
+
+        Trainer.train_step = train_step  # type: ignore[method-assign]
     else:
         raise SystemExit(f"unknown fault {fault}")
 

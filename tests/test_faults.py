@@ -536,7 +536,12 @@ def test_the_launcher_checks_the_configuration_before_any_rank_starts(tmp_path, 
     ):
         status, err = cli(capsys, "train", "--out", str(out), "--nproc-per-node", "2", *argv)
         assert status == 2 and len(err) == 1 and err[0].startswith("normlab train: error: ") and line in err[0], err
+    monkeypatch.setenv("NORMLAB_DIST_TIMEOUT", "soon")
+    status, err = cli(capsys, "train", "--out", str(out), "--nproc-per-node", "2", "--set", "max_updates=2")
+    assert status == 2 and err == ["normlab train: error: NORMLAB_DIST_TIMEOUT='soon': seconds a collective waits "
+                                   "for the other ranks, a number in (0, 1e8] (default 1800)"]  # fmt: skip
     monkeypatch.setenv("WORLD_SIZE", "2")  # a rank of torchrun that would launch ranks of its own
+    monkeypatch.delenv("NORMLAB_DIST_TIMEOUT")
     status, err = cli(capsys, "train", "--out", str(out), "--nproc-per-node", "2", "--set", "max_updates=2")
     assert status == 2 and "already a rank of a launcher (WORLD_SIZE=2)" in err[0], err
     assert not out.exists()
@@ -612,6 +617,35 @@ def test_the_launcher_on_ctrl_c_and_on_a_killed_rank_0(small_corpora, small_tran
             "or a kill -9)")
     assert proc.returncode == 1 and err == [line], err
     assert RunDir(run).summary()["status"] == "failed" and RunDir(run).summary()["error"] == line.split(": error: ")[1]
+
+
+@pytest.mark.parametrize("rank", [1, 0])
+def test_a_stalled_rank_ends_every_rank_at_the_timeout_with_one_line(rank, small_corpora, small_translation,
+                                                                    data_cache, tmp_path, capsys):  # fmt: skip
+    """Issue 36: a rank that stalls (here: it sleeps before its third update's first collective) held the others
+    in that collective forever, the status ``running``. Now the collective waits NORMLAB_DIST_TIMEOUT seconds (5
+    here): the waiting rank ends with one line, the launcher stops the stalled one, the status is ``failed``
+    (written by rank 0, stalled or not), the checkpoint of update 2 is kept, and --resume completes the run."""
+    run = tmp_path / "run"
+    args = ["--out", str(run), "--quiet", *small_run(small_corpora["de-en-tsv"], data_cache, "max_updates=4",
+                                                     "save_every=2", "data.valid_subset=24")]  # fmt: skip
+    out = launched(tmp_path, *args, fault=("stall", rank), timeout_s=5)
+    assert out.returncode == 1, out.stderr[-3000:]
+    lines = stderr_lines(out.stderr)
+    assert len(lines) == 1, out.stderr[-3000:]
+    assert lines[0].startswith("normlab train: error: another rank stopped answering: a collective waited past its "
+                               "timeout (Timed out waiting 5000ms"), lines  # gloo's words, for recv or send
+    rd = RunDir(run)
+    summary = rd.summary()
+    assert summary["status"] == "failed", summary
+    if rank == 1:  # rank 0 waited, and says why
+        assert summary["error"] == lines[0].split(": error: ", 1)[1]
+    else:  # rank 0 stalled: the launcher's SIGTERM ends it, and it records that its peer failed
+        assert summary["error"].startswith("rank 0 stopped: another rank failed"), summary
+    assert [p.name for p in rd.list_checkpoints()] == ["update_00000002"]
+    assert cli(capsys, "train", "--out", str(run), "--resume", "--quiet")[0] == 0  # in this process: one rank
+    assert rd.status() == "completed"
+    assert [r["update"] for r in rd.metrics() if r["type"] == "train"] == [1, 2, 3, 4]
 
 
 # ------------------------------------------------------------------------- 7. what a resume may change; status

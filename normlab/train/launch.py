@@ -28,7 +28,7 @@ how to resume, and exits 130; on the others the ranks stop at once (the status `
 hold kept) and the launcher exits 128 + the signal's number with a line that says so.
 
 Before any rank starts, the launcher makes the checks ``normlab train`` makes before writing anything (the
-configuration, the run directory): such an error is one line and exit 2, and no rank starts.
+configuration, the run directory, NORMLAB_DIST_TIMEOUT): such an error is one line and exit 2, and no rank starts.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ fails says why in one line (N ranks failing alike: up to N lines), and the run's
 ranks that stop because of it (a collective whose peer is gone, torchrun's SIGTERM) exit 1 without a line.
 torchrun itself then prints its ChildFailedError report (a traceback of torchrun's own ``main``, whatever the
 worker does) and exits 1 whatever the ranks' codes: the grid (:mod:`normlab.experiments.grid`) reports the
-run's status and its error line instead.
+run's status and its error line instead. Either way a rank that stalls holds the others in a collective for at
+most NORMLAB_DIST_TIMEOUT seconds (:mod:`normlab.train.distributed`), then the run ends ``failed``.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
     p.add_argument("--nproc-per-node", type=int, default=1, metavar="N",
                    help="data parallel: start N ranks on this machine (gloo on the CPU, nccl on CUDA), as torchrun "
-                        "--standalone --nproc_per_node N does, with one line per fault instead of torchrun's report")  # fmt: skip
+                        "--standalone --nproc_per_node N does, with one line per fault instead of torchrun's report; "
+                        "collectives wait at most $NORMLAB_DIST_TIMEOUT seconds (default 1800) for a rank")  # fmt: skip
 
 
 def resolve_config(config_path: str | None, overrides: list[str], out: str | Path, resume: bool) -> TrainConfig:
@@ -201,6 +203,7 @@ def _launch(args: argparse.Namespace, cfg: TrainConfig) -> int:
     (a configuration the ranks would each refuse gave N lines under torchrun); then the ranks."""
     import os
 
+    from normlab.train.distributed import dist_timeout
     from normlab.train.launch import MAX_NPROC, launch
 
     if not 1 <= args.nproc_per_node <= MAX_NPROC:
@@ -209,6 +212,7 @@ def _launch(args: argparse.Namespace, cfg: TrainConfig) -> int:
         raise ConfigError(f"--nproc-per-node {args.nproc_per_node}: this process is already a rank of a launcher "
                           f"(WORLD_SIZE={os.environ['WORLD_SIZE']}); use one or the other")  # fmt: skip
     prepare_run_dir(args.out, cfg, args.resume, args.accept_changed_settings)
+    dist_timeout()
     return launch("train", _rank_argv(args), args.nproc_per_node, run_dir=args.out)
 
 

@@ -44,7 +44,7 @@ from normlab.config import ConfigError, TrainConfig, flat_dict
 from normlab.data.batch import Batch
 from normlab.data.corpora import DataError
 from normlab.device import autocast, autocast_dtype
-from normlab.faults import fault_line
+from normlab.faults import collective_timed_out, fault_line
 from normlab.model import Omega, build_model, profile_init, project_weights_, set_attention
 from normlab.rundir import RunDir
 from normlab.train import checkpoint as ckpt
@@ -646,12 +646,15 @@ class Trainer:
         """After an error in training: the run's status becomes ``failed`` (it stayed ``running``, as if still
         alive, issue 36), naming the error; returns the exception to raise. A rank that stopped because another
         failed (a collective whose peer is gone, or torchrun's SIGTERM) raises :class:`PeerFailed`, which the CLI
-        ends without a line of its own: the rank that failed first has said why. --resume continues a failed run
-        from its last checkpoint, as it does a killed one."""
+        ends without a line of its own: the rank that failed first has said why. A collective that waited past its
+        timeout for a rank that stalled (normlab.train.distributed) is the waiting rank's own fault line: the
+        stalled one says nothing. --resume continues a failed run from its last checkpoint, as it does a killed
+        one."""
         import signal
         import threading
 
-        if self.dist.enabled and (isinstance(e, Terminated) or _peer_gone(e)):
+        # a collective that timed out is this rank's own line: the rank it waited for stalled and cannot say why
+        if self.dist.enabled and not collective_timed_out(e) and (isinstance(e, Terminated) or _peer_gone(e)):
             e = PeerFailed(f"rank {self.dist.rank} stopped: another rank failed ({_last_line(e)})")
         if not (self.dist.is_main and self._extra is not None):  # training had not started: nothing to record
             return e
