@@ -46,7 +46,7 @@ from typing import Any
 
 from normlab.faults import LAUNCHED
 
-__all__ = ["launch", "root_cause", "MAX_NPROC"]
+__all__ = ["launch", "root_cause", "outcome", "MAX_NPROC"]
 
 MAX_NPROC = 1024  # more ranks than any one machine holds: a typo, refused before a process starts
 
