@@ -20,7 +20,7 @@ from normlab.assets import load_config_file
 from normlab.config import ConfigError, ModelConfig, add_set_argument, apply_overrides, resolve_overrides
 from normlab.data import summary as data_summary
 from normlab.experiments import finetune_grid, reproduce, sweep
-from normlab.faults import fault_line, report_to_torchrun
+from normlab.faults import fault_line, final_line, launched, report_to_torchrun, reported
 from normlab.model import build_model, describe
 from normlab.train import run as train_run
 
@@ -156,33 +156,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _error(line: str) -> None:
-    """Print the one line of an error, and hand it to torchrun (:func:`report_to_torchrun`). One write of the line
-    and its newline: with PYTHONUNBUFFERED, print() writes them separately, and two torchrun ranks failing at once
-    interleaved their lines onto one (seen as a flaky test_config_error_under_torchrun_is_one_line_per_rank)."""
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
-    report_to_torchrun(line)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
+    code = _run(args)
+    if code and launched() and not reported():
+        # a rank of normlab's launcher that ends without a line (diverged, exit 3: the trainer said so as it
+        # happened): its exit code, so that the launcher tells it from a rank that died without a word
+        report_to_torchrun("", code=code)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
     _, _, run = COMMANDS[args.command]
     try:
         if hasattr(args, "set_root"):  # one --set convention: keys become relative to the command's config
             args.set = resolve_overrides(*args.set_root, args.set)
         return run(args)
     except ConfigError as e:
-        _error(f"normlab {args.command}: error: {e}")
+        final_line(f"normlab {args.command}: error: {e}", EXIT_USAGE)  # stderr and torchrun's error file
         return EXIT_USAGE
     except KeyboardInterrupt:
         # a second Ctrl-C in training, or one outside it (`normlab train` stops at an update boundary itself)
-        print(f"normlab {args.command}: interrupted; a run resumes from its last checkpoint with --resume",
-              file=sys.stderr)  # fmt: skip
+        final_line(f"normlab {args.command}: interrupted; a run resumes from its last checkpoint with --resume",
+                   EXIT_INTERRUPTED)  # fmt: skip
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         # the reader of our output went away (`normlab translate ... | head`): not an error of ours. Point stdout
@@ -193,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         line = fault_line(e)
         if line is None or os.environ.get("NORMLAB_TRACEBACK"):
             raise
-        _error(f"normlab {args.command}: error: {line}")
+        final_line(f"normlab {args.command}: error: {line}", EXIT_FAULT)
         return EXIT_FAULT
 
 

@@ -888,7 +888,8 @@ class TrainConfig(Strict):
         "auto", help="auto: bf16 autocast where the device supports it (CUDA, CPUs with AVX-512 BF16/AMX), else fp32"
     )
     device: Literal["auto", "cpu", "cuda"] = field("auto", help="auto: CUDA when present, else CPU")
-    eval_every: int = field(0, help="also evaluate every N updates; 0 = at the end of every epoch only")
+    eval_every: int = field(0, help="also evaluate every N updates (each after a checkpoint, so that a failed "
+                                    "validation loses nothing); 0 = at the end of every epoch only")
     save_every: int = field(0, help="also checkpoint every N updates; 0 = at the end of every epoch only")
     keep_last: int = field(2, help="checkpoints kept besides the best")
     keep_every: int = field(0, help="also keep every checkpoint whose update is a multiple of this (0 = none)")

@@ -463,6 +463,191 @@ def test_under_torchrun_a_rank_failing_after_training_loses_nothing(rank, small_
     assert rd.summary()["best_update"] == total and (rd.checkpoints / "best").is_dir()
 
 
+def launched(cwd: Path, *argv: str, fault: tuple[str, int] | None = None, timeout_s: float | None = None,
+             nproc: int = 2) -> subprocess.CompletedProcess:
+    """``normlab train --nproc-per-node 2 ARGV`` (normlab's own launcher, normlab/train/launch.py) on the CPU
+    (gloo); ``fault``: (what, rank) injected into the ranks through NORMLAB_TEST_FAULT (tests/faulty.py);
+    ``timeout_s``: NORMLAB_DIST_TIMEOUT."""
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{ROOT / 'tests' / 'inject'}{os.pathsep}{ROOT}")
+    env.pop("NORMLAB_TEST_FAULT", None)
+    if fault:
+        env["NORMLAB_TEST_FAULT"] = f"{fault[0]}:{fault[1]}"
+    if timeout_s is not None:
+        env["NORMLAB_DIST_TIMEOUT"] = str(timeout_s)
+    return subprocess.run([sys.executable, "-m", "normlab", "train", "--nproc-per-node", str(nproc), *argv], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=cwd)  # fmt: skip
+
+
+def stderr_lines(stderr: str) -> list[str]:
+    """stderr without the data pipeline's notices (each rank prepares the data: "dropped 49 of 3000 examples
+    longer than max_positions=128"), which are no faults."""
+    return [ln for ln in stderr.splitlines() if not ln.startswith("WARNING normlab.data: ")]
+
+
+def test_the_launcher_ends_a_rank_fault_with_its_one_line_and_code( small_corpora, small_translation, data_cache,
+                                                                    tmp_path):  # fmt: skip
+    """Issue 36: under torchrun each failing rank's line was followed by torchrun's ChildFailedError report (a
+    traceback of torchrun's main), which no worker can silence. ``normlab train --nproc-per-node 2`` launches the
+    ranks itself: the failing rank's line is all of stderr, the exit code is the rank's, the status ``failed``,
+    every update kept, and the same command with --resume completes the run."""
+    run = tmp_path / "run"
+    args = ["--out", str(run), "--quiet", *small_run(small_corpora["de-en-tsv"], data_cache, "max_epochs=1",
+                                                     "data.valid_subset=24")]  # fmt: skip
+    out = launched(tmp_path, *args, fault=("evaluate-eio", 1))  # rank 0 then stops too: its peer is gone
+    assert out.returncode == 1, out.stderr[-3000:]
+    lines = stderr_lines(out.stderr)
+    assert lines == ["normlab train: error: Input/output error (injected): valid"], out.stderr[-3000:]
+    rd = RunDir(run)
+    assert rd.summary()["status"] == "failed", rd.summary()
+    total = rd.summary()["total_updates"]
+    assert [int(p.name.split("_")[1]) for p in rd.list_checkpoints()] == [total]  # every update kept
+    out = launched(tmp_path, "--out", str(run), "--resume", "--quiet")
+    assert out.returncode == 0 and stderr_lines(out.stderr) == [], out.stderr[-3000:]
+    assert rd.status() == "completed" and rd.summary()["world_size"] == 2
+    assert [r["update"] for r in rd.metrics() if r["type"] == "valid"] == [total]
+
+
+def test_the_launcher_says_once_what_every_rank_refuses(small_corpora, small_translation, data_cache, tmp_path):
+    """The ranks agree (the unshareable validation batch of the test above, refused by each rank before training):
+    torchrun printed the line once per rank that got to say it, then its report; the launcher prints it once and
+    exits with the ranks' code, 2."""
+    out = launched(tmp_path, "--out", str(tmp_path / "run"), "--quiet",
+                   *small_run(small_corpora["de-en-tsv"], data_cache, "max_epochs=1"))  # fmt: skip
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert stderr_lines(out.stderr) == [
+        "normlab train: error: the validation split: a global batch of 1 examples cannot give each of 2 ranks one "
+        "(raise DataConfig.max_tokens above 512, or train on fewer ranks)"], out.stderr[-3000:]  # fmt: skip
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_launcher_checks_the_configuration_before_any_rank_starts(tmp_path, capsys, monkeypatch):
+    """A configuration error is one line and exit 2 from the launcher itself: no rank starts (torch's launcher is
+    never called), nothing is written."""
+    from normlab.train import launch as launcher
+
+    monkeypatch.setattr(launcher, "launch", lambda *a, **k: pytest.fail("a rank was launched"))
+    out = tmp_path / "run"
+    for argv, line in (
+        (["--set", "optim.lr=nan"], "OptimConfig.lr"),
+        (["--set", "max_updates=2", "--resume"], f"--resume: {out} is not a run directory"),
+        (["--set", "max_updates=2", "--nproc-per-node", "0"], "--nproc-per-node must be in [1, 1024], got 0"),
+    ):
+        status, err = cli(capsys, "train", "--out", str(out), "--nproc-per-node", "2", *argv)
+        assert status == 2 and len(err) == 1 and err[0].startswith("normlab train: error: ") and line in err[0], err
+    monkeypatch.setenv("NORMLAB_DIST_TIMEOUT", "soon")
+    status, err = cli(capsys, "train", "--out", str(out), "--nproc-per-node", "2", "--set", "max_updates=2")
+    assert status == 2 and err == ["normlab train: error: NORMLAB_DIST_TIMEOUT='soon': seconds a collective waits "
+                                   "for the other ranks, a number in (0, 1e8] (default 1800)"]  # fmt: skip
+    monkeypatch.setenv("WORLD_SIZE", "2")  # a rank of torchrun that would launch ranks of its own
+    monkeypatch.delenv("NORMLAB_DIST_TIMEOUT")
+    status, err = cli(capsys, "train", "--out", str(out), "--nproc-per-node", "2", "--set", "max_updates=2")
+    assert status == 2 and "already a rank of a launcher (WORLD_SIZE=2)" in err[0], err
+    assert not out.exists()
+
+
+def test_the_launchers_root_cause_when_ranks_disagree():
+    """normlab.train.launch's rule: the rank that failed first for a reason of its own (a rank that stopped because
+    a peer failed is passed over, however early), its line and its exit code; a rank killed by a signal (no line of
+    its own) by the launcher's line, 130 / 143 for SIGINT / SIGTERM, else 1."""
+    from types import SimpleNamespace
+
+    from normlab.train.launch import outcome, root_cause
+
+    def failure(exitcode, record=None, message="", timestamp=100):
+        data = {"message": message, "normlab": record} if record else {}
+        return SimpleNamespace(exitcode=exitcode, pid=4242, timestamp=timestamp, error_file_data=data)
+
+    peer = failure(1, {"exit": 1, "peer": True, "time": 99.0}, "rank 0 stopped: another rank failed (...)")
+    data_error = failure(2, {"exit": 2, "peer": False, "time": 100.5}, "normlab train: error: the data")
+    io_error = failure(1, {"exit": 1, "peer": False, "time": 100.2}, "normlab train: error: Input/output error")
+    rank, root = root_cause({0: peer, 1: data_error, 2: io_error})
+    assert (rank, outcome("train", rank, root)) == (2, ("normlab train: error: Input/output error", 1))
+    rank, root = root_cause({0: peer, 3: data_error})
+    assert (rank, outcome("train", rank, root)) == (3, ("normlab train: error: the data", 2))
+    diverged = failure(3, {"exit": 3, "peer": False, "time": 100.0})  # the trainer said it as it happened
+    assert outcome("train", *root_cause({0: diverged, 1: diverged})) == ("", 3)
+    killed = failure(-9, timestamp=100)  # the out-of-memory killer: no error file
+    rank, root = root_cause({0: peer, 1: killed})
+    line, code = outcome("train", rank, root)
+    assert rank == 1 and code == 1 and line.startswith("normlab train: error: rank 1 (pid 4242) was killed by SIGKILL")
+    assert outcome("train", 0, failure(-15))[1] == 143 and outcome("train", 0, failure(-2))[1] == 130
+    assert outcome("train", 0, failure(1))[0] == ("normlab train: error: rank 0 (pid 4242) ended with exit code 1 and "
+                                                  "no line of normlab's: its traceback, if any, is above")  # fmt: skip
+
+
+def test_the_launcher_on_ctrl_c_and_on_a_killed_rank_0(small_corpora, small_translation, data_cache, tmp_path):
+    """Ctrl-C: a terminal's SIGINT reaches the launcher only (torch's agent starts each rank in a session of its
+    own), which passes it on: the ranks stop at the next update boundary with a checkpoint, and one line says where
+    (exit 130, status ``interrupted``). A rank 0 killed with SIGKILL (the out-of-memory killer's way) says nothing
+    and leaves its status ``running``: the launcher's line names it (exit 1) and the status becomes ``failed``."""
+    import sys
+    import time
+
+    def start(run: Path) -> subprocess.Popen:
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+        argv = small_run(small_corpora["de-en-tsv"], data_cache, "max_updates=5000", "max_epochs=1000",
+                         "data.valid_subset=24")  # fmt: skip
+        proc = subprocess.Popen([sys.executable, "-m", "normlab", "train", "--nproc-per-node", "2", "--out", str(run),
+                                 "--quiet", *argv], env=env, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(RunDir(run).metrics("train") if run.is_dir() else []) < 3:
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        return proc
+
+    run = tmp_path / "interrupted"
+    proc = start(run)
+    proc.send_signal(signal.SIGINT)
+    err = stderr_lines(proc.communicate(timeout=120)[1])
+    summary = RunDir(run).summary()
+    assert proc.returncode == 130 and summary["status"] == "interrupted", err
+    assert err[-1] == (f"normlab train: interrupted at update {summary['update']}, checkpoint saved; continue with: "
+                       f"normlab train --out {run} --resume"), err  # fmt: skip
+    assert len(err) == 2 and err[0].startswith("interrupt: stopping after this update"), err  # rank 0's notice
+    assert RunDir(run).latest().name == f"update_{summary['update']:08d}"
+
+    run = tmp_path / "killed"
+    proc = start(run)
+    rank0 = RunDir(run).holder()  # rank 0 holds the run's lock
+    os.kill(rank0, signal.SIGKILL)
+    err = stderr_lines(proc.communicate(timeout=120)[1])
+    line = (f"normlab train: error: rank 0 (pid {rank0}) was killed by SIGKILL (the out-of-memory killer's signal, "
+            "or a kill -9)")
+    assert proc.returncode == 1 and err == [line], err
+    assert RunDir(run).summary()["status"] == "failed" and RunDir(run).summary()["error"] == line.split(": error: ")[1]
+
+
+@pytest.mark.parametrize("rank", [1, 0])
+def test_a_stalled_rank_ends_every_rank_at_the_timeout_with_one_line(rank, small_corpora, small_translation,
+                                                                    data_cache, tmp_path, capsys):  # fmt: skip
+    """Issue 36: a rank that stalls (here: it sleeps before its third update's first collective) held the others
+    in that collective forever, the status ``running``. Now the collective waits NORMLAB_DIST_TIMEOUT seconds (5
+    here): the waiting rank ends with one line, the launcher stops the stalled one, the status is ``failed``
+    (written by rank 0, stalled or not), the checkpoint of update 2 is kept, and --resume completes the run."""
+    run = tmp_path / "run"
+    args = ["--out", str(run), "--quiet", *small_run(small_corpora["de-en-tsv"], data_cache, "max_updates=4",
+                                                     "save_every=2", "data.valid_subset=24")]  # fmt: skip
+    out = launched(tmp_path, *args, fault=("stall", rank), timeout_s=5)
+    assert out.returncode == 1, out.stderr[-3000:]
+    lines = stderr_lines(out.stderr)
+    assert len(lines) == 1, out.stderr[-3000:]
+    assert lines[0].startswith("normlab train: error: another rank stopped answering: a collective waited past its "
+                               "timeout (Timed out waiting 5000ms"), lines  # gloo's words, for recv or send
+    rd = RunDir(run)
+    summary = rd.summary()
+    assert summary["status"] == "failed", summary
+    if rank == 1:  # rank 0 waited, and says why
+        assert summary["error"] == lines[0].split(": error: ", 1)[1]
+    else:  # rank 0 stalled: the launcher's SIGTERM ends it, and it records that its peer failed
+        assert summary["error"].startswith("rank 0 stopped: another rank failed"), summary
+    assert [p.name for p in rd.list_checkpoints()] == ["update_00000002"]
+    assert cli(capsys, "train", "--out", str(run), "--resume", "--quiet")[0] == 0  # in this process: one rank
+    assert rd.status() == "completed"
+    assert [r["update"] for r in rd.metrics() if r["type"] == "train"] == [1, 2, 3, 4]
+
+
 # ------------------------------------------------------------------------- 7. what a resume may change; status
 
 
@@ -575,3 +760,49 @@ def test_a_validation_after_its_checkpoint_rewrites_only_the_state(tmp_path, mon
     state = ck.read_state(RunDir(tmp_path).latest())
     assert state["pending_valid"] is None and state["best_valid"] == summary["best_valid_nll"]
     assert ck.read_state(RunDir(tmp_path).checkpoints / "best")["update"] == summary["best_update"]
+
+
+# ----------------------------------------------------------------------- 8. a validation off the checkpoint grid
+
+
+def test_a_mid_epoch_validation_that_fails_loses_no_update_and_resumes_exactly(small_corpora, small_translation,
+                                                                              data_cache, tmp_path, capsys,
+                                                                              monkeypatch):  # fmt: skip
+    """Issue 36: what can fail after training steps comes after a checkpoint. An ``eval_every`` validation off the
+    ``save_every`` grid (here 3 against 4) had none: a fault in it lost the updates since the last checkpoint
+    (update 0 here). Now it is one line, status ``failed``, a checkpoint at the validation's update that says the
+    validation is due; --resume validates first and ends bit-identical to an uninterrupted run."""
+    import errno
+
+    from normlab.train import checkpoint as ck
+    from normlab.train.trainer import Trainer
+    from tests.test_trainer import final_params, records
+
+    args = small_run(small_corpora["de-en-tsv"], data_cache, "max_updates=7", "eval_every=3", "save_every=4")
+    assert cli(capsys, "train", "--out", str(tmp_path / "ref"), "--quiet", *args)[0] == 0
+    ref = RunDir(tmp_path / "ref")
+    assert ref.summary()["updates_per_epoch"] > 3  # update 3's validation is mid-epoch
+    real_evaluate, calls = Trainer.evaluate, []
+
+    def evaluate(self, *a, **k):
+        calls.append(self.state.update)
+        raise OSError(errno.EIO, "Input/output error (injected)", "valid")
+
+    run = tmp_path / "run"
+    monkeypatch.setattr(Trainer, "evaluate", evaluate)
+    status, err = cli(capsys, "train", "--out", str(run), "--quiet", *args)
+    assert status == 1 and err == ["normlab train: error: Input/output error (injected): valid"], err
+    assert calls == [3]
+    rd = RunDir(run)
+    assert rd.summary()["status"] == "failed" and rd.summary()["error"] == "Input/output error (injected): valid"
+    assert [p.name for p in rd.list_checkpoints()] == ["update_00000003"]  # nothing lost
+    assert ck.read_state(rd.latest())["pending_valid"] == 1
+    monkeypatch.setattr(Trainer, "evaluate", real_evaluate)
+    assert cli(capsys, "train", "--out", str(run), "--resume", "--quiet")[0] == 0
+    assert rd.status() == "completed"
+    a, b = final_params(tmp_path / "ref"), final_params(run)
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=0)
+    assert records(run) == records(tmp_path / "ref")
+    assert [r["update"] for r in records(run) if r["type"] == "valid"] == [3, 6, 7]

@@ -66,6 +66,8 @@ COVERED: dict[str, str] = {
     "normlab train --out runs/pre --resume --set max_epochs=30": "tests/test_train_cli.py::test_resume_and_config_file",
     "torchrun --nproc_per_node 4 -m normlab train --config run.yaml --out runs/ddp":
         "tests/test_trainer.py::test_two_process_gloo_equals_one_process",
+    "normlab train --nproc-per-node 4 --config run.yaml --out runs/ddp":
+        "tests/test_faults.py::test_the_launcher_ends_a_rank_fault_with_its_one_line_and_code",
     # Data: the full corpora take up to a minute to prepare and write to ~/.cache; the tests run the same
     # commands on small corpora with a temporary cache.
     ".venv/bin/normlab data --task translation": "tests/test_data_cli.py::test_data_command",

@@ -4,17 +4,24 @@ Python: ``train(cfg, out)``. From the shell::
 
     normlab train --config run.yaml --set optim.lr=1e-3 --out runs/post-lr1e-3
     normlab train --out runs/post-lr1e-3 --resume          # continue it (after a kill, or with more epochs)
-    torchrun --nproc_per_node 4 -m normlab train --config run.yaml --out runs/ddp
+    normlab train --nproc-per-node 4 --config run.yaml --out runs/ddp     # data parallel, 4 ranks (gloo/nccl)
+    torchrun --nproc_per_node 4 -m normlab train --config run.yaml --out runs/ddp   # the same, under torchrun
 
 Exit codes: 0 completed, 2 configuration error (one line, nothing written), 3 diverged, 130 interrupted by
 Ctrl-C (one line: where it stopped and how to resume; the run's status is ``interrupted``), 1 any other fault
 and 143 SIGTERM (the run's status is ``failed``, with the error in summary.json; ``--resume`` continues it from
 its last checkpoint).
 
-Under torchrun a rank that fails says why in one line and the run's status becomes ``failed``; the ranks that stop
-because of it (a collective whose peer is gone, torchrun's SIGTERM) exit 1 without a line. torchrun itself then
-prints its ChildFailedError report (a traceback of torchrun's own ``main``, whatever the worker does): the grid
-(:mod:`normlab.experiments.grid`) reports the run's status and its error line instead.
+Data parallelism, two ways. ``--nproc-per-node N`` starts the N ranks itself (:mod:`normlab.train.launch`, torch's
+launcher API, the same agent as torchrun's) after the checks that need no rank (the configuration, the run
+directory): a fault is one line in all, the line of the rank that failed first, and the exit code is that
+rank's (the rule for ranks that disagree is that module's). Under ``torchrun -m normlab train`` every rank that
+fails says why in one line (N ranks failing alike: up to N lines), and the run's status becomes ``failed``; the
+ranks that stop because of it (a collective whose peer is gone, torchrun's SIGTERM) exit 1 without a line.
+torchrun itself then prints its ChildFailedError report (a traceback of torchrun's own ``main``, whatever the
+worker does) and exits 1 whatever the ranks' codes: the grid (:mod:`normlab.experiments.grid`) reports the
+run's status and its error line instead. Either way a rank that stalls holds the others in a collective for at
+most NORMLAB_DIST_TIMEOUT seconds (:mod:`normlab.train.distributed`), then the run ends ``failed``.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from normlab.assets import load_config_file
 from normlab.config import ConfigError, TrainConfig, add_set_argument, apply_overrides
 from normlab.data import fingerprint, prepare
 from normlab.device import autocast_dtype
-from normlab.faults import report_to_torchrun
+from normlab.faults import final_line
 from normlab.rundir import RunDir
 from normlab.train.distributed import init_distributed, shutdown
 from normlab.train.throughput import limit_onednn_cache, tune_malloc
@@ -63,6 +70,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "than the run's (without it, a resume may change only the run's length, its evaluation and "
                         "checkpoint cadence and how it computes)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
+    p.add_argument("--nproc-per-node", type=int, default=1, metavar="N",
+                   help="data parallel: start N ranks on this machine (gloo on the CPU, nccl on CUDA), as torchrun "
+                        "--standalone --nproc_per_node N does, with one line per fault instead of torchrun's report; "
+                        "collectives wait at most $NORMLAB_DIST_TIMEOUT seconds (default 1800) for a rank")  # fmt: skip
 
 
 def resolve_config(config_path: str | None, overrides: list[str], out: str | Path, resume: bool) -> TrainConfig:
@@ -166,27 +177,68 @@ def train(
         shutdown(dist, completed=completed)
 
 
+def _rank_argv(args: argparse.Namespace) -> list[str]:
+    """The command line of each rank that ``--nproc-per-node`` starts: this one's arguments, every option of
+    :func:`add_arguments` but ``--nproc-per-node`` (``--set`` as resolved: the same keys)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    argv: list[str] = []
+    for action in parser._actions:
+        value = getattr(args, action.dest)
+        if action.dest == "nproc_per_node" or value is None:
+            continue
+        flag = action.option_strings[0]
+        if action.nargs == 0:  # store_true
+            argv += [flag] if value else []
+        elif isinstance(value, list):  # append (--set)
+            for item in value:
+                argv += [flag, item]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def _launch(args: argparse.Namespace, cfg: TrainConfig) -> int:
+    """``--nproc-per-node N``: what can be checked without a rank is checked here, one line before any rank starts
+    (a configuration the ranks would each refuse gave N lines under torchrun); then the ranks."""
+    import os
+
+    from normlab.train.distributed import dist_timeout
+    from normlab.train.launch import MAX_NPROC, launch
+
+    if not 1 <= args.nproc_per_node <= MAX_NPROC:
+        raise ConfigError(f"--nproc-per-node must be in [1, {MAX_NPROC}], got {args.nproc_per_node}")
+    if "WORLD_SIZE" in os.environ:  # already a rank of torchrun: ranks of ranks
+        raise ConfigError(f"--nproc-per-node {args.nproc_per_node}: this process is already a rank of a launcher "
+                          f"(WORLD_SIZE={os.environ['WORLD_SIZE']}); use one or the other")  # fmt: skip
+    prepare_run_dir(args.out, cfg, args.resume, args.accept_changed_settings)
+    dist_timeout()
+    return launch("train", _rank_argv(args), args.nproc_per_node, run_dir=args.out)
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     cfg = resolve_config(args.config, args.set, args.out, args.resume)
     for flag in ("accept_changed_data", "accept_changed_settings"):
         if getattr(args, flag) and not args.resume:
             raise ConfigError(f"--{flag.replace('_', '-')} applies to --resume only")
+    if args.nproc_per_node != 1:
+        return _launch(args, cfg)
     try:
         summary = train(cfg, args.out, resume=args.resume, quiet=args.quiet,
                         accept_changed_data=args.accept_changed_data,
                         accept_changed_settings=args.accept_changed_settings)  # fmt: skip
     except PeerFailed as e:  # another rank failed and said why in its line; this one adds none (status: failed)
-        report_to_torchrun(str(e))  # torchrun's report only
+        final_line(str(e), 1, peer=True)  # torchrun's report only
         return 1
     except Terminated:
-        print(f"normlab train: stopped by SIGTERM; the run's status is failed; continue with: normlab train --out "
-              f"{args.out} --resume", file=sys.stderr)  # fmt: skip
+        final_line(f"normlab train: stopped by SIGTERM; the run's status is failed; continue with: normlab train "
+                   f"--out {args.out} --resume", EXIT_TERMINATED)  # fmt: skip
         return EXIT_TERMINATED
     if summary["status"] == "diverged":
         return EXIT_DIVERGED
     if summary["status"] == "interrupted":
-        print(f"normlab train: interrupted at update {summary['update']}, checkpoint saved; continue with: "
-              f"normlab train --out {args.out} --resume", file=sys.stderr)  # fmt: skip
+        final_line(f"normlab train: interrupted at update {summary['update']}, checkpoint saved; continue with: "
+                   f"normlab train --out {args.out} --resume", EXIT_INTERRUPTED)  # fmt: skip
         return EXIT_INTERRUPTED
     return 0

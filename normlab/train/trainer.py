@@ -44,7 +44,7 @@ from normlab.config import ConfigError, TrainConfig, flat_dict
 from normlab.data.batch import Batch
 from normlab.data.corpora import DataError
 from normlab.device import autocast, autocast_dtype
-from normlab.faults import fault_line
+from normlab.faults import collective_timed_out, fault_line
 from normlab.model import Omega, build_model, profile_init, project_weights_, set_attention
 from normlab.rundir import RunDir
 from normlab.train import checkpoint as ckpt
@@ -648,12 +648,15 @@ class Trainer:
         """After an error in training: the run's status becomes ``failed`` (it stayed ``running``, as if still
         alive, issue 36), naming the error; returns the exception to raise. A rank that stopped because another
         failed (a collective whose peer is gone, or torchrun's SIGTERM) raises :class:`PeerFailed`, which the CLI
-        ends without a line of its own: the rank that failed first has said why. --resume continues a failed run
-        from its last checkpoint, as it does a killed one."""
+        ends without a line of its own: the rank that failed first has said why. A collective that waited past its
+        timeout for a rank that stalled (normlab.train.distributed) is the waiting rank's own fault line: the
+        stalled one says nothing. --resume continues a failed run from its last checkpoint, as it does a killed
+        one."""
         import signal
         import threading
 
-        if self.dist.enabled and (isinstance(e, Terminated) or _peer_gone(e)):
+        # a collective that timed out is this rank's own line: the rank it waited for stalled and cannot say why
+        if self.dist.enabled and not collective_timed_out(e) and (isinstance(e, Terminated) or _peer_gone(e)):
             e = PeerFailed(f"rank {self.dist.rank} stopped: another rank failed ({_last_line(e)})")
         if not (self.dist.is_main and self._extra is not None):  # training had not started: nothing to record
             return e
@@ -778,10 +781,12 @@ class Trainer:
                 if s.update % RELEASE_EVERY == 0:
                     self._release()
                 mid = s.step_in_epoch < len(groups)
-                if mid and cfg.save_every and s.update % cfg.save_every == 0:
-                    self._save_then_validate(s.epoch, validate=bool(cfg.eval_every and s.update % cfg.eval_every == 0))
-                elif mid and cfg.eval_every and s.update % cfg.eval_every == 0:
-                    self._validate(s.epoch)
+                save = bool(cfg.save_every and s.update % cfg.save_every == 0)
+                validate = bool(cfg.eval_every and s.update % cfg.eval_every == 0)
+                if mid and (save or validate):
+                    # every validation after a checkpoint, an eval_every one off the save_every grid too: a validation
+                    # that failed there lost the updates since the last checkpoint (issue 36)
+                    self._save_then_validate(s.epoch, validate=validate)
                 # a Ctrl-C stops here, at an update boundary, with a checkpoint (not at an epoch's last update:
                 # the epoch's validation and checkpoint below come first)
                 if s.step_in_epoch < len(groups) and s.update < total and self._stopping():
@@ -803,7 +808,9 @@ class Trainer:
         that checkpoint. The checkpoint comes first because validation can fail where training did not (a
         validation batch that cannot be shared among the ranks, BLEU's decoding): under torchrun a run of 30
         updates lost all of them to its end-of-run validation (issue 36). The checkpoint says that its validation
-        is due (``pending_valid``): a run stopped before it is done validates first when resumed."""
+        is due (``pending_valid``): a run stopped before it is done validates first when resumed. Every validation
+        of :meth:`_loop` comes through here (at an epoch's end, at ``eval_every`` and at the run's end), so
+        ``eval_every`` writes a checkpoint of its own where ``save_every`` would not (``keep_last`` rotates it)."""
         s = self.state
         validate = validate and self.valid_data is not None and self._evaluated_at != s.update
         if validate:
