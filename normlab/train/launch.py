@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from normlab.faults import LAUNCHED
+from normlab.rundir import RunDir
 
 __all__ = ["launch", "root_cause", "outcome", "MAX_NPROC"]
 
@@ -208,8 +209,6 @@ def _error_files(logs: Path) -> dict[int, Any]:
 def _mark_failed(run_dir: Path, line: str) -> None:
     """A run whose summary still says ``running`` after every rank ended (rank 0 was killed: SIGKILL, NCCL's
     watchdog) is ``failed``, with the launcher's line as its error: ``running`` would say it still trains."""
-    from normlab.rundir import RunDir
-
     rd = RunDir(run_dir)
     with contextlib.suppress(OSError, ValueError):
         if rd.status() != "running":

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,8 @@ from normlab.data import fingerprint, prepare
 from normlab.device import autocast_dtype
 from normlab.faults import final_line
 from normlab.rundir import RunDir
-from normlab.train.distributed import init_distributed, shutdown
+from normlab.train.distributed import dist_timeout, init_distributed, shutdown
+from normlab.train.launch import MAX_NPROC, launch
 from normlab.train.throughput import limit_onednn_cache, tune_malloc
 from normlab.train.trainer import (
     EXIT_DIVERGED,
@@ -201,11 +203,6 @@ def _rank_argv(args: argparse.Namespace) -> list[str]:
 def _launch(args: argparse.Namespace, cfg: TrainConfig) -> int:
     """``--nproc-per-node N``: what can be checked without a rank is checked here, one line before any rank starts
     (a configuration the ranks would each refuse gave N lines under torchrun); then the ranks."""
-    import os
-
-    from normlab.train.distributed import dist_timeout
-    from normlab.train.launch import MAX_NPROC, launch
-
     if not 1 <= args.nproc_per_node <= MAX_NPROC:
         raise ConfigError(f"--nproc-per-node must be in [1, {MAX_NPROC}], got {args.nproc_per_node}")
     if "WORLD_SIZE" in os.environ:  # already a rank of torchrun: ranks of ranks
