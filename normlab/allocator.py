@@ -23,8 +23,9 @@ the ``normlab`` command re-execute themselves once, before torch is imported, wi
 * ``NORMLAB_ALLOCATOR`` = ``auto`` (default): jemalloc when a ``libjemalloc.so.2`` is found (:func:`search_dirs`),
   else the C library's; ``jemalloc`` / ``tcmalloc``: that one, an error (exit 2) when it is not found; ``system``:
   the C library's; or the path of a shared library to preload.
-* Nothing happens where the process already runs on a preloaded allocator (the user's own ``LD_PRELOAD``), off
-  Linux, or when the re-executed process finds the library did not load (no second try).
+* ``auto`` does nothing where the process already preloads something (the user's own ``LD_PRELOAD``: another
+  allocator, a sanitizer), off Linux, or when the main program is not normlab's own (``python -c``, runpy from a
+  notebook); a re-executed process whose library did not load goes on without it (one warning, no second try).
 
 Debian and Ubuntu ship jemalloc as ``libjemalloc2`` (``apt install libjemalloc2``); conda as ``jemalloc``. The
 allocator changes where memory comes from, not a single number a run computes. A run records the allocator it
@@ -33,11 +34,12 @@ ran on (summary.json ``allocator``), as it records its attention kernel.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
 
-__all__ = ["LIBRARIES", "ENV", "AllocatorError", "search_dirs", "choice", "find", "loaded", "plan", "reexec"]
+__all__ = ["LIBRARIES", "ENV", "AllocatorError", "search_dirs", "choice", "find", "loaded", "running", "plan", "reexec"]
 
 ENV = "NORMLAB_ALLOCATOR"
 _GUARD = "_NORMLAB_ALLOCATOR_EXEC"  # set in the re-executed process: never a second exec
@@ -96,6 +98,12 @@ def loaded(maps: str | None = None) -> str:
     return "system"
 
 
+@functools.cache
+def running() -> str:
+    """:func:`loaded` of this process, read once: a process's allocator cannot change after it started."""
+    return loaded()
+
+
 class AllocatorError(Exception):
     """An allocator was asked for by name and is not on this machine."""
 
@@ -112,16 +120,31 @@ def choice(environ: dict[str, str] | os._Environ[str] | None = None) -> str:
 def plan(environ: dict[str, str], *, running: str, dirs: list[Path] | None = None,
          platform: str = sys.platform) -> Path | None:  # fmt: skip
     """The library to re-execute with, or None to go on as we are. ``running``: :func:`loaded` of this
-    process. Raises :class:`AllocatorError` when the setting names an allocator that is not found."""
+    process. Raises :class:`AllocatorError` when the setting names an allocator that cannot be had: not found,
+    off Linux, or another allocator already running.
+
+    ``auto`` leaves alone a process that already preloads anything (``LD_PRELOAD`` non-empty: the user's own
+    allocator, such as mimalloc, or a sanitizer whose runtime must come first); an allocator named explicitly
+    is added after the user's entries."""
     setting = choice(environ)
-    if setting == "system" or not platform.startswith("linux") or running != "system" or environ.get(_GUARD):
+    if setting == "system" or environ.get(_GUARD):
         return None
+    if setting == "auto" and (environ.get("LD_PRELOAD", "").strip() or running != "system"
+                              or not platform.startswith("linux")):  # fmt: skip
+        return None
+    if not platform.startswith("linux"):
+        raise AllocatorError(f"{ENV}={setting}: preloading an allocator (LD_PRELOAD) is for Linux, not {platform}; "
+                             f"unset {ENV} or set it to system")  # fmt: skip
     if "/" in setting:
-        path = Path(setting)
+        path = Path(setting).resolve()  # absolute: the processes it starts may run elsewhere
         if not path.is_file():
             raise AllocatorError(f"{ENV}={setting}: no such file")
         return path
     name = "jemalloc" if setting == "auto" else setting
+    if running != "system":
+        if running == name:
+            return None
+        raise AllocatorError(f"{ENV}={setting}: this process already runs on {running} (LD_PRELOAD)")
     path = find(name, dirs)
     if path is None and setting != "auto":
         package = "libjemalloc2" if setting == "jemalloc" else "libtcmalloc-minimal4"
@@ -131,20 +154,60 @@ def plan(environ: dict[str, str], *, running: str, dirs: list[Path] | None = Non
     return path
 
 
+def _normlab_is_main() -> bool:
+    """Whether this process's main program is normlab's own (``python -m normlab``, the ``normlab`` command), the
+    only case where re-executing the command line re-runs normlab and nothing else: not ``python -c``, a script on
+    stdin, runpy from a notebook or another tool that calls :func:`normlab.__main__.entry`."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name == "normlab.__main__":
+        return True
+    argv0 = sys.argv[0] if sys.argv else ""
+    return Path(argv0).name == "normlab" and Path(argv0).is_file()
+
+
+def _drop_allocator_preloads(environ: os._Environ[str] | dict[str, str]) -> None:
+    """Take the allocators (jemalloc, tcmalloc) out of ``LD_PRELOAD``: called where one was inherited and did not
+    load (ld.so printed why), so that the processes started from here do not each print the same error."""
+    entries = [e for e in environ.get("LD_PRELOAD", "").split(":")
+               if e and not any(Path(e).name.startswith(f"lib{n}") for n in LIBRARIES)]  # fmt: skip
+    if entries:
+        environ["LD_PRELOAD"] = ":".join(entries)
+    else:
+        environ.pop("LD_PRELOAD", None)
+
+
 def reexec() -> None:
     """Re-execute this process with the chosen allocator preloaded (:func:`plan`), or return. Call it before
     anything large is imported (``python -m normlab`` and the ``normlab`` command do): the process image is
-    replaced, its pid, open files and arguments (``sys.orig_argv``: the interpreter's own flags too) kept."""
+    replaced, its pid, open files and arguments (``sys.orig_argv``: the interpreter's own flags too) kept.
+
+    The re-executed process and every process it starts carry ``_NORMLAB_ALLOCATOR_EXEC``: they do not choose
+    again. Where the preloaded library did not load (the re-executed process itself: a warning and no second
+    try; a process started elsewhere from an exported environment, as submitit's on another node: it chooses
+    afresh), the allocator's entry leaves ``LD_PRELOAD``."""
+    running = loaded()
+    guard = os.environ.get(_GUARD)
+    if guard:
+        if running != "system":
+            os.environ[_GUARD] = "done"
+            return
+        _drop_allocator_preloads(os.environ)
+        if guard != "done":  # this process is the re-exec, and the library did not load
+            sys.stderr.write(f"normlab: warning: {guard} did not load; running on the C library's allocator\n")
+            os.environ[_GUARD] = "done"
+            return
+        del os.environ[_GUARD]  # inherited from a process whose library is not here: choose afresh
     try:
-        lib = plan(dict(os.environ), running=loaded())
+        lib = plan(dict(os.environ), running=running)
     except AllocatorError as e:
         sys.stderr.write(f"normlab: error: {e}\n")
         raise SystemExit(2) from None
-    if lib is None:
+    if lib is None or not _normlab_is_main():
         return
     env = dict(os.environ)
-    env["LD_PRELOAD"] = f"{lib}:{env['LD_PRELOAD']}" if env.get("LD_PRELOAD") else str(lib)
-    env[_GUARD] = "1"
+    env["LD_PRELOAD"] = f"{env['LD_PRELOAD']}:{lib}" if env.get("LD_PRELOAD", "").strip() else str(lib)
+    env[_GUARD] = str(lib)
     argv = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
     sys.stdout.flush()
     sys.stderr.flush()

@@ -10,13 +10,17 @@ another failed: the launcher prints the line of the rank that failed first, once
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
+import signal
+import sys
 import time
 from pathlib import Path
 
-__all__ = ["fault_line", "report_to_torchrun", "final_line", "launched", "collective_timed_out", "LAUNCHED"]
+__all__ = ["fault_line", "report_to_torchrun", "final_line", "launched", "collective_timed_out", "die_with_parent", "LAUNCHED",
+           "LAUNCHER_PID"]
 
 LAUNCHED = "NORMLAB_LAUNCHED"  # "1" in the environment of the ranks that normlab's launcher starts
 
@@ -80,6 +84,25 @@ def fault_line(e: BaseException) -> str | None:
 
 
 _reported = False  # whether this process wrote its error file (report_to_torchrun)
+
+
+LAUNCHER_PID = "NORMLAB_LAUNCHER_PID"  # the launcher's pid, in its ranks' environment (die_with_parent)
+
+
+def die_with_parent(parent: int | None = None) -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux's PR_SET_PDEATHSIG; nothing elsewhere):
+    a grid's worker, or a rank of normlab's launcher, must not train on after the process that started it was
+    killed (kill -9, the out-of-memory killer), holding the run's lock. ``parent``: the pid the caller expects as
+    its parent; if it is gone already (it died before the request), exit now. Runs between fork and exec, or
+    first thing in a spawned process; the setting survives execve (normlab.allocator's re-exec)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        return
+    if parent and os.getppid() != parent:
+        os._exit(1)
 
 
 def launched() -> bool:

@@ -50,6 +50,10 @@ def libdir(tmp_path: Path) -> Path:
         ({}, "tcmalloc", "linux", None),
         ({"_NORMLAB_ALLOCATOR_EXEC": "1"}, "system", "linux", None),  # re-executed and still not loaded: no loop
         ({}, "system", "darwin", None),  # LD_PRELOAD is Linux's
+        ({"LD_PRELOAD": "/opt/mimalloc/libmimalloc.so"}, "system", "linux", None),  # the user's own: left alone
+        ({"LD_PRELOAD": "/usr/lib/libasan.so.8"}, "system", "linux", None),  # a sanitizer must stay first
+        ({"NORMLAB_ALLOCATOR": "jemalloc", "LD_PRELOAD": "libm.so.6"}, "system", "linux", "found"),  # asked for
+        ({"NORMLAB_ALLOCATOR": "jemalloc"}, "jemalloc", "linux", None),  # already on it
     ],
 )
 def test_plan(libdir: Path, env: dict[str, str], running: str, platform: str, expect: str | None):
@@ -68,6 +72,19 @@ def test_plan_without_the_library(tmp_path: Path):
         plan(missing, running="system", dirs=[tmp_path], platform="linux")
     with pytest.raises(AllocatorError, match="expected auto, system, jemalloc, tcmalloc"):
         plan({"NORMLAB_ALLOCATOR": "jemaloc"}, running="system", dirs=[tmp_path], platform="linux")
+
+
+@pytest.mark.parametrize(
+    ("env", "running", "platform", "match"),
+    [
+        ({"NORMLAB_ALLOCATOR": "jemalloc"}, "system", "darwin", "for Linux, not darwin"),
+        ({"NORMLAB_ALLOCATOR": "tcmalloc"}, "jemalloc", "linux", "already runs on jemalloc"),
+    ],
+)
+def test_an_explicit_choice_that_cannot_be_had_is_an_error(libdir: Path, env: dict[str, str], running: str,
+                                                           platform: str, match: str):  # fmt: skip
+    with pytest.raises(AllocatorError, match=match):
+        plan(env, running=running, dirs=[libdir], platform=platform)
 
 
 def test_a_path_is_preloaded_as_given(libdir: Path):
@@ -105,6 +122,42 @@ def _train(tmp_path: Path, name: str, **env: str) -> subprocess.CompletedProcess
     full = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "_NORMLAB_ALLOCATOR_EXEC")}
     return subprocess.run(args, check=False, capture_output=True, text=True, cwd=ROOT, timeout=600,
                           env={**full, "PYTHONPATH": str(ROOT), **env})  # fmt: skip
+
+
+def _env(**extra: str) -> dict[str, str]:
+    drop = ("LD_PRELOAD", "_NORMLAB_ALLOCATOR_EXEC", "NORMLAB_ALLOCATOR")
+    base = {k: v for k, v in os.environ.items() if k not in drop}
+    return {**base, "PYTHONPATH": str(ROOT), **extra}
+
+
+def test_a_library_that_does_not_load_is_a_warning_and_no_second_try(tmp_path: Path):
+    """A file that is not a shared library: ld.so says so, the re-executed process says it goes on without it
+    (once: no exec loop), and takes it out of the LD_PRELOAD its own children would inherit."""
+    fake = tmp_path / "libnotalib.so"
+    fake.write_text("not an ELF file\n")
+    code = ("import os, sys; from normlab.__main__ import entry; sys.argv[1:] = ['--version']; "
+            "print(os.environ.get('LD_PRELOAD', '-'), flush=True); entry()")
+    script = tmp_path / "normlab"  # the main program must be normlab's own for the re-exec to happen
+    script.write_text(code.replace("; ", "\n"))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                       env=_env(NORMLAB_ALLOCATOR=str(fake)), check=False)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == "-"  # the first process: nothing preloaded yet
+    assert r.stdout.splitlines()[1] == str(fake)  # the re-executed one, before reexec() cleaned it
+    assert r.stderr.count(f"normlab: warning: {fake} did not load") == 1, r.stderr
+    assert r.stdout.splitlines()[-1].startswith("normlab ")
+
+
+def test_no_reexec_unless_normlab_is_the_main_program(libdir: Path):
+    """``python -c`` (or a notebook, runpy) calling entry(): re-executing its command line would run the host's
+    code twice, so the allocator stays; the same with a script on stdin."""
+    lib = libdir / "libjemalloc.so.2"
+    code = "import os; from normlab.allocator import reexec; print('pre'); reexec(); print(os.environ.get('LD_PRELOAD', '-'))"
+    code = code.replace("; print('pre')", "; print('pre', flush=True)")
+    for args, stdin in (([sys.executable, "-c", code], None), ([sys.executable, "-"], code)):
+        r = subprocess.run(args, input=stdin, capture_output=True, text=True, cwd=ROOT, timeout=300,
+                           env=_env(NORMLAB_ALLOCATOR=str(lib)), check=False)  # fmt: skip
+        assert (r.returncode, r.stdout.split()) == (0, ["pre", "-"]), (args[1], r.stdout, r.stderr)
 
 
 def test_an_allocator_that_is_not_there_is_one_line(tmp_path: Path):

@@ -572,6 +572,11 @@ def test_the_launchers_root_cause_when_ranks_disagree():
     rank, root = root_cause({0: peer, 1: killed})
     line, code = outcome("train", rank, root)
     assert rank == 1 and code == 1 and line.startswith("normlab train: error: rank 1 (pid 4242) was killed by SIGKILL")
+    # torch stamps a rank without normlab's record with the second the agent noticed it, truncated: a traceback
+    # seen at 100.9 (stamped 100) does not come before a rank's own record of 100.7
+    traceback = failure(1, timestamp=100)
+    assert root_cause({0: traceback, 1: failure(2, {"exit": 2, "peer": False, "time": 100.7}, "x")})[0] == 1
+    assert root_cause({0: traceback, 1: failure(2, {"exit": 2, "peer": False, "time": 101.5}, "x")})[0] == 0
     assert outcome("train", 0, failure(-15))[1] == 143 and outcome("train", 0, failure(-2))[1] == 130
     assert outcome("train", 0, failure(1))[0] == ("normlab train: error: rank 0 (pid 4242) ended with exit code 1 and "
                                                   "no line of normlab's: its traceback, if any, is above")  # fmt: skip
@@ -623,25 +628,25 @@ def test_the_launcher_on_ctrl_c_and_on_a_killed_rank_0(small_corpora, small_tran
 def test_a_stalled_rank_ends_every_rank_at_the_timeout_with_one_line(rank, small_corpora, small_translation,
                                                                     data_cache, tmp_path, capsys):  # fmt: skip
     """Issue 36: a rank that stalls (here: it sleeps before its third update's first collective) held the others
-    in that collective forever, the status ``running``. Now the collective waits NORMLAB_DIST_TIMEOUT seconds (5
-    here): the waiting rank ends with one line, the launcher stops the stalled one, the status is ``failed``
+    in that collective forever, the status ``running``. Now the collective waits NORMLAB_DIST_TIMEOUT seconds (15
+    here: the limit also holds the ranks' start-up and rank 0's lone checkpoint, which a loaded 2-core machine can
+    skew by seconds): the waiting rank ends with one line, the launcher stops the stalled one, the status is ``failed``
     (written by rank 0, stalled or not), the checkpoint of update 2 is kept, and --resume completes the run."""
     run = tmp_path / "run"
     args = ["--out", str(run), "--quiet", *small_run(small_corpora["de-en-tsv"], data_cache, "max_updates=4",
                                                      "save_every=2", "data.valid_subset=24")]  # fmt: skip
-    out = launched(tmp_path, *args, fault=("stall", rank), timeout_s=5)
+    out = launched(tmp_path, *args, fault=("stall", rank), timeout_s=15)
     assert out.returncode == 1, out.stderr[-3000:]
     lines = stderr_lines(out.stderr)
     assert len(lines) == 1, out.stderr[-3000:]
     assert lines[0].startswith("normlab train: error: another rank stopped answering: a collective waited past its "
-                               "timeout (Timed out waiting 5000ms"), lines  # gloo's words, for recv or send
+                               "timeout (Timed out waiting 15000ms"), lines  # gloo's words, for recv or send
     rd = RunDir(run)
     summary = rd.summary()
     assert summary["status"] == "failed", summary
-    if rank == 1:  # rank 0 waited, and says why
-        assert summary["error"] == lines[0].split(": error: ", 1)[1]
-    else:  # rank 0 stalled: the launcher's SIGTERM ends it, and it records that its peer failed
-        assert summary["error"].startswith("rank 0 stopped: another rank failed"), summary
+    # rank 1 stalled: rank 0 waited, and says why; rank 0 stalled: the launcher's SIGTERM ended it, it recorded
+    # that a peer failed, and the launcher puts the root cause's line in its place
+    assert summary["error"] == lines[0].split(": error: ", 1)[1], summary
     assert [p.name for p in rd.list_checkpoints()] == ["update_00000002"]
     assert cli(capsys, "train", "--out", str(run), "--resume", "--quiet")[0] == 0  # in this process: one rank
     assert rd.status() == "completed"

@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from normlab.assets import load_config_file
 from normlab.config import ConfigError, Strict, config, field
+from normlab.faults import die_with_parent
 from normlab.train.throughput import limit_onednn_cache
 
 __all__ = ["LauncherConfig", "Task", "Ended", "Launcher", "make_launcher", "run_task", "add_launcher_arguments",
@@ -197,16 +198,6 @@ class Launcher:
         return 0
 
     def close(self) -> None:
-        pass
-
-
-def die_with_parent() -> None:  # runs in the child between fork and exec, or first in a spawned worker
-    import ctypes
-    import signal
-
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
         pass
 
 

@@ -37,6 +37,7 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import uuid
@@ -44,7 +45,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from normlab.faults import LAUNCHED
+from normlab.faults import LAUNCHED, LAUNCHER_PID
 from normlab.rundir import RunDir
 
 __all__ = ["launch", "root_cause", "outcome", "MAX_NPROC"]
@@ -70,7 +71,9 @@ def root_cause(failures: dict[int, Any]) -> tuple[int, Any]:
         rank, failure = item
         ours = _record(failure)
         peer = bool(ours and ours.get("peer"))
-        when = float(ours["time"]) if ours and "time" in ours else float(failure.timestamp)
+        # torch stamps a failure it found without normlab's record with int(time.time()) when the agent noticed it,
+        # truncated to the second: at its second's end it cannot sort before a rank's own, precise, record
+        when = float(ours["time"]) if ours and "time" in ours else float(failure.timestamp) + 1.0
         return peer, when, rank
 
     return min(failures.items(), key=key)
@@ -156,6 +159,7 @@ def launch(command: str, argv: list[str], nproc: int, run_dir: str | Path | None
 
     with _restored(), _quiet_agent(), tempfile.TemporaryDirectory(prefix="normlab-launch-") as logs:
         os.environ[LAUNCHED] = "1"  # the ranks write their last line into their error file, not onto stderr
+        os.environ[LAUNCHER_PID] = str(os.getpid())  # a rank dies with the launcher (faults.die_with_parent)
         os.environ.setdefault("OMP_NUM_THREADS", _ranks_threads(nproc))
         config = LaunchConfig(
             min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
@@ -165,7 +169,9 @@ def launch(command: str, argv: list[str], nproc: int, run_dir: str | Path | None
             logs_specs=DefaultLogsSpecs(log_dir=logs),  # the ranks' error files; their output goes to ours
         )  # fmt: skip
         try:
-            elastic_launch(config, sys.executable)("-u", "-m", "normlab", command, *argv)
+            # the launcher's own interpreter flags (-X dev, -W error, -I, ...) hold in its ranks too
+            flags = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]
+            elastic_launch(config, sys.executable)(*flags, "-u", "-m", "normlab", command, *argv)
             return 0
         except ChildFailedError as e:
             rank, failure = root_cause(e.failures)
@@ -211,8 +217,10 @@ def _mark_failed(run_dir: Path, line: str) -> None:
     watchdog) is ``failed``, with the launcher's line as its error: ``running`` would say it still trains."""
     rd = RunDir(run_dir)
     with contextlib.suppress(OSError, ValueError):
-        if rd.status() != "running":
-            return
         summary = rd.summary()
+        # rank 0 stopped because another rank failed (its error says so): the root cause's line says more
+        peer = rd.status() == "failed" and "another rank failed" in str(summary.get("error", "")) and bool(line)
+        if rd.status() != "running" and not peer:
+            return
         error = line.split(": error: ", 1)[-1] if line else "a rank ended without a line"
         rd.write_summary({**summary, "status": "failed", "error": error})

@@ -37,7 +37,7 @@ from normlab.assets import load_config_file
 from normlab.config import ConfigError, TrainConfig, add_set_argument, apply_overrides
 from normlab.data import fingerprint, prepare
 from normlab.device import autocast_dtype
-from normlab.faults import final_line
+from normlab.faults import LAUNCHER_PID, die_with_parent, final_line, launched
 from normlab.rundir import RunDir
 from normlab.train.distributed import dist_timeout, init_distributed, shutdown
 from normlab.train.launch import MAX_NPROC, launch
@@ -149,6 +149,8 @@ def train(
 ) -> dict[str, Any]:
     """Prepare the data, build the model, and train; returns the run's summary (also in ``out/summary.json``).
     ``accept_changed_data``: a resume may train on a changed corpus, with the run's tokenizer (:func:`_resume_data`)."""
+    if launched():  # a rank of normlab's launcher: not one update after the launcher was killed
+        die_with_parent(int(os.environ.get(LAUNCHER_PID) or 0) or None)
     # before anything is written (prepare only fills the data cache)
     prepare_run_dir(out, cfg, resume, accept_changed_settings)
     files = fingerprint(cfg.data)

@@ -22,6 +22,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from normlab import allocator
 from normlab.config import ModelConfig
 
 __all__ = ["seq2seq_update_flops", "matmul_peak_flops", "PeakMemory", "synchronize", "tune_malloc", "release_memory", "limit_onednn_cache"]
@@ -47,8 +48,10 @@ def seq2seq_update_flops(cfg: ModelConfig, batch_size: int, src_len: int, tgt_le
 
 
 def _glibc() -> Any:
-    """The C library when it is glibc (whose malloc tunables tune_malloc and release_memory use), else None."""
-    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+    """The C library when it is glibc and serves this process's malloc (whose tunables tune_malloc and
+    release_memory use), else None: not where jemalloc or tcmalloc is preloaded (normlab.allocator), whose heap
+    glibc's tunables do not reach."""
+    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc" or allocator.running() != "system":
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")

@@ -237,7 +237,7 @@ class Trainer:
         # the size of the distribution the training loss is over (the divergence rule)
         self._outputs = cfg.model.num_classes if cfg.data.task == "classification" else cfg.model.vocab_size
         self.ckpt_dir = self.rundir.checkpoints
-        self._allocator = allocator.loaded()  # the C allocator this process runs on (normlab.allocator), for the summary
+        self._allocator = allocator.running()  # the C allocator this process runs on (normlab.allocator), for the summary
         self._writer = None
         self._lock = None
         self._metrics_file = None
@@ -782,7 +782,9 @@ class Trainer:
                     self._release()
                 mid = s.step_in_epoch < len(groups)
                 save = bool(cfg.save_every and s.update % cfg.save_every == 0)
-                validate = bool(cfg.eval_every and s.update % cfg.eval_every == 0)
+                # an eval_every with no validation split saves nothing extra (its checkpoints would rotate out the
+                # save_every ones under keep_last)
+                validate = bool(cfg.eval_every and s.update % cfg.eval_every == 0) and self.valid_data is not None
                 if mid and (save or validate):
                     # every validation after a checkpoint, an eval_every one off the save_every grid too: a validation
                     # that failed there lost the updates since the last checkpoint (issue 36)
