@@ -285,3 +285,25 @@ def test_the_launcher_settings_from_a_file_and_the_command_line(tmp_path):
     with pytest.raises(ConfigError, match="slurm_options: expected KEY=VALUE"):
         LauncherConfig(kind="slurm", slurm_options=("exclusive",))
 
+
+
+def _native_writer(text: str) -> int:
+    """A task that writes below Python, on file descriptors 1 and 2, as torch's C++ warnings do."""
+    print(f"{text}: python")
+    os.write(1, f"{text}: fd 1\n".encode())
+    os.write(2, f"{text}: fd 2\n".encode())
+    return 0
+
+
+def test_a_task_writes_its_native_output_into_its_log_not_the_grid_terminal(tmp_path, capfd):
+    """run_task puts file descriptors 1 and 2, not only sys.stdout/stderr, into the run's log for the task, and
+    back after it: a library's C-level warning would otherwise land in the grid's terminal and garble its live
+    display (normlab.experiments.progress)."""
+    from normlab.experiments.launchers import Task, run_task
+
+    log = tmp_path / "run.log"
+    assert run_task(Task(name="t", fn=_native_writer, kwargs={"text": "native"}, log=log), threads=1) == 0
+    os.write(2, b"after: fd 2\n")
+    out, err = capfd.readouterr()
+    assert "native" not in out + err and err == "after: fd 2\n", (out, err)
+    assert sorted(log.read_text().splitlines()) == ["native: fd 1", "native: fd 2", "native: python"]

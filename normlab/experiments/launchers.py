@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -146,6 +146,27 @@ def _set_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
+@contextlib.contextmanager
+def _fds_to(log: Any) -> Iterator[None]:
+    """File descriptors 1 and 2 into ``log`` for the task, then back: what torch's C++ and the libraries below
+    it write there (oneDNN's and NNPACK's warnings) goes to the run's log, not into the terminal where the grid
+    draws its live display (normlab.experiments.progress), whose redraw it would garble."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            stream.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        log.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+
+
 def run_task(task: Task, threads: int) -> int:
     """Run ``task`` in this process (a local worker, a Ray worker, a SLURM job) with ``threads`` CPU threads, its
     output appended to its log; returns its exit code (1 for an error of ours: the traceback is in the log)."""
@@ -160,7 +181,7 @@ def run_task(task: Task, threads: int) -> int:
             # the command dies with this process: a Ray worker killed by a cancel must not leave torchrun behind
             return subprocess.run(list(task.command), stdout=log, stderr=subprocess.STDOUT, env=env,
                                   preexec_fn=child_preexec()).returncode  # fmt: skip
-    with (open(task.log, "a", encoding="utf-8") as log, contextlib.redirect_stderr(log),
+    with (open(task.log, "a", encoding="utf-8") as log, _fds_to(log), contextlib.redirect_stderr(log),
           contextlib.redirect_stdout(log)):  # fmt: skip
         handler = logging.StreamHandler(log)
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
