@@ -50,7 +50,8 @@ from normlab.rundir import RunDir
 from normlab.train.run import train
 from normlab.train.trainer import EXIT_DIVERGED
 
-__all__ = ["RunOutcome", "run_grid", "run_status", "changed_settings", "failure_line", "FINISHED", "child_preexec"]
+__all__ = ["RunOutcome", "run_grid", "run_status", "changed_settings", "settings_diff", "failure_line", "FINISHED",
+           "child_preexec"]
 
 # What a run's result does not depend on: checkpoint and log cadence; the device (`auto` on one invocation and
 # `cpu` on the next are the same run; precision, which changes the numbers, does count); the attention kernel
@@ -67,8 +68,11 @@ def changed_settings(spec: RunSpec, run_dir: Path) -> list[str]:
     (written by an older normlab) is the default it ran with, so a new setting counts where the grid's value is
     not its default (e.g. ``schedule.decay_from``)."""
     saved = RunDir(run_dir).read_config_dict()
-    if saved is None:
-        return []
+    return [] if saved is None else settings_diff(spec, saved)
+
+
+def settings_diff(spec: RunSpec, saved: dict[str, Any]) -> list[str]:
+    """:func:`changed_settings` against a config as a dict (a run's config.yaml, or a report's results.json)."""
     # absent keys are their defaults (no validation: this cannot refuse or raise on an odd saved config)
     theirs = {**flat_dict(type(spec.config)().to_dict()), **flat_dict(saved)}
     return [f"{k}: {theirs[k]!r} -> {v!r}" for k, v in flat_dict(spec.config.to_dict()).items()
