@@ -32,6 +32,7 @@ from normlab import __version__
 from normlab.analysis.run import analysis_scale, claims_numbers, summary_lines
 from normlab.config import ConfigError, OptimConfig, ScheduleConfig, TrainConfig
 from normlab.data import prepare
+from normlab.device import cpu_name
 from normlab.experiments.budget import estimate, run_updates, updates_per_epoch
 from normlab.experiments.figures import Context, _translation, all_runs, fig5_bert, mappings, seeds_mapping
 from normlab.experiments.finetuning import finetune_config
@@ -332,7 +333,7 @@ def reproduce(
         "normlab_version": __version__,
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.processor() or platform.machine()}, "
+        "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({cpu_name()}, "
         f"{cores} cores)",
         "threads": _shape(launch, jobs, threads) if train else None,
         "launcher": launch.kind if train else None,
