@@ -3,7 +3,9 @@
 ``OUT/runs/NAME/`` is an ordinary ``normlab train`` run directory; ``OUT/configs/NAME.yaml`` the config it was
 started with; ``OUT/logs/NAME.log`` its output. Running the grid again
 
-* skips a run whose ``summary.json`` says ``completed`` or ``diverged`` (a diverged run is a result),
+* skips a run whose ``summary.json`` says ``completed`` or ``diverged`` (a diverged run is a result): its small
+  files (``config.yaml``, ``metrics.jsonl``, ``summary.json``) suffice, without checkpoints, so that finished runs
+  committed or copied from other machines complete a grid piece by piece (issue 32),
 * resumes a run that has a checkpoint (it was killed),
 * starts over a run killed before its first checkpoint,
 * records a run that fails (an exit code other than 0 or 3) as ``failed`` with one line (:func:`failure_line`: the
