@@ -160,7 +160,9 @@ QUICK_BUDGET = {
     # +6.0% [+1.3%, +10.6%], +-4.7 points, because seed 3 of the reference learned slowly (6.443 against 6.186 and
     # 6.246); and the reference's own interval, 6.292 [5.957, 6.626], straddles the gate's line 6.317. Since issue
     # 38 C7 is also decided only where the no-warm-up arm has left the plateau (it had not: 6.666 [6.484, 6.848]),
-    # so at this length C7 and C9 are inconclusive; longer runs (the full scale) decide them. At d=128 the effect
+    # so at this length C7 and C9 are inconclusive; longer runs decide them (not `full`, which shares this length
+    # since issue 32, so that it reuses the quick runs: a longer quick length, chosen from the measured learning
+    # curves, would lengthen both; issue 32's "power first" item). At d=128 the effect
     # (+0.3-0.9%) is a tenth of the claimed 5%: no number of seeds makes it `holds`.
 }
 @dataclasses.dataclass(frozen=True)
