@@ -7,19 +7,37 @@ it imports nothing of normlab but the config error).
 * :func:`autocast` is the one autocast context of the package (training, evaluation, decoding, analysis and
   the budget probe all use it): a no-op for None / ``float32``;
 * :func:`attention_upcast` says whether attention on bf16/fp16 inputs runs in fp32 (CPUs whose bf16 attention
-  kernel is slower than the fp32 one).
+  kernel is slower than the fp32 one);
+* :func:`cpu_name` names the CPU (what a run's summary and a report record of the machine that trained it).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import platform
 
 import torch
 
 from normlab.config import ConfigError
 
-__all__ = ["pick_device", "autocast_dtype", "autocast", "attention_upcast", "compute_dtype", "LOW_PRECISION"]
+__all__ = ["cpu_name", "pick_device", "autocast_dtype", "autocast", "attention_upcast", "compute_dtype",
+           "LOW_PRECISION"]
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_name() -> str:
+    """The CPU's model name: Linux's /proc/cpuinfo ``model name`` (platform.processor() is empty there), else
+    platform.processor(), else the architecture. Read once per process."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return " ".join(value.split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def pick_device(preference: str = "auto", local_rank: int = 0) -> torch.device:

@@ -206,3 +206,58 @@ def test_results_list_a_groups_seeds_side_by_side(tmp_path):
     groups = list(dict.fromkeys(r.group for r in specs))
     assert names == [f"{g}-s{k}" for g in groups for k in (1, 2, 3)]
     assert all(r["status"] == "absent" for r in runs.values())
+
+
+def _grid(scale, figures=("fig2", "fig4", "fig6")):
+    return {r.name: r for r in all_runs(scale, CTX, figures)}
+
+
+def test_full_is_the_quick_grid_and_the_arms_the_other_claims_need():
+    """Issue 32: `full` reuses every quick run (same names, same configs: a quick folder is a full folder with those
+    runs done), at the quick scale's shape, length and curve, and adds one group per arm of FULL_ARMS, 3 seeds each;
+    every translation claim finds the groups it reads."""
+    from normlab.experiments.scales import FULL_ARMS, FULL_BUDGET, QUICK_RUNS
+
+    quick, full = get_scale("quick"), get_scale("full")
+    q, f = _grid(quick, ("fig2", "fig4")), _grid(full)
+    assert set(q) <= set(f)
+    for name, spec in q.items():
+        assert f[name].config == spec.config, name  # not a setting changed: the quick runs count as full's
+    assert {r.group for r in f.values()} == set(QUICK_RUNS) | set(FULL_ARMS)
+    assert len(f) == 3 * (len(QUICK_RUNS) + len(FULL_ARMS)) == FULL_BUDGET["translation_runs"]
+    assert len(f) - len(q) == FULL_BUDGET["translation_runs_new"]
+    assert all(r.config.max_updates == FULL_BUDGET["updates_per_translation_run"] == 1200 for r in f.values())
+    assert full.translation.replace(runs=()) == quick.translation.replace(runs=())  # one shape, length and curve
+    assert full.analysis == quick.analysis and "width" not in full.figures  # the sweep only when asked
+    arm = {g: f[f"{g}-s1"].config for g in FULL_ARMS}
+    assert arm["post-adam-1e-3-nowarm"].optim.lr == 1e-3 and arm["post-adam-1e-3-w4000"].schedule.warmup_updates == 100
+    assert {arm[f"post-adam-{lr}-w500"].schedule.warmup_updates for lr in ("5e-4", "1e-3")} == {12}  # 100 / 8
+    radam = [arm[f"{p}-radam-5e-4-nowarm-linear"] for p in ("post", "pre")]
+    assert all(c.optim.name == "radam" and c.schedule.warmup_updates == 0 for c in radam)
+    small = arm["post-adam-1e-4-const"]
+    assert small.optim.lr == 1e-4 and small.schedule.decay == "constant" and small.schedule.warmup_updates == 0
+    # the groups the translation claims read (report/claims.py): C7, C8 at both rates, C9, C10, C13
+    read = {f"post-adam-{lr}-{w}" for lr in ("5e-4", "1e-3") for w in ("nowarm", "w500", "w4000")}
+    read |= {"pre-adam-5e-4-nowarm-step", "post-radam-5e-4-nowarm-linear", "pre-radam-5e-4-nowarm-linear",
+             "post-adam-1e-4-const"}
+    assert read == {r.group for r in f.values()}
+    # the report says why each arm is what it is
+    rows = {m.what.split(":")[0]: m for m in mappings(full, CTX)}
+    assert all(g in rows and rows[g].here == FULL_ARMS[g].here for g in FULL_ARMS)
+    assert "1/8 of the 100" in rows["T_warmup=500"].here and "same names and configs" in rows["runs"].here
+
+
+def test_the_quick_grid_is_the_committed_quick_reports():
+    """The quick runs keep their configs: each is the one docs/results/reproduce-quick was trained with (a setting
+    added since counts at its default, as the grid's stale-settings check reads a run's config.yaml), so that
+    report, and any quick folder, stay valid and `full` reuses them."""
+    import json
+    from pathlib import Path
+
+    from normlab.experiments.grid import settings_diff
+
+    committed = json.loads((Path(__file__).parents[1] / "docs/results/reproduce-quick/results.json").read_text())
+    q = _grid(get_scale("quick"), ("fig2", "fig4"))
+    assert set(q) == set(committed["runs"])
+    diffs = {name: settings_diff(spec, committed["runs"][name]["config"]) for name, spec in q.items()}
+    assert diffs == {name: [] for name in q}

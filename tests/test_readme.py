@@ -49,6 +49,8 @@ COVERED: dict[str, str] = {
     ".venv/bin/python benchmarks/train_throughput.py --shape quick --models normlab-pre,normlab-pre:attn=sdpa "
     "--dtypes bf16 --clock cpu --profile 2": "tests/test_throughput.py::test_benchmark_runs_end_to_end_at_tiny_size",
     ".venv/bin/normlab reproduce --scale quick": "tests/test_reproduce.py::test_smoke_reproduce_writes_the_report",
+    ".venv/bin/normlab reproduce --scale full --out reproduce/quick":
+        "tests/test_reproduce.py::test_full_on_a_folder_of_finished_quick_runs_trains_only_the_new_arms",
     ".venv/bin/normlab reproduce --scale full --out reproduce/full": "tests/test_reproduce.py::test_smoke_reproduce_writes_the_report",
     ".venv/bin/normlab reproduce --scale paper --corpus ~/iwslt14-de-en":
         "tests/test_reproduce.py::test_figure_subset_on_a_users_own_files",

@@ -469,3 +469,87 @@ def test_the_committed_quick_report_is_what_the_rules_decide(tmp_path):
     for quoted in ("+6.0% [+1.3%, +10.6%]", "+14.7% [+10.4%, +19.0%]", "6.292 [5.957, 6.626]"):
         assert quoted in readme, quoted
     assert "6.292 [5.957, 6.626]" in results["claims"][6]["gate"]
+
+
+def _smoke_quick_and_full():
+    """The smoke scale's equivalent of quick ⊂ full (issue 32): smoke's tiny model on the quick scale's short schedule
+    (warm-up and decay in updates) with its three runs, one seed; `full` built from it by the same function as the
+    real one (scales.with_full_arms)."""
+    from normlab.experiments.scales import QUICK_RUNS, with_full_arms
+
+    smoke = get_scale("smoke")
+    t = smoke.translation.replace(schedule="short", epochs=1, updates=6, eval_every=3, warmup=4, decay_from=4,
+                                  runs=QUICK_RUNS)  # fmt: skip
+    quick = smoke.replace(name="quick", translation=t, seeds=1, figures=("fig2", "fig4"))
+    return quick, with_full_arms(quick)
+
+
+SMALL_FILES = ("config.yaml", "metrics.jsonl", "summary.json")  # what a user commits of a finished run
+
+
+@pytest.mark.slow
+def test_full_on_a_folder_of_finished_quick_runs_trains_only_the_new_arms(tmp_path, data_cache, monkeypatch):
+    """Issue 32's check, on the smoke scale's equivalent: the quick runs' small files alone (no checkpoints, as
+    committed from another machine) count as finished for --report-only and for `reproduce --scale full`, which
+    trains only the arms quick lacks and leaves the quick runs untouched; each run's summary names its CPU and torch,
+    and the report says where the runs trained."""
+    import torch
+
+    from normlab.device import cpu_name
+    from normlab.experiments import scales
+    from normlab.experiments.reproduce import reproduce
+
+    quick, full = _smoke_quick_and_full()
+    monkeypatch.setitem(scales.SCALES, "quick", quick)
+    monkeypatch.setitem(scales.SCALES, "full", full)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    first = tmp_path / "machine-a"
+    ran = reproduce("quick", first, jobs=2, threads=1, probe=False)
+    names = sorted(ran["runs"])
+    assert len(names) == 3 and ran["meta"]["outcomes"]["completed"] == 3
+    summary = json.loads((first / "runs" / names[0] / "summary.json").read_text())
+    assert summary["cpu"] == cpu_name() and summary["torch"] == torch.__version__
+    # another machine's folder: the quick runs' small files, nothing else
+    out = tmp_path / "machine-b"
+    for name in names:
+        (out / "runs" / name).mkdir(parents=True)
+        for f in SMALL_FILES:
+            shutil.copyfile(first / "runs" / name / f, out / "runs" / name / f)
+    before = {n: (out / "runs" / n / "metrics.jsonl").read_bytes() for n in names}
+    figures = ("fig2", "fig4", "fig6")
+    partial = reproduce("full", out, figures=figures, probe=False, train=False)
+    assert set(partial["meta"]["unfinished"]) == set(partial["runs"]) - set(names)
+    assert len(partial["runs"]) == 10 and all(partial["runs"][n]["status"] == "completed" for n in names)
+    done = reproduce("full", out, figures=figures, jobs=2, threads=1, probe=False)
+    outcomes = done["meta"]["outcomes"]
+    assert (outcomes["cached"], outcomes["completed"], outcomes["failed"]) == (3, 7, 0), outcomes
+    assert not done["meta"]["unfinished"]
+    for n in names:  # not trained again: the same metrics, no checkpoint written
+        assert (out / "runs" / n / "metrics.jsonl").read_bytes() == before[n]
+        assert sorted(p.name for p in (out / "runs" / n).iterdir()) == sorted(SMALL_FILES)
+    md = (out / "report" / "REPORT.md").read_text()
+    assert "## Where the runs trained" in md and f"- {cpu_name()}, " in md and "10 run(s)" in md
+    assert all(r["machine"].startswith(cpu_name()) for r in done["runs"].values())
+
+
+def test_the_report_says_where_each_run_trained():
+    """A grid filled from several machines: one line per machine with its runs, from each summary.json; a run
+    trained before normlab recorded its CPU says so; no section when no run records one (older reports)."""
+    from normlab.experiments.results import machine_of
+    from normlab.report.html import machine_lines
+
+    amx = {"cpu": "Intel(R) Xeon(R) Platinum 8480+", "precision": "bf16", "torch": "2.11.0+cpu"}
+    zen = {"cpu": "AMD EPYC 9R14", "precision": "bf16", "torch": "2.13.0+cpu"}
+    assert machine_of(amx) == "Intel(R) Xeon(R) Platinum 8480+, bf16, torch 2.11.0+cpu"
+    assert machine_of({**zen, "cpus": ["AMD EPYC 9R14", "Intel(R) Xeon(R) Platinum 8480+"]}).startswith(
+        "AMD EPYC 9R14 then Intel(R) Xeon(R) Platinum 8480+, bf16")
+    assert machine_of({"status": "completed", "device": "cpu"}) == ""
+    runs = {"a-s1": {"status": "completed", "machine": machine_of(amx)},
+            "a-s2": {"status": "completed", "machine": machine_of(zen)},
+            "b-s1": {"status": "cached", "machine": machine_of(amx)},
+            "b-s2": {"status": "completed"}, "c-s1": {"status": "absent"}}  # fmt: skip
+    assert machine_lines({"runs": runs}) == [
+        "Intel(R) Xeon(R) Platinum 8480+, bf16, torch 2.11.0+cpu: 2 run(s): a-s1, b-s1",
+        "AMD EPYC 9R14, bf16, torch 2.13.0+cpu: 1 run(s): a-s2",
+        "not recorded (trained before normlab recorded the CPU): 1 run(s): b-s2"]
+    assert machine_lines({"runs": {"b-s2": {"status": "completed"}}}) == []

@@ -314,3 +314,20 @@ def test_accumulated_update_casts_each_weight_once_and_sums_the_micro_batches(tm
     assert seen.keys() == want_grads.keys()
     for name, g in want_grads.items():
         torch.testing.assert_close(seen[name], g, rtol=0, atol=0, msg=lambda m, k=name: f"{k}: {m}")
+
+
+def test_the_summary_names_the_machine_and_every_cpu_a_resumed_run_trained_on(tmp_path, monkeypatch):
+    """Issue 32: a grid completed in pieces on several machines names the CPU of each run (its summary: the CPU's
+    model name and torch's version); a run resumed on another CPU lists both, in order."""
+    import normlab.train.trainer as trainer_module
+    from normlab.device import cpu_name
+
+    cfg = TrainConfig.from_dict(config(max_epochs=3, keep_last=1, schedule={"warmup_updates": 2}))
+    first = Trainer(cfg, tmp_path, ReverseTask(n=16), ReverseTask(n=8, seed=1), progress=False).fit()
+    assert first["cpu"] == cpu_name() and first["torch"] == torch.__version__
+    assert "cpus" not in first and "gpu" not in first
+    monkeypatch.setattr(trainer_module, "cpu_name", lambda: "Another CPU")
+    longer = cfg.replace(max_epochs=4)
+    prepare_run_dir(tmp_path, longer, resume=True)
+    again = Trainer(longer, tmp_path, ReverseTask(n=16), ReverseTask(n=8, seed=1), progress=False).fit(resume=True)
+    assert again["cpu"] == "Another CPU" and again["cpus"] == [cpu_name(), "Another CPU"]

@@ -15,7 +15,7 @@ from typing import Literal
 
 from normlab.config import DataConfig, ModelConfig, OptimConfig, ScheduleConfig, TrainConfig
 from normlab.experiments.finetuning import finetune_config
-from normlab.experiments.scales import PAPER, Scale, scaled_updates
+from normlab.experiments.scales import FULL_ARMS, PAPER, Scale, scaled_updates
 from normlab.report.claims import LEVEL, _noise_k
 from normlab.results import split_seed
 
@@ -352,14 +352,24 @@ def mappings(scale: Scale, ctx: Context) -> list[Mapping]:
                 f"updates = {paper_total:,} updates (read off Figures 2, 4, 6)", length),
         seeds_mapping(scale.seeds),
     ]  # fmt: skip
-    if t.runs:
+    added = [n for n in t.runs if n in FULL_ARMS]
+    if t.runs and not added:
         out.append(Mapping("runs", "every setting of Figures 2, 4, 6", "only " + ", ".join(t.runs) +
                            " (the decisive contrasts; the other claims are not run at this scale)"))
+    elif t.runs:  # full: the quick scale's runs and the arms the other claims need, each with its reason
+        base = [n for n in t.runs if n not in FULL_ARMS]
+        out.append(Mapping("runs", "every setting of Figures 2, 4, 6", f"{len(t.runs)} of them: the quick scale's ("
+                           + ", ".join(base) + ", same names and configs, so a quick folder's runs are reused) and "
+                           "the arms the other claims need, one row each below; Figure 2's SGD runs are left out "
+                           "(no claim reads them)"))  # fmt: skip
+        out += [Mapping(f"{n}: {FULL_ARMS[n].claims}", FULL_ARMS[n].paper, FULL_ARMS[n].here) for n in added]
     for w in (500, 4000):
         if t.runs and not any(f"-w{w}" in r for r in t.runs):
             continue  # no run of this scale has it
         here = warmup_here(w, scale, ctx)
-        how = " (a number of updates, not a fraction of the run: see scales.py)" if _short(scale) else ""
+        ref = warmup_here(4000, scale, ctx)
+        how = ("" if not _short(scale) else " (a number of updates, not a fraction of the run: see scales.py)"
+               if w == 4000 else f" (1/8 of the {ref} standing for 4,000, as 500 is of 4,000: scales.py, FULL_ARMS)")
         out.append(Mapping(f"T_warmup={w}", f"{w:,} updates ({100 * w / paper_total:.1f}% of the run)",
                            f"{here:,} updates ({100 * here / max(total, 1):.1f}% of the run){how}"))  # fmt: skip
     if _short(scale):
@@ -390,7 +400,9 @@ def mappings(scale: Scale, ctx: Context) -> list[Mapping]:
         return out + _model_rows(scale)
     bw = bert_warmup_here(scale)
     out.append(Mapping("BERT run", f"{PAPER['bert_updates']:,} updates, T_warmup={PAPER['bert_warmup']:,} (1%)",
-                       f"{scale.mlm.updates:,} updates, T_warmup={bw:,} ({100 * bw / scale.mlm.updates:.1f}%)"))
+                       f"{scale.mlm.updates:,} updates, T_warmup={bw:,} ({100 * bw / scale.mlm.updates:.1f}%)"
+                       + ("" if scale.name == "paper" else "; not calibrated: no width and length measured at which "
+                          "the Post-LN reference passes its gate (scales.py); the gate says whether it did")))
     ft = scale.finetune
     out.append(Mapping("fine-tuning", "batch 16/32, lr 1e-5..1e-4, 3-8 epochs searched; 6 seeds, 95% CI",
                        f"batch {ft.batch_sentences}, lr {ft.lr:g}, {ft.epochs} epoch(s), {ft.seeds} seed(s) per "

@@ -3,7 +3,9 @@
 ``OUT/runs/NAME/`` is an ordinary ``normlab train`` run directory; ``OUT/configs/NAME.yaml`` the config it was
 started with; ``OUT/logs/NAME.log`` its output. Running the grid again
 
-* skips a run whose ``summary.json`` says ``completed`` or ``diverged`` (a diverged run is a result),
+* skips a run whose ``summary.json`` says ``completed`` or ``diverged`` (a diverged run is a result): its small
+  files (``config.yaml``, ``metrics.jsonl``, ``summary.json``) suffice, without checkpoints, so that finished runs
+  committed or copied from other machines complete a grid piece by piece (issue 32),
 * resumes a run that has a checkpoint (it was killed),
 * starts over a run killed before its first checkpoint,
 * records a run that fails (an exit code other than 0 or 3) as ``failed`` with one line (:func:`failure_line`: the
@@ -50,7 +52,8 @@ from normlab.rundir import RunDir
 from normlab.train.run import train
 from normlab.train.trainer import EXIT_DIVERGED
 
-__all__ = ["RunOutcome", "run_grid", "run_status", "changed_settings", "failure_line", "FINISHED", "child_preexec"]
+__all__ = ["RunOutcome", "run_grid", "run_status", "changed_settings", "settings_diff", "failure_line", "FINISHED",
+           "child_preexec"]
 
 # What a run's result does not depend on: checkpoint and log cadence; the device (`auto` on one invocation and
 # `cpu` on the next are the same run; precision, which changes the numbers, does count); the attention kernel
@@ -67,8 +70,11 @@ def changed_settings(spec: RunSpec, run_dir: Path) -> list[str]:
     (written by an older normlab) is the default it ran with, so a new setting counts where the grid's value is
     not its default (e.g. ``schedule.decay_from``)."""
     saved = RunDir(run_dir).read_config_dict()
-    if saved is None:
-        return []
+    return [] if saved is None else settings_diff(spec, saved)
+
+
+def settings_diff(spec: RunSpec, saved: dict[str, Any]) -> list[str]:
+    """:func:`changed_settings` against a config as a dict (a run's config.yaml, or a report's results.json)."""
     # absent keys are their defaults (no validation: this cannot refuse or raise on an odd saved config)
     theirs = {**flat_dict(type(spec.config)().to_dict()), **flat_dict(saved)}
     return [f"{k}: {theirs[k]!r} -> {v!r}" for k, v in flat_dict(spec.config.to_dict()).items()

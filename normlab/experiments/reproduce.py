@@ -2,10 +2,14 @@
 
     normlab reproduce --scale quick                      # the README's main job (make reproduce)
     normlab reproduce --scale paper --corpus ~/iwslt14   # the paper's settings on your IWSLT14 files, on GPUs
-    normlab reproduce --scale full                       # every figure, with the quick scale's gates and seeds
+    normlab reproduce --scale full --out reproduce/quick # quick + every other claim's arms: trains only those
 
 Writes ``OUT/report/index.html``, ``OUT/report/REPORT.md`` and ``OUT/report/results.json``. Re-running skips
-finished runs and resumes a killed one (see grid.py); ``--figures`` restricts the work to some figures;
+finished runs and resumes a killed one (see grid.py); a finished run is its small files under ``OUT/runs/NAME/``
+(config.yaml, metrics.jsonl, summary.json: no checkpoint needed), so a grid can be filled from several machines
+by copying or committing those, and ``--scale full`` on a folder of quick runs trains only the arms quick lacks
+(the two scales share those runs: scales.py). A pre-training run of Figure 5 needs its checkpoints until its
+fine-tuning runs have finished. ``--figures`` restricts the work to some figures;
 ``--report-only`` trains nothing and writes the report from the runs finished so far (a long job stopped
 half-way, or still running in another process): a claim then counts only its finished seeds, and the report's
 first lines name the runs that have not finished.
@@ -32,6 +36,7 @@ from normlab import __version__
 from normlab.analysis.run import analysis_scale, claims_numbers, summary_lines
 from normlab.config import ConfigError, OptimConfig, ScheduleConfig, TrainConfig
 from normlab.data import prepare
+from normlab.device import cpu_name
 from normlab.experiments.budget import estimate, run_updates, updates_per_epoch
 from normlab.experiments.figures import Context, _translation, all_runs, fig5_bert, mappings, seeds_mapping
 from normlab.experiments.finetuning import finetune_config
@@ -62,7 +67,8 @@ NOT_TRAINED_HERE = ("fig3", "width")  # fig3: the analysis process; width: its o
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale", default="quick", choices=["smoke", "quick", "full", "paper"],
                    help="smoke (seconds, tests), quick (the decisive contrasts, ~1-1.6 h on 2 cores with native bf16), "
-                   "full (every figure; hours), paper (the paper's settings, GPUs)")
+                   "full (quick + the other claims' arms, reusing a quick folder's runs; hours), paper (the paper's "
+                   "settings, GPUs)")
     p.add_argument("--out", help="output directory (default: reproduce/SCALE)")
     p.add_argument("--figures", default="", help=f"comma-separated subset of {ALL_FIGURES} (default: the scale's)")
     p.add_argument("--no-estimate", action="store_true", help="skip the probe that estimates the wall time")
@@ -332,7 +338,7 @@ def reproduce(
         "normlab_version": __version__,
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.processor() or platform.machine()}, "
+        "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({cpu_name()}, "
         f"{cores} cores)",
         "threads": _shape(launch, jobs, threads) if train else None,
         "launcher": launch.kind if train else None,

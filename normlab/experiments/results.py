@@ -12,13 +12,24 @@ from normlab.experiments.grid import RunOutcome
 from normlab.results import group_runs, mean_ci95, seed_curves, split_seed
 from normlab.rundir import RunDir
 
-__all__ = ["run_record", "collect", "mean_ci95", "seed_curves", "group_runs"]
+__all__ = ["machine_of", "run_record", "collect", "mean_ci95", "seed_curves", "group_runs"]
 
 _TRAIN_POINTS = 200  # training-loss points kept per run (evenly spaced) for the plots
 
 
 def _finite(x: Any) -> Any:
     return x if not isinstance(x, float) or math.isfinite(x) else None
+
+
+def machine_of(summary: dict[str, Any]) -> str:
+    """The machine a run trained on, in words, from its summary.json (the trainer records the CPU's model name, the
+    GPU's, the precision and torch's version): e.g. ``Intel(R) Xeon(R) Platinum 8480+, bf16, torch 2.11.0+cpu``;
+    "" when the summary names no CPU (a run trained before it was recorded)."""
+    cpus = summary.get("cpus") or ([summary["cpu"]] if summary.get("cpu") else [])
+    if not cpus:
+        return ""
+    parts = [" then ".join(cpus)] + [summary[k] for k in ("gpu", "precision") if summary.get(k)]
+    return ", ".join(parts) + (f", torch {summary['torch']}" if summary.get("torch") else "")
 
 
 def run_record(spec: RunSpec, run_dir: Path, outcome: RunOutcome | None) -> dict[str, Any]:
@@ -51,6 +62,8 @@ def run_record(spec: RunSpec, run_dir: Path, outcome: RunOutcome | None) -> dict
         "error": outcome.error if outcome is not None else "",
         "config": spec.config.to_dict(),
     }
+    if machine := machine_of(summary):  # absent for a run trained before normlab recorded its CPU
+        rec["machine"] = machine
     if spec.kind == "finetune":
         rec.update(parent=spec.parent, parent_update=spec.parent_update, task=spec.finetune_task)
     if status == "diverged":

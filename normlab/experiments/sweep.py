@@ -112,6 +112,7 @@ from normlab.config import (
     scheme_errors,
 )
 from normlab.data import prepare
+from normlab.device import cpu_name
 from normlab.experiments.budget import estimate, updates_per_epoch
 from normlab.experiments.figures import Context, RunSpec
 from normlab.experiments.grid import FINISHED, any_finished, check_not_stale, others_note, run_grid, run_status
@@ -1330,7 +1331,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
             # what --set changed from the preset: the description is the preset's, not this grid's
             "overrides": {k: v for k, v in cfg.to_dict().items() if v != preset.get(k)} if preset else {},
             "torch": torch.__version__, "python": platform.python_version(),
-            "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.processor() or platform.machine()}, "
+            "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({cpu_name()}, "
             f"{cores} cores)", "threads": shape, "launcher": launch.kind, "wall_time_s": wall,
             # None when a run has no time (failed, or from before the runs recorded it): a partial sum would
             # understate the grid's cost without saying so

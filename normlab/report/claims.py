@@ -46,7 +46,8 @@ less well). 5% of a ~6.3-nat loss is ~0.31 nats, less than the gate's 0.5: any r
 arm still on the plateau by more than 5%, so that gap follows from the gate and measures only that the arm has not
 left the plateau yet, which a short run cannot tell from "never". :func:`far_worse` therefore decides only where
 both arms have passed the gate (or every seed of the worse arm diverged: a categorical failure); otherwise it is
-``inconclusive`` with the numbers, and longer runs (the full and paper scales) decide it.
+``inconclusive`` with the numbers, and longer runs (the paper scale; ``full`` shares the quick scale's length)
+decide it.
 
 **The noise: seeds.** Each run is repeated over seeds (run names ``BASE-sK``; :func:`group_runs`). An effect is
 the relative gap between the seed means of two groups, (mean a - mean b) / |mean b|, with its standard error by

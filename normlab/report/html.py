@@ -11,7 +11,7 @@ from normlab.report.format import CSS, escape, format_number, html_table, img
 from normlab.report.sweep import beyond_the_paper
 
 __all__ = ["write_html", "format_number", "verdict_counts", "counts_sentence", "progress_sentence", "time_phrase",
-           "baseline_lines", "RUN_COLUMNS", "run_cells"]
+           "baseline_lines", "machine_lines", "RUN_COLUMNS", "run_cells"]
 
 
 def _verdict_class(v: str) -> str:
@@ -72,6 +72,20 @@ def progress_sentence(meta: dict[str, Any], names: int = 6) -> str:
     if unfinished or meta.get("analysis_missing") or meta.get("width_missing"):
         s += "Run the same command without --report-only to finish the job."
     return s.rstrip()
+
+
+def machine_lines(results: dict[str, Any]) -> list[str]:
+    """Where the runs trained, one line per machine with its runs (a grid completed in pieces on several machines
+    says which ran what); [] when no run records its machine (runs trained before normlab recorded the CPU).
+    Shared with REPORT.md."""
+    runs = results.get("runs", {})
+    if not any(r.get("machine") for r in runs.values()):
+        return []
+    by: dict[str, list[str]] = {}
+    for name, r in runs.items():
+        if r.get("status") in ("completed", "diverged", "cached"):
+            by.setdefault(r.get("machine") or "not recorded (trained before normlab recorded the CPU)", []).append(name)
+    return [f"{machine}: {len(names)} run(s): {', '.join(names)}" for machine, names in by.items()]
 
 
 def baseline_lines(results: dict[str, Any]) -> list[str]:
@@ -184,6 +198,8 @@ def write_html(results: dict[str, Any], images: dict[str, Path], path: Path) -> 
     for k in ("width_loss_vs_lr", "width_frontier"):
         if k in images:
             parts.append(img(images[k]))
+    if where := machine_lines(results):
+        parts.append("<h2>Where the runs trained</h2><ul>" + "".join(f"<li>{escape(x)}</li>" for x in where) + "</ul>")
     parts.append("<h2>Runs</h2><table><tr>" + "".join(f"<th>{escape(c)}</th>" for c in RUN_COLUMNS) + "</tr>")
     for r in results.get("runs", {}).values():
         cells = [escape(c) for c in run_cells(r)]

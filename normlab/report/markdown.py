@@ -13,6 +13,7 @@ from normlab.report.html import (
     RUN_COLUMNS,
     baseline_lines,
     counts_sentence,
+    machine_lines,
     progress_sentence,
     run_cells,
     time_phrase,
@@ -59,6 +60,8 @@ def write_markdown(results: dict[str, Any], images: dict[str, Path], path: Path)
     lines += ["", f"## {beyond['title']}", ""] + [_cell(x) + "\n" for x in beyond["sentences"]]
     for title, head, rows in beyond["tables"]:
         lines += [f"### {title}", ""] + md_table(head, rows) + [""]
+    if where := machine_lines(results):
+        lines += ["", "## Where the runs trained", ""] + [f"- {_cell(x)}" for x in where]
     lines += ["", "## Runs", "", "| " + " | ".join(RUN_COLUMNS) + " |", "|" + "---|" * len(RUN_COLUMNS)]
     for r in results.get("runs", {}).values():
         lines.append("| " + " | ".join(_cell(c) for c in [r["name"], *run_cells(r)]) + " |")

@@ -43,7 +43,7 @@ from normlab import __version__, allocator
 from normlab.config import ConfigError, TrainConfig, flat_dict
 from normlab.data.batch import Batch
 from normlab.data.corpora import DataError
-from normlab.device import autocast, autocast_dtype
+from normlab.device import autocast, autocast_dtype, cpu_name
 from normlab.faults import collective_timed_out, fault_line
 from normlab.model import Omega, build_model, profile_init, project_weights_, set_attention
 from normlab.rundir import RunDir
@@ -238,6 +238,12 @@ class Trainer:
         self._outputs = cfg.model.num_classes if cfg.data.task == "classification" else cfg.model.vocab_size
         self.ckpt_dir = self.rundir.checkpoints
         self._allocator = allocator.running()  # the C allocator this process runs on (normlab.allocator), for the summary
+        # the machine, for the summary: a grid completed on several machines names each run's CPU in its report; a run
+        # resumed on another CPU than the one that started it lists every one it trained on ("cpus")
+        self._cpu = cpu_name()
+        before = self.rundir.summary() if self.dist.is_main else {}
+        self._cpus = [*(before.get("cpus") or [c for c in [before.get("cpu")] if c])]
+        self._cpus += [self._cpu] if self._cpu not in self._cpus else []
         self._writer = None
         self._lock = None
         self._metrics_file = None
@@ -283,6 +289,10 @@ class Trainer:
             "parameters": sum(p.numel() for p in self.params),
             "normlab_version": __version__,
             "allocator": self._allocator,
+            "cpu": self._cpu,
+            **({"cpus": self._cpus} if len(self._cpus) > 1 else {}),
+            **({"gpu": torch.cuda.get_device_name(self.device)} if self.device.type == "cuda" else {}),
+            "torch": torch.__version__,
             **extra,
         }
         if self.dist.is_main:
