@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Add the finished runs of a tarball from tools/sweep-elsewhere.sh to a committed sweep folder: a run already
+# there is kept as it is (never overwritten), so merging twice, or merging two machines' results, is safe.
+#   tools/merge-runs.sh RUNS_TGZ DOCS_DIR
+set -euo pipefail
+tgz=$1; docs=$2
+tmp=$(mktemp -d); tar xzf "$tgz" -C "$tmp"
+n=0
+for d in "$tmp"/*/; do
+  name=$(basename "$d")
+  [ -f "$docs/runs/$name/summary.json" ] && continue
+  mkdir -p "$docs/runs/$name" && cp "$d"* "$docs/runs/$name/" && n=$((n + 1))
+done
+echo "merge-runs: $n new run(s) in $docs/runs"

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Continue a committed sweep on another machine (a many-core CPU, a lent GPU machine) and bring back only the
+# finished runs' small files, so that a grid completes over several machines and no finished run is trained twice.
+#
+#   tools/sweep-elsewhere.sh DOCS_DIR SECONDS OUT_DIR -- SWEEP_ARGS...
+#
+# DOCS_DIR: the committed sweep folder (its runs/ holds config.yaml, data.json, metrics.jsonl, summary.json per
+# finished run); the sweep runs in a scratch copy of it for at most SECONDS (what is still running then is
+# stopped: the next call trains it again from its start), and OUT_DIR receives runs.tgz (the runs finished in
+# the copy, small files only) and sweep.log. SWEEP_ARGS are `normlab sweep`'s own (--scale, --set, --jobs,
+# --threads, --device ...), without --out. Back home: tools/merge-runs.sh OUT_DIR/runs.tgz DOCS_DIR.
+# Example (the quick preset's five seeds on 16 cores):
+#   tools/sweep-elsewhere.sh docs/results/sweep-quick/edge-quick 520 "$OUT" -- --scale quick --set seeds=5 \
+#     --jobs 16 --threads 1 --device cpu --no-diagnose --no-estimate
+set -uo pipefail
+docs=$1; seconds=$2; out=$3; shift 3; [ "${1:-}" = "--" ] && shift
+scratch=$(mktemp -d)
+mkdir -p "$scratch/runs" "$out"
+[ -d "$docs/runs" ] && cp -r "$docs/runs/." "$scratch/runs/"
+echo "sweep-elsewhere: $(ls "$scratch/runs" | wc -l) committed runs copied; $(nproc) CPUs; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} timeout "$seconds" python3 -m normlab sweep --out "$scratch" "$@" > "$out/sweep.log" 2>&1
+echo "sweep-elsewhere: sweep rc=$? (124: stopped at ${seconds} s)"; tail -3 "$out/sweep.log"
+cd "$scratch/runs" || exit 1
+done_runs=()
+for d in */; do
+  d=${d%/}
+  grep -qs '"status": "\(completed\|diverged\)"' "$d/summary.json" && done_runs+=("$d")
+done
+files=()
+for d in "${done_runs[@]}"; do for f in config.yaml data.json metrics.jsonl summary.json; do
+  [ -f "$d/$f" ] && files+=("$d/$f"); done; done
+tar czf "$out/runs.tgz" "${files[@]}"
+echo "sweep-elsewhere: ${#done_runs[@]} finished runs in $out/runs.tgz"
