@@ -184,3 +184,19 @@ def test_python_m_normlab_runs_on_jemalloc_where_the_machine_has_it(tmp_path: Pa
     m_on = [json.loads(x) for x in (tmp_path / "je" / "metrics.jsonl").read_text().splitlines()]
     m_off = [json.loads(x) for x in (tmp_path / "sys" / "metrics.jsonl").read_text().splitlines()]
     assert [m.get("loss") for m in m_on] == [m.get("loss") for m in m_off]
+
+
+def test_glibc_tunables_stand_aside_on_another_allocator():
+    """tune_malloc and release_memory tune glibc's heap; on a preloaded jemalloc that heap serves nothing, so they
+    do nothing and say so (False), where on glibc they act (True)."""
+    lib = allocator.find("jemalloc")
+    if lib is None:
+        if os.environ.get("NORMLAB_REQUIRE_JEMALLOC"):
+            pytest.fail("NORMLAB_REQUIRE_JEMALLOC is set and no libjemalloc.so.2 is found")
+        pytest.skip("no libjemalloc.so.2 on this machine (apt install libjemalloc2)")
+    code = "from normlab.train.throughput import release_memory, tune_malloc; print(tune_malloc(), release_memory())"
+    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                        env=_env(LD_PRELOAD=str(lib)), check=True).stdout.split()  # fmt: skip
+    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                         env=_env(), check=True).stdout.split()  # fmt: skip
+    assert (on, off) == (["False", "False"], ["True", "True"])
