@@ -9,12 +9,15 @@
 # stopped: the next call trains it again from its start), and OUT_DIR receives runs.tgz (the runs finished in
 # the copy, small files only) and sweep.log. SWEEP_ARGS are `normlab sweep`'s own (--scale, --set, --jobs,
 # --threads, --device ...), without --out. Back home: tools/merge-runs.sh OUT_DIR/runs.tgz DOCS_DIR.
-# Example (the quick preset's five seeds on 16 cores):
+# `python3` on PATH runs normlab (a venv's, or a machine's own with torch, sentencepiece and sacrebleu); run it
+# from the repository's root (or with PYTHONPATH naming it). Checked with the smoke preset: a second call on the
+# merged folder trains nothing. Example (the quick preset's five seeds on 16 cores):
 #   tools/sweep-elsewhere.sh docs/results/sweep-quick/edge-quick 520 "$OUT" -- --scale quick --set seeds=5 \
 #     --jobs 16 --threads 1 --device cpu --no-diagnose --no-estimate
 set -uo pipefail
 docs=$1; seconds=$2; out=$3; shift 3; [ "${1:-}" = "--" ] && shift
 scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT  # the scratch copy holds checkpoints: only the tarball leaves
 mkdir -p "$scratch/runs" "$out"
 [ -d "$docs/runs" ] && cp -r "$docs/runs/." "$scratch/runs/"
 echo "sweep-elsewhere: $(ls "$scratch/runs" | wc -l) committed runs copied; $(nproc) CPUs; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
