@@ -66,6 +66,7 @@ from torch import Tensor, nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from normlab.config import ModelConfig, OptimConfig, TrainConfig  # noqa: E402
+from normlab.device import cpu_name  # noqa: E402
 from normlab.model import ATTENTION_IMPLS, Seq2Seq, set_attention, sinusoidal_table  # noqa: E402
 from normlab.train.kernels import choose_attention  # noqa: E402
 from normlab.train.losses import LOSS_IMPLS, translation_loss  # noqa: E402
@@ -594,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
     args.updates = args.updates if args.updates is not None else (3 if quick else 6)
     t_start = time.perf_counter()
 
-    cpu = platform.processor() or platform.machine()
+    cpu = cpu_name()
     print(f"# train_throughput: torch {torch.__version__}, device {device}"
           f"{' (' + torch.cuda.get_device_name(device) + ')' if device.type == 'cuda' else ''}, "
           f"{torch.get_num_threads()} threads, {os.cpu_count()} cores, CPU capability "

@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["fault_line", "report_to_torchrun", "final_line", "launched", "collective_timed_out", "die_with_parent", "LAUNCHED",
-           "LAUNCHER_PID"]
+__all__ = ["fault_line", "report_to_torchrun", "final_line", "launched", "collective_timed_out", "die_with_parent",
+           "LAUNCHED", "LAUNCHER_PID"]
 
 LAUNCHED = "NORMLAB_LAUNCHED"  # "1" in the environment of the ranks that normlab's launcher starts
 

@@ -237,13 +237,14 @@ class Trainer:
         # the size of the distribution the training loss is over (the divergence rule)
         self._outputs = cfg.model.num_classes if cfg.data.task == "classification" else cfg.model.vocab_size
         self.ckpt_dir = self.rundir.checkpoints
-        self._allocator = allocator.running()  # the C allocator this process runs on (normlab.allocator), for the summary
+        self._allocator = allocator.running()  # the C allocator this process runs on (normlab.allocator)
         # the machine, for the summary: a grid completed on several machines names each run's CPU in its report; a run
         # resumed on another CPU than the one that started it lists every one it trained on ("cpus")
         self._cpu = cpu_name()
         before = self.rundir.summary() if self.dist.is_main else {}
         self._cpus = [*(before.get("cpus") or [c for c in [before.get("cpu")] if c])]
         self._cpus += [self._cpu] if self._cpu not in self._cpus else []
+        self._gpu = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else None
         self._writer = None
         self._lock = None
         self._metrics_file = None
@@ -291,7 +292,7 @@ class Trainer:
             "allocator": self._allocator,
             "cpu": self._cpu,
             **({"cpus": self._cpus} if len(self._cpus) > 1 else {}),
-            **({"gpu": torch.cuda.get_device_name(self.device)} if self.device.type == "cuda" else {}),
+            **({"gpu": self._gpu} if self._gpu else {}),
             "torch": torch.__version__,
             **extra,
         }
