@@ -133,7 +133,7 @@ def test_the_quick_preset_is_a_subset_of_the_standard_one():
     from normlab.experiments.sweep import SWEEP_SCALES
 
     quick, standard = sweep_scale("quick"), sweep_scale("standard")
-    assert set(SWEEP_SCALES) == {"smoke", "quick", "standard", "full"}
+    assert set(SWEEP_SCALES) == {"smoke", "quick", "standard", "full", "lm"}
     assert all(cfg.scale == name for name, cfg in SWEEP_SCALES.items())
     ctx = Context(translation_updates_per_epoch=1)
     small, big = sweep_runs(quick, ctx), {s.name: s for s in sweep_runs(standard, ctx)}
@@ -145,6 +145,24 @@ def test_the_quick_preset_is_a_subset_of_the_standard_one():
     # reproduce's `width` figure runs the preset its scale names
     assert {name: s.sweep for name, s in SCALES.items()} == {"smoke": "smoke", "quick": "quick", "full": "standard",
                                                              "paper": "full"}  # fmt: skip
+
+
+def test_the_lm_preset_runs_every_scheme_the_issue_names_at_a_depth_where_mixln_differs():
+    """issue 34's LM sweep: the eight schemes, both warm-up arms (40 updates at beta2 = 0.95), d=64 and 128, the
+    quick preset's run shape and LR grid; 6 layers, where Mix-LN's floor(0.25 L) Post-LN layers are not zero."""
+    from normlab.experiments.figures import Context
+
+    lm = sweep_scale("lm")
+    lm.validate()
+    assert lm.task == "lm" and lm.scale == "lm"
+    assert set(lm.schemes) == {"post", "pre", "peri", "lns", "mixln", "output", "pre/dyt", "hybridnorm"}
+    assert lm.warmups == ("none", "adam") and lm.warmup_length("adam") == 40
+    assert lm.widths == (64, 128) and lm.lrs == LRS and lm.updates == 300 and lm.dropout == 0.0
+    assert int(0.25 * lm.layers) >= 1  # ModelConfig.mixln_alpha's default: 0.25
+    ctx = Context(translation_updates_per_epoch=1, mlm_corpus="en-mono")
+    runs = sweep_runs(lm, ctx)
+    assert len(runs) == 8 * 2 * 2 * 7 == 224
+    assert {r.config.data.task for r in runs} == {"lm"} and {r.config.model.encoder_layers for r in runs} == {0}
 
 
 # ---- the divergence rule ----

@@ -183,7 +183,7 @@ LMs' (GPT-3, Brown et al. 2020, Appendix B; Llama, OLMo 2: beta2 = 0.95)."""
 class SweepConfig(Strict):
     """One stability sweep: which schemes, warm-ups, learning rates, widths and seeds, and the runs' shape."""
 
-    scale: Literal["smoke", "quick", "standard", "full", "custom"] = field(
+    scale: Literal["smoke", "quick", "standard", "full", "lm", "custom"] = field(
         "custom", help="the preset this config started from"
     )
     task: Literal["translation", "mlm", "lm"] = field("translation", help="de-en translation (the paper's IWSLT "
@@ -416,6 +416,34 @@ SWEEP_SCALES: dict[str, SweepConfig] = {
         description="widths 64-512 at the paper's depth and batch: 3 schemes x 3 warm-ups (none; 61 updates, the "
         "paper's share; 100, 2/(1 - beta2)) x 7 learning rates x widths 64-512, 6-6 layers, 500 updates of 4,096 "
         "tokens (252 runs; sized for a GPU, not yet measured); --set schemes=[...] adds the other schemes",
+    ),  # fmt: skip
+    # The decoder-only LM sweep (issue 34): the schemes that were proposed on causal LMs, on the task they were
+    # proposed on. The shape follows the quick preset's where nothing says otherwise (300 updates of 1,024 tokens,
+    # widths 64 and 128, the LR grid 1e-4..1e-2 with the edge search above it, one seed), and differs where the
+    # schemes need it:
+    # * 6 layers, not 3: Mix-LN puts Post-LN in the first floor(0.25 L) layers (its paper's alpha), which is 0 at
+    #   L = 3 (Mix-LN would be Pre-LN, measured twice) and 1 at L = 6; LayerNorm Scaling's 1/sqrt(l) spans 1 to 0.41
+    #   at L = 6 against 1 to 0.58 at L = 3. 6 is also the paper's depth.
+    # * no dropout: GPT-style pre-training (Llama, OLMo 2, nanoGPT's) trains without it, and these schemes were
+    #   measured so.
+    # * warm-up arms none and adam: 2/(1 - beta2) = 40 updates at the LMs' beta2 = 0.95 (Ma & Yarats's rule, the
+    #   module doc); AdamW with weight decay 0.1 for every scheme (_train_config).
+    # Calibration (stop 34, before any sweep run; 2-core AMD EPYC Zen 4, bf16, 1 thread, 2 jobs; dropout 0.1):
+    # Post-LN and Pre-LN with the warm-up at lr 1e-3 ended at 6.75 / 6.82 (Post-LN, d=64 / 128) and 6.79 (Pre-LN,
+    # d=64) against the unigram loss U = 7.058, 0.24-0.31 nats past it, so at 300 updates a curve that trains
+    # leaves the plateau by more than the 0.1-nat line of the plateau rule; the runs took 43 s (d=64) and 76 s
+    # (d=128). 8 schemes x 2 arms x 2 widths x 7 learning rates = 224 grid runs, ~3.7 h of training summed over
+    # runs, ~1.9 h on 2 jobs, plus the edge search (a few runs per curve): more than one session, which the grid
+    # allows (a finished run is never trained again).
+    "lm": SweepConfig(
+        scale="lm", task="lm", schemes=("post", "pre", "peri", "lns", "mixln", "output", "pre/dyt", "hybridnorm"),
+        warmups=("none", "adam"), widths=(64, 128), layers=6, updates=300, max_tokens=1024, dropout=0.0,
+        eval_every=100,
+        description="decoder-only LMs on en-mono (RoPE, GELU, tied embeddings, AdamW 0.9/0.95, weight decay 0.1): "
+        "8 schemes (post, pre, peri, lns, mixln, output, pre/dyt, hybridnorm) x 2 warm-ups (none; 40 updates, "
+        "2/(1 - beta2)) x 7 learning rates (1e-4..1e-2, then the edge search) x d=64 and 128, 6 layers, 300 "
+        "updates of 1,024 tokens, no dropout, one seed: 224 grid runs, ~2 h on a 2-core CPU with AVX-512 BF16 in "
+        "bf16, plus the edge search",
     ),  # fmt: skip
 }
 
@@ -1433,7 +1461,8 @@ def add_arguments(p: Any) -> None:
                    help="smoke (seconds, tests), quick (Post-LN and Pre-LN, no warm-up or 100 updates, d=64 and 128, "
                    "3-3 layers: 56 runs of 300 updates, ~25 min on 2 AVX-512 BF16 cores), standard (3 schemes x 3 "
                    "warm-ups x d=64-256: 189 runs, ~2 h), full (widths 64-512 at the paper's depth and batch; "
-                   "a GPU)")  # fmt: skip
+                   "a GPU), lm (decoder-only LMs: 8 schemes x 2 warm-ups x d=64 and 128, 6 layers: 224 runs and the "
+                   "edge search, ~3 h)")  # fmt: skip
     p.add_argument("--out", help="output directory (default: sweep/SCALE)")
     add_set_argument(p, SweepConfig, note="the defaults shown are before --scale, which sets most of them")
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA; "
