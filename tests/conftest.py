@@ -136,3 +136,17 @@ def small_mlm(small_corpora, data_cache):
 
     cfg = small_data_config(small_corpora["mono"], data_cache, task="mlm", block_size=64)
     return prepare(cfg, max_positions=128)
+
+
+# `make test` runs the suite on pytest-xdist's workers (-n, --dist loadgroup; Makefile). Every test is put in the
+# group of its file, so a file's tests run on one worker, in order, and its module fixtures are built once (as
+# --dist loadfile would); the two files that start a local Ray cluster (ray.init without an address) share one
+# group, so that two clusters never start at once on one machine. tryfirst: xdist's own hook reads the marks.
+XDIST_GROUPS = {"test_launchers": "ray-and-slurm", "test_finetune_launchers": "ray-and-slurm"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        stem = item.path.stem
+        item.add_marker(pytest.mark.xdist_group(XDIST_GROUPS.get(stem, stem)))
