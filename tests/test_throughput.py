@@ -196,3 +196,22 @@ def test_benchmark_measures_the_x_transformers_peer(monkeypatch):
     assert [e.name for e in entries] == ["normlab-post", "x-transformers"]
     bench.run_dtype(entries, "fp32", w, device, args)
     assert len(entries[1].times["fp32"]) == 2 and entries[1].peak["fp32"] > 0
+
+
+@pytest.mark.slow
+def test_grid_memory_benchmark_at_the_smoke_scale(tmp_path):
+    """benchmarks/grid_memory.py end to end: one smoke run trained by a grid worker and alone, both peaks read from
+    the kernel (VmHWM reset at the run's start; wait4's ru_maxrss), the ratio their quotient."""
+    import re
+
+    proc = subprocess.run([sys.executable, "benchmarks/grid_memory.py", "--scale", "smoke", "--updates", "3",
+                           "--runs", "1", "--out", str(tmp_path / "gm")], capture_output=True, text=True,
+                          cwd=Path(__file__).parents[1], timeout=300, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "## peak resident memory, GB (1 worker process" in proc.stdout
+    rows = re.findall(r"^(\S+-s1)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", proc.stdout, re.MULTILINE)
+    assert len(rows) == 1, proc.stdout
+    alone, inside, ratio = map(float, rows[0][1:])
+    assert 0.1 < alone < 4 and 0.1 < inside < 4  # a process that imported torch and trained, in GB
+    assert ratio == pytest.approx(inside / alone, abs=2e-3)
+    assert (tmp_path / "gm" / "alone" / rows[0][0] / "summary.json").is_file()
