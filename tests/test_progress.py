@@ -274,8 +274,8 @@ def test_the_live_display_keeps_the_grids_lines_whole(tmp_path, monkeypatch):
 def test_a_smoke_grid_on_a_terminal_shows_its_progress_and_trains_the_same(tmp_path, monkeypatch):
     """run_grid with the live display on a (fake) terminal: the start/end lines whole on the screen, the block drawn
     while it ran and gone at the end, and every run's losses bit for bit those of the same run trained alone."""
-    # the block's lines are cut to the terminal's width ($COLUMNS, else the real stdout's): under pytest-xdist's
-    # workers it was 80 and cut the 83-character line asserted below (found as a failure only there)
+    # the block's lines are cut to the terminal's width ($COLUMNS, else the real stdout's, else 100): one run of the
+    # suite under pytest-xdist saw 80 and cut the 83-character line asserted below
     monkeypatch.setenv("COLUMNS", "120")
     from normlab.experiments.budget import run_updates
     from normlab.experiments.figures import Context, fig6_small_lr

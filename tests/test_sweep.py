@@ -158,9 +158,10 @@ def test_the_lm_preset_runs_every_scheme_the_issue_names_at_a_depth_where_mixln_
     assert set(lm.schemes) == {"post", "pre", "peri", "lns", "mixln", "output", "pre/dyt", "hybridnorm"}
     assert lm.warmups == ("none", "adam") and lm.warmup_length("adam") == 40
     assert lm.widths == (64, 128) and lm.lrs == LRS and lm.updates == 300 and lm.dropout == 0.0
-    assert int(0.25 * lm.layers) >= 1  # ModelConfig.mixln_alpha's default: 0.25
     ctx = Context(translation_updates_per_epoch=1, mlm_corpus="en-mono")
     runs = sweep_runs(lm, ctx)
+    for m in {r.config.model for r in runs if r.config.model.placement == "mixln"}:
+        assert 1 <= math.floor(m.mixln_alpha * m.decoder_layers) < m.decoder_layers  # Post-LN layers, then Pre-LN
     assert len(runs) == 8 * 2 * 2 * 7 == 224
     assert {r.config.data.task for r in runs} == {"lm"} and {r.config.model.encoder_layers for r in runs} == {0}
 

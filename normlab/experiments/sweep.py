@@ -199,7 +199,8 @@ class SweepConfig(Strict):
     warmups: tuple[Literal["none", "paper", "adam"], ...] = field(
         ("none", "paper"), help="none; paper: a linear warm-up over the paper's share of the run (4,000 of ~33,000 "
         "IWSLT updates = 12.1%); adam: a linear warm-up over 2/(1 - beta2) updates (Ma & Yarats 2021's untuned rule "
-        "for Adam: 100 at the translation task's beta2 = 0.98, 2,000 at the mlm task's 0.999), whatever the run's "
+        "for Adam: 100 at the translation task's beta2 = 0.98, 2,000 at the mlm task's 0.999, 40 at the lm task's "
+        "0.95), whatever the run's "
         "length; lr_max is kept after it")  # fmt: skip
     warmup_fraction: float = field(PAPER_WARMUP_FRACTION, help="the share of the run the `paper` warm-up takes")
     lr_min: float = field(1e-4, help="smallest learning rate of the log grid")
@@ -428,13 +429,13 @@ SWEEP_SCALES: dict[str, SweepConfig] = {
     #   measured so.
     # * warm-up arms none and adam: 2/(1 - beta2) = 40 updates at the LMs' beta2 = 0.95 (Ma & Yarats's rule, the
     #   module doc); AdamW with weight decay 0.1 for every scheme (_train_config).
-    # Calibration (stop 34, before any sweep run; 2-core AMD EPYC Zen 4, bf16, 1 thread, 2 jobs; dropout 0.1):
-    # Post-LN and Pre-LN with the warm-up at lr 1e-3 ended at 6.75 / 6.82 (Post-LN, d=64 / 128) and 6.79 (Pre-LN,
-    # d=64) against the unigram loss U = 7.058, 0.24-0.31 nats past it, so at 300 updates a curve that trains
-    # leaves the plateau by more than the 0.1-nat line of the plateau rule; the runs took 43 s (d=64) and 76 s
-    # (d=128). 8 schemes x 2 arms x 2 widths x 7 learning rates = 224 grid runs, ~3.7 h of training summed over
-    # runs, ~1.9 h on 2 jobs, plus the edge search (a few runs per curve): more than one session, which the grid
-    # allows (a finished run is never trained again).
+    # Calibration (stop 34, before any sweep run; 2-core AMD EPYC Zen 4, bf16, 1 thread, 2 jobs): this shape
+    # (6 layers, 300 updates of 1,024 tokens) with dropout 0.1, Post-LN and Pre-LN with the warm-up at lr 1e-3,
+    # ended at 6.75 / 6.82 (Post-LN, d=64 / 128) and 6.79 (Pre-LN, d=64) against the unigram loss U = 7.058,
+    # 0.24-0.31 nats past it: at 300 updates a curve that trains leaves the plateau by more than the 0.1-nat line
+    # of the plateau rule. Cost, measured in the sweep itself (same CPU, 2 jobs): 71 grid runs in 56 min, 45-85 s
+    # a run (Peri-LN at d=128 110-120 s), so ~3 h for the 224 grid runs, plus the edge search (a few runs per
+    # curve): more than one working session, which the grid allows (a finished run is never trained again).
     "lm": SweepConfig(
         scale="lm", task="lm", schemes=("post", "pre", "peri", "lns", "mixln", "output", "pre/dyt", "hybridnorm"),
         warmups=("none", "adam"), widths=(64, 128), layers=6, updates=300, max_tokens=1024, dropout=0.0,
@@ -442,7 +443,7 @@ SWEEP_SCALES: dict[str, SweepConfig] = {
         description="decoder-only LMs on en-mono (RoPE, GELU, tied embeddings, AdamW 0.9/0.95, weight decay 0.1): "
         "8 schemes (post, pre, peri, lns, mixln, output, pre/dyt, hybridnorm) x 2 warm-ups (none; 40 updates, "
         "2/(1 - beta2)) x 7 learning rates (1e-4..1e-2, then the edge search) x d=64 and 128, 6 layers, 300 "
-        "updates of 1,024 tokens, no dropout, one seed: 224 grid runs, ~2 h on a 2-core CPU with AVX-512 BF16 in "
+        "updates of 1,024 tokens, no dropout, one seed: 224 grid runs, ~3 h on a 2-core CPU with AVX-512 BF16 in "
         "bf16, plus the edge search",
     ),  # fmt: skip
 }
@@ -1461,8 +1462,8 @@ def add_arguments(p: Any) -> None:
                    help="smoke (seconds, tests), quick (Post-LN and Pre-LN, no warm-up or 100 updates, d=64 and 128, "
                    "3-3 layers: 56 runs of 300 updates, ~25 min on 2 AVX-512 BF16 cores), standard (3 schemes x 3 "
                    "warm-ups x d=64-256: 189 runs, ~2 h), full (widths 64-512 at the paper's depth and batch; "
-                   "a GPU), lm (decoder-only LMs: 8 schemes x 2 warm-ups x d=64 and 128, 6 layers: 224 runs and the "
-                   "edge search, ~3 h)")  # fmt: skip
+                   "a GPU), lm (decoder-only LMs: 8 schemes x 2 warm-ups x d=64 and 128, 6 layers: 224 runs, ~3 h, "
+                   "and the edge search)")  # fmt: skip
     p.add_argument("--out", help="output directory (default: sweep/SCALE)")
     add_set_argument(p, SweepConfig, note="the defaults shown are before --scale, which sets most of them")
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA; "
