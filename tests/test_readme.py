@@ -107,6 +107,8 @@ COVERED: dict[str, str] = {
     '.venv/bin/normlab generate --run runs/lm-pre --prompt "The history of" --samples 3 --temperature 0.8 --top-k 40':
         "tests/test_lm.py::test_train_evaluate_generate_cli",
     ".venv/bin/normlab sweep --scale quick --set task=lm --out runs/sweep-lm": "tests/test_lm.py::test_smoke_lm_sweep_cli",
+    ".venv/bin/normlab sweep --scale lm --out runs/sweep-lm-schemes":
+        "tests/test_sweep.py::test_the_lm_preset_runs_every_scheme_the_issue_names_at_a_depth_where_mixln_differs",
     ".venv/bin/normlab export-hf --run runs/gpt2-like --out runs/gpt2-like-hf":
         "tests/test_lm.py::test_train_evaluate_generate_cli",
 }
