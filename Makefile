@@ -46,7 +46,7 @@ $(REF_STAMP): $(STAMP) Makefile
 # Every test runs: the references are installed and NORMLAB_REQUIRE_REFS=1 turns an absent one into a failure
 # (tests/conftest.py, require_reference) rather than a skip. The SLURM test of tests/test_launchers.py runs where
 # slurm-wlm's daemons are installed (install-slurm; .ci/run does it as root) and skips, saying so, elsewhere.
-# The suite runs on pytest-xdist's workers, one per core up to 4 (tests run on one thread each, tests/conftest.py):
+# The suite runs on pytest-xdist's workers, one per logical CPU up to 4 (each test on one thread, tests/conftest.py):
 # 9 min 42 s against 14 min 24 s in one process on a 2-core AMD EPYC Zen 4. --dist loadgroup with conftest's groups
 # keeps each file's tests on one worker and the files that start a Ray cluster on the same one.
 test: install-ref
