@@ -175,7 +175,8 @@ MAX_SAMPLES = 1024  # rows decoded together, each with its cache: far more exhau
 def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", required=True, help="a language-model run directory (normlab train --set data.task=lm)")
     p.add_argument("--prompt", default="", help="the text to continue ('' = the start of a paragraph)")
-    p.add_argument("--checkpoint", default="best", help="best, last, or an update number")
+    p.add_argument("--checkpoint", default="best", help="best, last, an update number, or avg:N (the mean "
+                   "of the last N checkpoints' weights, as fairseq's average_checkpoints.py)")
     p.add_argument("--samples", type=int, default=1, help="continuations to draw")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate at most (a sample also ends "
                    "at the end of a paragraph, EOS)")

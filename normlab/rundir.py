@@ -26,6 +26,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,7 +46,7 @@ from normlab.files import (
     write_json_atomic,
 )
 from normlab.model import build_model
-from normlab.train.checkpoint import STATE, CheckpointError, list_checkpoints, load_checkpoint
+from normlab.train.checkpoint import STATE, CheckpointError, list_checkpoints, load_average, load_checkpoint
 
 if TYPE_CHECKING:
     import torch
@@ -351,10 +352,29 @@ class RunDir:
         found = self.list_checkpoints()
         return found[-1] if found else None
 
+    AVERAGE = re.compile(r"avg:(\d+)")
+
+    def resolve_average(self, which: str) -> list[Path] | None:
+        """``avg:N``: the last N ``update_*`` checkpoints, oldest first (their weights are averaged:
+        checkpoint.average_weights); None for any other name. A one-line error when the run kept fewer."""
+        m = self.AVERAGE.fullmatch(str(which))
+        if m is None:
+            return None
+        n, found = int(m[1]), self.list_checkpoints()
+        if n < 2:
+            raise CheckpointError(f"{which}: averaging needs at least 2 checkpoints (avg:N with N >= 2)")
+        if len(found) < n:
+            raise CheckpointError(f"{self.path}: {which} needs {n} checkpoints, the run kept {len(found)} (train with "
+                                  f"--set keep_last={n} or more, a checkpoint every save_every updates)")  # fmt: skip
+        return found[-n:]
+
     def resolve(self, which: str | int = "best") -> Path:
-        """``best``, ``last``, or an update number; a one-line error otherwise."""
+        """``best``, ``last``, or an update number; a one-line error otherwise (``avg:N``: :meth:`resolve_average`)."""
         ckpts = self.checkpoints
         which = str(which)
+        if self.AVERAGE.fullmatch(which):
+            raise CheckpointError(f"{which}: an average of checkpoints is for evaluate, translate and generate; name one "
+                                  "checkpoint here (best, last or an update number)")  # fmt: skip
         if which == "best":
             if (ckpts / "best" / STATE).exists():
                 return ckpts / "best"
@@ -370,7 +390,7 @@ class RunDir:
                 have = ", ".join(p.name.removeprefix("update_").lstrip("0") or "0" for p in self.list_checkpoints())
                 raise CheckpointError(f"{self.path}: no checkpoint at update {which} (have: {have or 'none'})")
             return path
-        raise CheckpointError(f"checkpoint must be 'best', 'last' or an update number, got {which!r}")
+        raise CheckpointError(f"checkpoint must be 'best', 'last', an update number or avg:N, got {which!r}")
 
     @staticmethod
     def of_checkpoint(checkpoint: str | Path) -> RunDir | None:
@@ -386,12 +406,20 @@ class RunDir:
         self, task: str | None = None, which: str = "best", device: str | torch.device = "auto"
     ) -> tuple[nn.Module, TrainConfig, Path]:
         """The run's model with the weights of checkpoint ``which``, in eval mode, its configuration and the
-        checkpoint's path. ``task``: refuse (one line) a run of another task."""
+        checkpoint's path. ``task``: refuse (one line) a run of another task. ``avg:N``: the mean of the last N
+        checkpoints' weights; the path returned names them (``checkpoints/avg5-update_00001000-00003000``, not a
+        directory), so that what is written from it (evaluate's files) says which."""
         cfg = self.read_config()
         if task is not None and cfg.data.task != task:
             raise ConfigError(f"{self.path}: a {cfg.data.task} run, not a {task} run")
-        path = self.resolve(which)
+        average = self.resolve_average(which)
+        path = self.resolve(which) if average is None else None
         dev = device if not isinstance(device, str) else pick_device(device)
         model = build_model(cfg.model, cfg.data.task).to(dev)
-        load_checkpoint(path, model, device=dev)
+        if average is None:
+            load_checkpoint(path, model, device=dev)
+        else:
+            load_average(average, model, device=dev)
+            span = f"{average[0].name}-{average[-1].name.removeprefix('update_')}"
+            path = self.checkpoints / f"avg{len(average)}-{span}"
         return model.eval(), cfg, path

@@ -228,7 +228,8 @@ def _score(model: Seq2Seq, cfg: TrainConfig, tok: Tokenizer, ds: Any, n: int, *,
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", required=True, help="a translation run directory (normlab train --out)")
-    p.add_argument("--checkpoint", default="best", help="best, last, or an update number")
+    p.add_argument("--checkpoint", default="best", help="best, last, an update number, or avg:N (the mean "
+                   "of the last N checkpoints' weights, as fairseq's average_checkpoints.py)")
     p.add_argument("--beam", type=int, default=5, help="beam size (the paper: 5; 1 = greedy)")
     p.add_argument("--lenpen", type=float, default=1.2, help="length penalty (the paper: 1.2)")
     p.add_argument("--max-tokens", type=int, default=4096, help="source tokens per decoding batch")

@@ -91,8 +91,46 @@ def test_resolve(tmp_path):
     assert run.resolve("best").name == "best"
     with pytest.raises(ck.CheckpointError, match=r"no checkpoint at update 4 \(have: 3, 9\)"):
         run.resolve("4")
-    with pytest.raises(ck.CheckpointError, match="'best', 'last' or an update number"):
+    with pytest.raises(ck.CheckpointError, match="'best', 'last', an update number or avg:N"):
         run.resolve("newest")
+    with pytest.raises(ck.CheckpointError, match="an average of checkpoints is for evaluate"):
+        run.resolve("avg:2")  # one checkpoint wanted (finetune --checkpoint)
+
+
+def test_average_of_the_last_checkpoints(tmp_path):
+    """avg:N: the mean of the last N checkpoints' weights (fairseq's average_checkpoints.py), loaded into the
+    model whole (tied weights tied), fp64 accumulation; too few checkpoints or different models: one line."""
+    run = RunDir(tmp_path)
+    ckpts = tmp_path / "checkpoints"
+    models = []
+    for u, seed in ((1, 1), (2, 2), (3, 3)):
+        model, opt = _trained(seed)
+        ck.save_checkpoint(ckpts, u, model, opt, {})
+        models.append(model)
+    paths = run.resolve_average("avg:2")
+    assert [p.name for p in paths] == ["update_00000002", "update_00000003"] and run.resolve_average("3") is None
+    avg = ck.average_weights(paths)
+    target = Seq2Seq(tiny_config(share_embeddings="all"))
+    ck.load_average(paths, target)
+    for name, t in target.state_dict().items():
+        a, b = models[1].state_dict()[name], models[2].state_dict()[name]
+        want = ((a.double() + b.double()) / 2).to(a.dtype) if a.is_floating_point() else a
+        torch.testing.assert_close(t, want, rtol=0, atol=0, msg=name)
+    assert target.output_projection.weight is target.encoder.embed_tokens.weight
+    assert set(avg) <= set(target.state_dict())  # stored once per tied group, as save_model writes it
+    three = ck.average_weights(run.resolve_average("avg:3"))
+    for name, t in three.items():
+        if t.is_floating_point():
+            torch.testing.assert_close(t, sum(m.state_dict()[name] for m in models) / 3, msg=name)
+    with pytest.raises(ck.CheckpointError, match=r"avg:4 needs 4 checkpoints, the run kept 3 \(train with --set "
+                       r"keep_last=4"):  # fmt: skip
+        run.resolve_average("avg:4")
+    with pytest.raises(ck.CheckpointError, match="at least 2 checkpoints"):
+        run.resolve_average("avg:1")
+    other = Seq2Seq(tiny_config(share_embeddings="all", d_model=16, n_heads=2, d_ffn=32))
+    ck.save_checkpoint(ckpts, 4, other, build_optimizer(other, OptimConfig(lr=1e-3)), {})
+    with pytest.raises(ck.CheckpointError, match=r"update_00000004: \S+ is \(\d+, 16\)"):
+        ck.average_weights(run.resolve_average("avg:2"))
 
 
 def test_wrong_model_is_an_error(tmp_path):

@@ -61,6 +61,8 @@ COVERED: dict[str, str] = {
     ".venv/bin/normlab translate --run runs/pre --input news.de --checkpoint last --beam 1":
         "tests/test_translate_cli.py::test_translate_streams_in_order",
     ".venv/bin/normlab evaluate --run runs/pre --split test": "tests/test_translate_cli.py::test_evaluate_writes_json",
+    ".venv/bin/normlab evaluate --run runs/pre --split test --checkpoint avg:5":
+        "tests/test_translate_cli.py::test_evaluate_and_translate_with_the_average_of_the_last_checkpoints",
     ".venv/bin/normlab evaluate --run runs/pre --source my.de --reference my.en":
         "tests/test_translate_cli.py::test_evaluate_on_your_own_files",
     "normlab train --config run.yaml --set model.placement=pre --set optim.lr=5e-4 --out runs/pre":

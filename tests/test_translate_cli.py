@@ -18,7 +18,7 @@ def trained_run(small_corpora, small_translation, data_cache, tmp_path_factory):
             f"data.vocab_size={SMALL_VOCAB}", "data.max_tokens=1024", "data.train_subset=512", "data.valid_subset=16",
             "model.d_model=32", "model.n_heads=2", "model.d_ffn=64", "model.encoder_layers=1",
             "model.decoder_layers=1", "model.max_positions=64", "max_updates=3", "valid_bleu=8", "beam=2",
-            "precision=fp32"]  # fmt: skip
+            "precision=fp32", "save_every=1", "keep_last=3"]  # fmt: skip
     proc = normlab("train", "--out", str(out), "--quiet", *[a for s in sets for a in ("--set", s)])
     assert proc.returncode == 0, proc.stderr[-2000:]
     return out
@@ -55,6 +55,21 @@ def test_evaluate_writes_json(trained_run):
     assert result["decoding"]["beam"] == 2 and result["nll"] > 0
     assert json.loads((trained_run / "eval" / "test-best.json").read_text())["bleu"] == result["bleu"]
     assert len((trained_run / "eval" / "test-best.hyp").read_text().splitlines()) == 10
+
+
+def test_evaluate_and_translate_with_the_average_of_the_last_checkpoints(trained_run):
+    """--checkpoint avg:N (fairseq's checkpoint averaging): the mean of the last N checkpoints' weights; evaluate's
+    files say which checkpoints; a run that kept fewer is one line."""
+    proc = normlab("evaluate", "--run", str(trained_run), "--split", "test", "--limit", "5", "--beam", "2",
+                   "--checkpoint", "avg:2")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["checkpoint"].endswith("avg2-update_00000002-00000003") and result["sentences"] == 5
+    assert (trained_run / "eval" / "test-avg2-update_00000002-00000003.json").is_file()
+    out = normlab("translate", "--run", str(trained_run), "--beam", "2", "--checkpoint", "avg:3", stdin="Das Haus.\n")
+    assert out.returncode == 0 and len(out.stdout.splitlines()) == 1, out.stderr
+    few = normlab("evaluate", "--run", str(trained_run), "--checkpoint", "avg:9")
+    assert few.returncode == 2 and "avg:9 needs 9 checkpoints, the run kept 3" in few.stderr, few.stderr
 
 
 def test_evaluate_on_your_own_files(trained_run, small_corpora, tmp_path):

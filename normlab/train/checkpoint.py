@@ -20,7 +20,8 @@ error) would take the best checkpoint with it.
 
 Loading never unpickles and turns every kind of damage (a truncated file, a pickle or zip archive where a
 safetensors file belongs, a cut state.json) into a one-line :class:`CheckpointError`. Which checkpoint a run
-directory's ``best`` / ``last`` / ``N`` means is :meth:`normlab.rundir.RunDir.resolve`.
+directory's ``best`` / ``last`` / ``N`` means is :meth:`normlab.rundir.RunDir.resolve`; ``avg:N``, the mean of
+the last N checkpoints' weights, is :meth:`normlab.rundir.RunDir.resolve_average` and :func:`average_weights`.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ from normlab.files import UMASK, fsync_dir, remove_tree, sweep
 __all__ = [
     "save_checkpoint",
     "load_checkpoint",
+    "average_weights",
+    "load_average",
     "list_checkpoints",
     "mark_best",
     "rotate",
@@ -299,6 +302,44 @@ def load_checkpoint(
     if restore_rng:
         _restore_rng(tensors)
     return state
+
+
+def average_weights(paths: list[Path], device: str = "cpu") -> dict[str, torch.Tensor]:
+    """The mean of the model tensors of ``paths`` (fairseq's scripts/average_checkpoints.py, which Vaswani et al.
+    2017 used for their base models: the last 5 checkpoints): each floating tensor averaged in fp64 and cast
+    back to its dtype, any other (integer buffers) required equal in every checkpoint. Checkpoints whose names or
+    shapes differ are a one-line :class:`CheckpointError` (checkpoints of different runs or models)."""
+    if not paths:
+        raise CheckpointError("no checkpoint to average")
+    mean: dict[str, torch.Tensor] = {}
+    first = _load_tensors(paths[0] / MODEL, device)
+    for name, t in first.items():
+        mean[name] = t.to(torch.float64) if t.is_floating_point() else t
+    for path in paths[1:]:
+        tensors = _load_tensors(path / MODEL, device)
+        if set(tensors) != set(first):
+            diff = sorted(set(tensors) ^ set(first))[:3]
+            raise CheckpointError(f"{path}: not the same model as {paths[0]} (tensors {diff} in one only)")
+        for name, t in tensors.items():
+            if t.shape != first[name].shape:
+                raise CheckpointError(f"{path}: {name} is {tuple(t.shape)}, {tuple(first[name].shape)} in {paths[0]}")
+            if t.is_floating_point():
+                mean[name] += t.to(torch.float64)
+            elif not torch.equal(t, first[name]):
+                raise CheckpointError(f"{path}: the integer tensor {name} differs from {paths[0]}'s")
+    return {name: (t / len(paths)).to(first[name].dtype) if t.is_floating_point() else t for name, t in mean.items()}
+
+
+def load_average(paths: list[Path], model: nn.Module, *, device: torch.device | str = "cpu") -> None:
+    """Load the mean of the checkpoints' model tensors (:func:`average_weights`) into ``model``."""
+    weights = average_weights(paths, str(device))
+    try:
+        missing, unexpected = _load_model_tensors(_unwrap(model), weights)
+    except RuntimeError as e:
+        raise CheckpointError(f"{paths[0]}: checkpoint does not fit the model ({_one_line(e)})") from None
+    if missing or unexpected:
+        raise CheckpointError(f"{paths[0]}: checkpoint does not fit the model (missing {missing[:3]}, unexpected "
+                              f"{unexpected[:3]})")  # fmt: skip
 
 
 def mark_best(checkpoint: str | Path) -> Path:
