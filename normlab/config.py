@@ -904,6 +904,12 @@ class TrainConfig(Strict):
     )
     beam: int = field(5, help="beam size of the validation BLEU (the paper: 5)")
     lenpen: float = field(1.2, help="length penalty of the validation BLEU (the paper: 1.2)")
+    test_checkpoint: str = field(
+        "", help="translation: once the run has completed, score its test split with this checkpoint (best, last, an "
+        "update number, or avg:N: the mean of the last N checkpoints' weights) at `beam` and `lenpen`, as normlab "
+        "evaluate --split test does: sacreBLEU, tokenized BLEU and NLL in summary.json's `test` and in eval/; '' = "
+        "none. Training to test BLEU in one command: a checkpoint need not outlive the machine it was written on",
+    )  # fmt: skip
     diverge_factor: float = field(
         4.0,
         help="an update diverges (the run ends, status diverged) when its training loss is not finite or exceeds "
@@ -922,6 +928,16 @@ class TrainConfig(Strict):
             raise self.error("model", why)
         if self.valid_bleu and self.data.task != "translation":
             raise self.error("valid_bleu", f"BLEU is for translation, not {self.data.task}")
+        if self.test_checkpoint:
+            if self.data.task != "translation":
+                raise self.error("test_checkpoint", f"test BLEU is for translation, not {self.data.task}")
+            avg = re.fullmatch(r"avg:(\d+)", self.test_checkpoint)
+            if not (avg or self.test_checkpoint in ("best", "last") or self.test_checkpoint.isdigit()):
+                raise self.error("test_checkpoint", f"expected best, last, an update number or avg:N, got "
+                                 f"{self.test_checkpoint!r}")  # fmt: skip
+            if avg and not 2 <= int(avg[1]) <= self.keep_last:
+                raise self.error("test_checkpoint", f"{self.test_checkpoint} averages {avg[1]} checkpoints: needs "
+                                 f"2 <= N <= keep_last={self.keep_last} (--set keep_last={max(2, int(avg[1]))})")  # fmt: skip
         if not 0 <= self.seed < 2**32:  # numpy's and the data pipeline's seeds are unsigned 32-bit
             raise self.error("seed", f"must be in [0, 2**32), got {self.seed}")
         if self.diverge_factor != 0 and self.diverge_factor <= 1:

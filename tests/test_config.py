@@ -79,3 +79,15 @@ def test_field_help_documents_every_field():
     helps = ModelConfig.field_help()
     assert set(helps) == set(ModelConfig.field_names())
     assert all(helps.values())
+
+
+def test_test_checkpoint_is_checked_before_training():
+    from normlab.config import ConfigError, DataConfig, TrainConfig
+
+    assert TrainConfig(test_checkpoint="avg:2").test_checkpoint == "avg:2"  # keep_last 2 by default
+    for value, match in (("avg:3", r"needs 2 <= N <= keep_last=2 \(--set keep_last=3\)"), ("avg:1", "2 <= N"),
+                         ("newest", "best, last, an update number or avg:N")):  # fmt: skip
+        with pytest.raises(ConfigError, match=match):
+            TrainConfig(test_checkpoint=value)
+    with pytest.raises(ConfigError, match="test BLEU is for translation, not lm"):
+        TrainConfig(test_checkpoint="best", data=DataConfig(task="lm"))

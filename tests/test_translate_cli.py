@@ -18,7 +18,7 @@ def trained_run(small_corpora, small_translation, data_cache, tmp_path_factory):
             f"data.vocab_size={SMALL_VOCAB}", "data.max_tokens=1024", "data.train_subset=512", "data.valid_subset=16",
             "model.d_model=32", "model.n_heads=2", "model.d_ffn=64", "model.encoder_layers=1",
             "model.decoder_layers=1", "model.max_positions=64", "max_updates=3", "valid_bleu=8", "beam=2",
-            "precision=fp32", "save_every=1", "keep_last=3"]  # fmt: skip
+            "precision=fp32", "save_every=1", "keep_last=3", "test_checkpoint=avg:2"]  # fmt: skip
     proc = normlab("train", "--out", str(out), "--quiet", *[a for s in sets for a in ("--set", s)])
     assert proc.returncode == 0, proc.stderr[-2000:]
     return out
@@ -59,7 +59,15 @@ def test_evaluate_writes_json(trained_run):
 
 def test_evaluate_and_translate_with_the_average_of_the_last_checkpoints(trained_run):
     """--checkpoint avg:N (fairseq's checkpoint averaging): the mean of the last N checkpoints' weights; evaluate's
-    files say which checkpoints; a run that kept fewer is one line."""
+    files say which checkpoints; a run that kept fewer is one line. The run itself (test_checkpoint=avg:2) scored
+    the whole test split with the same average once it had completed: the same numbers as evaluate's."""
+    summary = json.loads((trained_run / "summary.json").read_text())
+    test = summary["test"]
+    assert test["checkpoint"].endswith("avg2-update_00000002-00000003") and test["decoding"]["beam"] == 2
+    whole = normlab("evaluate", "--run", str(trained_run), "--split", "test", "--beam", "2", "--checkpoint", "avg:2")
+    assert whole.returncode == 0, whole.stderr
+    again = json.loads(whole.stdout)
+    assert (again["sentences"], again["bleu"], again["nll"]) == (test["sentences"], test["bleu"], test["nll"])
     proc = normlab("evaluate", "--run", str(trained_run), "--split", "test", "--limit", "5", "--beam", "2",
                    "--checkpoint", "avg:2")  # fmt: skip
     assert proc.returncode == 0, proc.stderr

@@ -51,7 +51,7 @@ from normlab.train.trainer import (
     Trainer,
     prepare_run_dir,
 )
-from normlab.translate import validation_bleu
+from normlab.translate import evaluate_run, validation_bleu
 
 __all__ = ["train", "resolve_config", "add_arguments", "run"]
 
@@ -174,11 +174,29 @@ def train(
                           extra_eval=extra, files={RunDir.TOKENIZER: data.tokenizer.proto}, fingerprint=files)
         summary = trainer.fit(resume=resume)
         completed = True
-        return summary
     finally:
         if trainer is not None:
             trainer.close()  # the DDP wrapper holds the process group: released before shutdown
         shutdown(dist, completed=completed)
+    if cfg.test_checkpoint and dist.is_main and summary.get("status") == "completed" and "test" in data.splits:
+        summary = _score_test(cfg, out, summary, quiet)
+    return summary
+
+
+def _score_test(cfg: TrainConfig, out: str | Path, summary: dict[str, Any], quiet: bool) -> dict[str, Any]:
+    """``test_checkpoint``: the test split scored as ``normlab evaluate --split test`` does, after the process group
+    is gone (rank 0 alone decodes; the other ranks have ended, none waits on a collective), into summary.json."""
+    result = evaluate_run(out, "test", checkpoint=cfg.test_checkpoint, beam=cfg.beam, lenpen=cfg.lenpen,
+                          device=cfg.device)  # fmt: skip
+    keep = ("checkpoint", "sentences", "bleu", "bleu_tokenized", "nll", "bleu_signature", "bleu_tokenized_signature",
+            "decoding", "written")  # fmt: skip
+    summary = {**summary, "test": {k: result[k] for k in keep}}
+    RunDir(out).write_summary(summary)
+    if not quiet:
+        print(f"test ({result['sentences']} sentences, checkpoint {Path(result['checkpoint']).name}, beam {cfg.beam}, "
+              f"lenpen {cfg.lenpen}): sacreBLEU {result['bleu']:.2f}, tokenized BLEU {result['bleu_tokenized']:.2f}, "
+              f"NLL {result['nll']:.3f}", file=sys.stderr)  # fmt: skip
+    return summary
 
 
 def _rank_argv(args: argparse.Namespace) -> list[str]:
