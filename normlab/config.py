@@ -868,6 +868,12 @@ class TrainConfig(Strict):
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig, help="the learning-rate schedule")
     max_epochs: int = field(20, help="stop after this many epochs")
     max_updates: int = field(0, help="stop after this many updates; 0 = only max_epochs")
+    max_hours: float = field(
+        0.0, help="stop once the run has trained this many hours of wall-clock time, its validations and checkpoints "
+        "included, summed over resumes (fairseq's --stop-time-hours): the update in progress ends, then a checkpoint "
+        "and a validation, status completed with stopped_by max_hours; 0 = no limit. The learning-rate schedule "
+        "does not know when that will be: use one that does not depend on the run's length",
+    )  # fmt: skip
     accumulate: int = field(1, help="batches per update (gradient accumulation; fairseq's update_freq)")
     label_smoothing: float = field(0.1, help="epsilon of the label-smoothed cross entropy (translation only; paper: 0.1)")
     loss_impl: Literal["chunked", "recompute", "plain"] = field(
@@ -921,6 +927,8 @@ class TrainConfig(Strict):
         for name in ("max_epochs", "accumulate", "keep_last", "log_every", "beam"):
             if getattr(self, name) < 1:
                 raise self.error(name, f"must be >= 1, got {getattr(self, name)}")
+        if not (self.max_hours >= 0 and math.isfinite(self.max_hours)):
+            raise self.error("max_hours", f"must be >= 0 (0 = no limit), got {self.max_hours}")
         for name in ("max_updates", "eval_every", "save_every", "valid_bleu", "keep_every"):
             if getattr(self, name) < 0:
                 raise self.error(name, f"must be >= 0, got {getattr(self, name)}")

@@ -27,7 +27,7 @@ from normlab.finetune import FinetuneConfig, finetune
 from normlab.rundir import RunDir
 from tests.clirun import sets
 
-TIMING = {"seconds", "tokens_per_s", "elapsed_s", "attention_ms"}
+TIMING = {"seconds", "tokens_per_s", "elapsed_s", "wall_s", "attention_ms"}
 SETTING = "bs32-lr0.001-ep2"
 SEEDS = ("seed1", "seed2")
 SHRINK = ["model.d_model=64", "model.n_heads=2", "model.d_ffn=128", "model.max_positions=128", "model.dropout=0.0",

@@ -34,7 +34,7 @@ from normlab.experiments.launchers import (
 from normlab.experiments.scales import get_scale
 from normlab.rundir import RunDir
 
-TIMING = {"seconds", "tokens_per_s", "elapsed_s", "attention_ms"}  # what differs from one machine state to the next
+TIMING = {"seconds", "tokens_per_s", "elapsed_s", "wall_s", "attention_ms"}  # what differs from one machine state to the next
 PARENT, CHILD, BROKEN = "bert-post-1e-4", "ft-bert-post-1e-4-u6-wic-s1", "bert-broken"
 
 

@@ -331,3 +331,37 @@ def test_the_summary_names_the_machine_and_every_cpu_a_resumed_run_trained_on(tm
     prepare_run_dir(tmp_path, longer, resume=True)
     again = Trainer(longer, tmp_path, ReverseTask(n=16), ReverseTask(n=8, seed=1), progress=False).fit(resume=True)
     assert again["cpu"] == "Another CPU" and again["cpus"] == [cpu_name(), "Another CPU"]
+
+
+def test_max_hours_stops_at_an_update_with_a_checkpoint_summed_over_resumes(tmp_path, monkeypatch):
+    """max_hours (fairseq's --stop-time-hours) on a clock that advances 10 s an update: a 25 s limit stops after
+    update 3 (mid-epoch: its checkpoint and validation), status completed, stopped_by max_hours; a resume with a 55 s
+    limit goes on from 30 s, not from 0, and stops at update 6."""
+    import types
+
+    import normlab.train.trainer as tr
+
+    clock = [0.0]
+
+    def perf_counter():  # a microsecond a reading (an update's own timing must not be 0 s), 10 s an update
+        clock[0] += 1e-6
+        return clock[0]
+
+    monkeypatch.setattr(tr, "time", types.SimpleNamespace(perf_counter=perf_counter))
+    step = Trainer.train_step
+
+    def ten_seconds(self, *args, **kw):
+        clock[0] += 10.0
+        return step(self, *args, **kw)
+
+    monkeypatch.setattr(Trainer, "train_step", ten_seconds)
+    cfg = TrainConfig.from_dict(config(max_hours=25 / 3600))
+    summary = Trainer(cfg, tmp_path, ReverseTask(), ReverseTask(n=64, seed=1), progress=False).fit()
+    assert (summary["status"], summary["update"], summary["stopped_by"]) == ("completed", 3, "max_hours")
+    assert summary["wall_s"] == 30.0 and list_checkpoints(tmp_path / "checkpoints")[-1].name == "update_00000003"
+    assert [r["update"] for r in records(tmp_path) if r["type"] == "valid"] == [3]
+    longer = TrainConfig.from_dict(config(max_hours=55 / 3600))
+    again = Trainer(longer, tmp_path, ReverseTask(), ReverseTask(n=64, seed=1), progress=False).fit(resume=True)
+    assert (again["update"], again["wall_s"], again["stopped_by"]) == (6, 60.0, "max_hours")
+    with pytest.raises(ConfigError, match="max_hours: must be >= 0"):
+        TrainConfig.from_dict(config(max_hours=-1))

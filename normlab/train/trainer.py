@@ -184,6 +184,7 @@ class TrainState:
     best_update: int | None = None
     last_finite_loss: float | None = None
     elapsed: float = 0.0  # training seconds, summed over resumes
+    wall: float = 0.0  # wall-clock seconds in the training loop (validations, checkpoints included), summed over resumes
     # the attention kernel the run trains with (normlab.model.ATTENTION_IMPLS, or "default": the static rule of
     # normlab.model.default_attention, which runs from before the kernel was measured have); chosen once at the
     # start (normlab.train.kernels) and kept on resume, so that a resumed run is bit-identical
@@ -284,6 +285,7 @@ class Trainer:
             "best_update": s.best_update,
             "last_finite_loss": s.last_finite_loss,
             "elapsed_s": round(s.elapsed, 3),
+            "wall_s": round(s.wall, 3),
             "device": str(self.device),
             "precision": "bf16" if self.amp is not None else "fp32",
             "world_size": self.dist.world,
@@ -764,12 +766,14 @@ class Trainer:
         # validation of a resumed run computes with the kernel the uninterrupted run would have used
         self._set_attention(self._epoch_plan(s.epoch), extra, measure=s.update < total)
         self._release()
+        self._wall0, self._wall_base = time.perf_counter(), s.wall
         self._summary("running", **extra)
         if s.pending_valid is not None:  # resumed from a checkpoint whose validation had not been done
             self._validate(s.pending_valid)
             s.pending_valid = None
             self.save()
-        while s.update < total and s.epoch <= cfg.max_epochs:
+        time_up = self._time_is_up()
+        while s.update < total and s.epoch <= cfg.max_epochs and not time_up:
             plan = self._epoch_plan(s.epoch)
             groups = [plan[i : i + cfg.accumulate] for i in range(0, len(plan), cfg.accumulate)]
             while s.step_in_epoch < len(groups) and s.update < total:
@@ -787,6 +791,7 @@ class Trainer:
                 s.step_in_epoch += 1
                 s.last_finite_loss = record["loss"]
                 s.elapsed += time.perf_counter() - t0
+                s.wall = self._wall_base + time.perf_counter() - self._wall0
                 self._log(record)
                 self._progress(record, total)
                 if s.update % RELEASE_EVERY == 0:
@@ -800,6 +805,9 @@ class Trainer:
                     # every validation after a checkpoint, an eval_every one off the save_every grid too: a validation
                     # that failed there lost the updates since the last checkpoint (issue 36)
                     self._save_then_validate(s.epoch, validate=validate)
+                if mid and self._time_is_up():  # max_hours: the checkpoint and validation below, then the end
+                    time_up = True
+                    break
                 # a Ctrl-C stops here, at an update boundary, with a checkpoint (not at an epoch's last update:
                 # the epoch's validation and checkpoint below come first)
                 if s.step_in_epoch < len(groups) and s.update < total and self._stopping():
@@ -810,11 +818,25 @@ class Trainer:
                 self._save_then_validate(s.epoch - 1)
                 if s.update < total and self._stopping():
                     return self._interrupted(extra)
-            else:  # stopped inside an epoch by max_updates
+                time_up = time_up or self._time_is_up()
+            else:  # stopped inside an epoch by max_updates or max_hours
                 break
         if s.step_in_epoch > 0:  # the run ended mid-epoch: a last checkpoint and evaluation
             self._save_then_validate(s.epoch)
+        if time_up:
+            extra["stopped_by"] = "max_hours"
         return self._summary(status, **extra)
+
+    def _time_is_up(self) -> bool:
+        """``max_hours`` reached (wall-clock time of the training loop, summed over resumes). Rank 0's clock decides
+        for every rank (one all-reduce of its verdict): ranks whose clocks disagree by a moment must still stop at
+        the same update, or the others would wait in the next update's collectives."""
+        if not self.cfg.max_hours:
+            return False
+        up = self._wall_base + time.perf_counter() - self._wall0 >= self.cfg.max_hours * 3600
+        if self.dist.enabled:
+            (up,) = all_reduce_sum([float(up) if self.dist.is_main else 0.0], self.dist)
+        return bool(up)
 
     def _save_then_validate(self, epoch: int, validate: bool = True) -> None:
         """Checkpoint, then validate (``epoch``: the epoch the validation is logged under), then record the score in
