@@ -944,8 +944,9 @@ class TrainConfig(Strict):
                 raise self.error("test_checkpoint", f"expected best, last, an update number or avg:N, got "
                                  f"{self.test_checkpoint!r}")  # fmt: skip
             if avg and not 2 <= int(avg[1]) <= self.keep_last:
+                hint = f" (--set keep_last={avg[1]})" if int(avg[1]) >= 2 else ""
                 raise self.error("test_checkpoint", f"{self.test_checkpoint} averages {avg[1]} checkpoints: needs "
-                                 f"2 <= N <= keep_last={self.keep_last} (--set keep_last={max(2, int(avg[1]))})")  # fmt: skip
+                                 f"2 <= N <= keep_last={self.keep_last}{hint}")  # fmt: skip
         if not 0 <= self.seed < 2**32:  # numpy's and the data pipeline's seeds are unsigned 32-bit
             raise self.error("seed", f"must be in [0, 2**32), got {self.seed}")
         if self.diverge_factor != 0 and self.diverge_factor <= 1:

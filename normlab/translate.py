@@ -169,7 +169,8 @@ def evaluate_run(
                 raise ConfigError(f"{flag} {f!r}: {why}")
     model, cfg, tok, path = load_run(run_dir, checkpoint, device)
     if source is None or reference is None:
-        data = prepare(cfg.data.replace(valid_subset=0), cfg.model.max_positions)
+        # with the run's own tokenizer (a run resumed with --accept-changed-data keeps it), as lm.evaluate_lm does
+        data = prepare(cfg.data.replace(valid_subset=0), cfg.model.max_positions, tokenizer=tok)
         if split not in data.splits:
             raise ConfigError(f"{run_dir}: the corpus has no {split!r} split (has {sorted(data.splits)})")
         ds, what, stem = data.splits[split], {"split": split}, split

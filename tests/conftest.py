@@ -145,17 +145,8 @@ def small_mlm(small_corpora, data_cache):
 XDIST_GROUPS = {"test_launchers": "ray-and-slurm", "test_finetune_launchers": "ray-and-slurm"}
 
 
-# The files with the longest tests, longest first (`--durations`, 2-core Zen 4): the workers take groups in
-# collection order, so these start first and no worker is left alone with a long file at the end (the wheel
-# test's ~90 s ran last, on one worker while the other idled, when files came in alphabetical order).
-LONGEST_FIRST = ("test_reproduce", "test_faults", "test_wheel", "test_sweep", "test_launchers", "test_finetune",
-                 "test_lm")  # fmt: skip
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    order = {stem: i for i, stem in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: order.get(item.path.stem, len(order)))  # stable: each file's own order kept
     for item in items:
         stem = item.path.stem
         item.add_marker(pytest.mark.xdist_group(XDIST_GROUPS.get(stem, stem)))

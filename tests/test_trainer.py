@@ -361,7 +361,14 @@ def test_max_hours_stops_at_an_update_with_a_checkpoint_summed_over_resumes(tmp_
     assert summary["wall_s"] == 30.0 and list_checkpoints(tmp_path / "checkpoints")[-1].name == "update_00000003"
     assert [r["update"] for r in records(tmp_path) if r["type"] == "valid"] == [3]
     longer = TrainConfig.from_dict(config(max_hours=55 / 3600))
+    assert prepare_run_dir(tmp_path, longer, resume=True) == longer  # a resume may change the time limit
     again = Trainer(longer, tmp_path, ReverseTask(), ReverseTask(n=64, seed=1), progress=False).fit(resume=True)
     assert (again["update"], again["wall_s"], again["stopped_by"]) == (6, 60.0, "max_hours")
+    # the same limit again: nothing left to do (no update, no second validation of update 6)
+    same = Trainer(longer, tmp_path, ReverseTask(), ReverseTask(n=64, seed=1), progress=False).fit(resume=True)
+    assert same["update"] == 6 and [r["update"] for r in records(tmp_path) if r["type"] == "valid"] == [3, 6]
+    # a run that reaches its length as the clock runs out is not labelled stopped by the clock
+    exact = TrainConfig.from_dict(config(max_updates=6, max_hours=55 / 3600))
+    assert "stopped_by" not in Trainer(exact, tmp_path / "exact", ReverseTask(), progress=False).fit()
     with pytest.raises(ConfigError, match="max_hours: must be >= 0"):
         TrainConfig.from_dict(config(max_hours=-1))

@@ -131,7 +131,7 @@ def divergence(loss: float, gnorm: float, outputs: int, factor: float) -> str | 
 # them is another experiment, allowed with --accept-changed-settings only. The model, the data and the seed never.
 RESUME_MAY_CHANGE = frozenset({"max_epochs", "max_updates", "eval_every", "save_every", "keep_last", "keep_every",
                                "log_every", "valid_bleu", "beam", "lenpen", "device", "precision", "attention",
-                               "loss_impl", "init_from", "diverge_factor"})  # fmt: skip
+                               "loss_impl", "init_from", "diverge_factor", "max_hours", "test_checkpoint"})  # fmt: skip
 
 
 def prepare_run_dir(run_dir: str | Path, cfg: TrainConfig, resume: bool, accept_changed_settings: bool = False
@@ -340,6 +340,8 @@ class Trainer:
                 continue
             fields = {f.name for f in dataclasses.fields(TrainState)}
             self.state = TrainState(**{k: v for k, v in saved.items() if k in fields})
+            if "wall" not in saved:  # a checkpoint from before max_hours: its training time is the best lower bound
+                self.state.wall = self.state.elapsed
             if "attention" not in saved:  # a checkpoint from before the kernel was chosen: keep its kernel
                 self.state.attention = "default"
             self._resumed_from = path
@@ -389,7 +391,8 @@ class Trainer:
         status = self.rundir.status()
         s = self.state
         if status == "completed":
-            return s.update >= total or s.epoch > self.cfg.max_epochs
+            time_up = bool(self.cfg.max_hours) and s.wall >= self.cfg.max_hours * 3600  # stopped by max_hours
+            return s.update >= total or s.epoch > self.cfg.max_epochs or time_up
         if status == "diverged":
             try:
                 return self.rundir.read_config() == self.cfg
@@ -805,7 +808,9 @@ class Trainer:
                     # every validation after a checkpoint, an eval_every one off the save_every grid too: a validation
                     # that failed there lost the updates since the last checkpoint (issue 36)
                     self._save_then_validate(s.epoch, validate=validate)
-                if mid and self._time_is_up():  # max_hours: the checkpoint and validation below, then the end
+                # max_hours: the checkpoint and validation below, then the end; asked only while the run has updates
+                # left (every rank alike), so that a run that reached its length is not labelled stopped by the clock
+                if mid and s.update < total and self._time_is_up():
                     time_up = True
                     break
                 # a Ctrl-C stops here, at an update boundary, with a checkpoint (not at an epoch's last update:
@@ -818,7 +823,7 @@ class Trainer:
                 self._save_then_validate(s.epoch - 1)
                 if s.update < total and self._stopping():
                     return self._interrupted(extra)
-                time_up = time_up or self._time_is_up()
+                time_up = time_up or (s.update < total and s.epoch <= cfg.max_epochs and self._time_is_up())
             else:  # stopped inside an epoch by max_updates or max_hours
                 break
         if s.step_in_epoch > 0:  # the run ended mid-epoch: a last checkpoint and evaluation
