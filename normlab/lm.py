@@ -2,7 +2,8 @@
 or on your own text, beside the unigram level) and ``normlab generate`` (sampling with the KV cache).
 
 A run directory holds everything needed: ``config.yaml``, ``tokenizer.model`` and ``checkpoints/``;
-``--checkpoint`` is ``best`` (the lowest validation NLL), ``last`` or an update number. Text is scored as the
+``--checkpoint`` is ``best`` (the lowest validation NLL), ``last``, an update number or ``avg:N`` (the mean of the
+last N checkpoints' weights: normlab.train.checkpoint.average_weights). Text is scored as the
 trainer scores it: paragraphs (lines) between EOS, cut into blocks of the run's ``data.block_size``
 (:class:`~normlab.data.datasets.LMDataset`), so the perplexity of the run's validation split here equals the
 trainer's last validation perplexity of that checkpoint.

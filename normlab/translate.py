@@ -3,7 +3,8 @@
 perplexity is normlab.lm's), and the validation BLEU the trainer measures after every epoch.
 
 A run directory holds everything needed: ``config.yaml``, ``tokenizer.model`` (written by ``normlab train``)
-and ``checkpoints/``; ``--checkpoint`` is ``best`` (the lowest validation NLL), ``last`` or an update number.
+and ``checkpoints/``; ``--checkpoint`` is ``best`` (the lowest validation NLL), ``last``, an update number or
+``avg:N`` (the mean of the last N checkpoints' weights: normlab.train.checkpoint.average_weights).
 """
 
 from __future__ import annotations

@@ -607,7 +607,8 @@ class Trainer:
         return self.train_data.epoch_batches(epoch, self.cfg.seed, d.max_tokens, max_sentences=d.max_sentences)
 
     def fit(self, resume: bool = False) -> dict[str, Any]:
-        """Train until ``max_epochs`` / ``max_updates`` or divergence; returns the summary (also in summary.json)."""
+        """Train until ``max_epochs`` / ``max_updates`` / ``max_hours`` or divergence; returns the summary (also in
+        summary.json)."""
         cfg = self.cfg
         plan = self._epoch_plan(1)
         per_epoch = math.ceil(len(plan) / cfg.accumulate)
