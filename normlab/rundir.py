@@ -373,8 +373,9 @@ class RunDir:
         ckpts = self.checkpoints
         which = str(which)
         if self.AVERAGE.fullmatch(which):
-            raise CheckpointError(f"{which}: an average of checkpoints is for evaluate, translate and generate; name one "
-                                  "checkpoint here (best, last or an update number)")  # fmt: skip
+            raise CheckpointError(f"{which}: an average of checkpoints is for evaluate, translate, generate and "
+                                  "export-hf (they load weights); name one checkpoint here (best, last or an update "
+                                  "number)")  # fmt: skip
         if which == "best":
             if (ckpts / "best" / STATE).exists():
                 return ckpts / "best"
