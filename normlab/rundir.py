@@ -373,8 +373,8 @@ class RunDir:
         ckpts = self.checkpoints
         which = str(which)
         if self.AVERAGE.fullmatch(which):
-            raise CheckpointError(f"{which}: an average of checkpoints is for evaluate, translate, generate and "
-                                  "export-hf (they load weights); name one checkpoint here (best, last or an update "
+            raise CheckpointError(f"{which}: an average of checkpoints is for evaluate, translate, generate and a "
+                                  "language model's export-hf; name one checkpoint here (best, last or an update "
                                   "number)")  # fmt: skip
         if which == "best":
             if (ckpts / "best" / STATE).exists():
