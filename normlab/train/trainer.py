@@ -391,7 +391,8 @@ class Trainer:
         status = self.rundir.status()
         s = self.state
         if status == "completed":
-            time_up = bool(self.cfg.max_hours) and s.wall >= self.cfg.max_hours * 3600  # stopped by max_hours
+            wall = max(s.wall, (self.rundir.summary() or {}).get("wall_s") or 0.0)  # the summary's: the run's end
+            time_up = bool(self.cfg.max_hours) and wall >= self.cfg.max_hours * 3600  # stopped by max_hours
             return s.update >= total or s.epoch > self.cfg.max_epochs or time_up
         if status == "diverged":
             try:
@@ -831,6 +832,9 @@ class Trainer:
             self._save_then_validate(s.epoch)
         if time_up:
             extra["stopped_by"] = "max_hours"
+        # the summary's wall time includes the last checkpoint and validation (the checkpoint's own state was written
+        # before them); a resume reads the summary's to tell whether max_hours has run out (_finished)
+        s.wall = self._wall_base + time.perf_counter() - self._wall0
         return self._summary(status, **extra)
 
     def _time_is_up(self) -> bool:
