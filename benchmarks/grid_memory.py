@@ -57,8 +57,7 @@ def _preload(allocator: str) -> None:
         raise SystemExit(f"grid_memory: {e}") from None
     if lib is None:
         return
-    env = dict(os.environ, **{GUARD: "1"})
-    env["LD_PRELOAD"] = f"{env['LD_PRELOAD']}:{lib}" if env.get("LD_PRELOAD", "").strip() else str(lib)
+    env = {**alloc.with_preload(os.environ, lib), GUARD: "1"}
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
 
 

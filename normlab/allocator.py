@@ -39,7 +39,8 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["LIBRARIES", "ENV", "AllocatorError", "search_dirs", "choice", "find", "loaded", "running", "plan", "reexec"]
+__all__ = ["LIBRARIES", "ENV", "AllocatorError", "search_dirs", "choice", "find", "loaded", "running", "plan",
+           "with_preload", "reexec"]
 
 ENV = "NORMLAB_ALLOCATOR"
 _GUARD = "_NORMLAB_ALLOCATOR_EXEC"  # set in the re-executed process: never a second exec
@@ -177,6 +178,14 @@ def _drop_allocator_preloads(environ: os._Environ[str] | dict[str, str]) -> None
         environ.pop("LD_PRELOAD", None)
 
 
+def with_preload(environ: os._Environ[str] | dict[str, str], lib: Path) -> dict[str, str]:
+    """A copy of ``environ`` whose ``LD_PRELOAD`` also loads ``lib``, after the entries already there (the user's own
+    preload, a sanitizer's runtime, must stay first)."""
+    env = dict(environ)
+    env["LD_PRELOAD"] = f"{env['LD_PRELOAD']}:{lib}" if env.get("LD_PRELOAD", "").strip() else str(lib)
+    return env
+
+
 def reexec() -> None:
     """Re-execute this process with the chosen allocator preloaded (:func:`plan`), or return. Call it before
     anything large is imported (``python -m normlab`` and the ``normlab`` command do): the process image is
@@ -205,9 +214,7 @@ def reexec() -> None:
         raise SystemExit(2) from None
     if lib is None or not _normlab_is_main():
         return
-    env = dict(os.environ)
-    env["LD_PRELOAD"] = f"{env['LD_PRELOAD']}:{lib}" if env.get("LD_PRELOAD", "").strip() else str(lib)
-    env[_GUARD] = str(lib)
+    env = {**with_preload(os.environ, lib), _GUARD: str(lib)}
     argv = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
     sys.stdout.flush()
     sys.stderr.flush()

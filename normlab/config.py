@@ -30,6 +30,7 @@ __all__ = [
     "DataConfig", "TrainConfig", "VENDORED_CORPORA", "DEFAULT_CORPUS", "TEXT_TASKS", "corpus_serves",
     "parse_override", "apply_overrides", "load_yaml", "Setting", "settings", "settings_help",
     "add_set_argument", "resolve_overrides", "flat_dict", "PLACEMENT_TASKS", "placement_task_error",
+    "CHECKPOINT_AVERAGE",
 ]  # fmt: skip
 
 
@@ -510,6 +511,10 @@ def placement_task_error(placement: Placement | str, task: str) -> str | None:
 
 NORMS = ("layernorm", "rmsnorm", "dyt", "none")
 
+CHECKPOINT_AVERAGE = re.compile(r"avg:(\d+)")
+"""``avg:N``, a checkpoint setting (``--checkpoint``, ``test_checkpoint``): the mean of the last N checkpoints' weights
+(normlab.rundir.RunDir.resolve_average)."""
+
 
 def parse_scheme(text: str) -> tuple[str, str]:
     """A normalization scheme as ``normlab sweep`` and ``normlab analyze`` spell it: ``PLACEMENT`` or
@@ -939,7 +944,7 @@ class TrainConfig(Strict):
         if self.test_checkpoint:
             if self.data.task != "translation":
                 raise self.error("test_checkpoint", f"test BLEU is for translation, not {self.data.task}")
-            avg = re.fullmatch(r"avg:(\d+)", self.test_checkpoint)
+            avg = CHECKPOINT_AVERAGE.fullmatch(self.test_checkpoint)
             if not (avg or self.test_checkpoint in ("best", "last") or self.test_checkpoint.isdigit()):
                 raise self.error("test_checkpoint", f"expected best, last, an update number or avg:N, got "
                                  f"{self.test_checkpoint!r}")  # fmt: skip

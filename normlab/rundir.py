@@ -26,12 +26,11 @@ import contextlib
 import errno
 import json
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from normlab.config import ConfigError, TrainConfig, load_yaml
+from normlab.config import CHECKPOINT_AVERAGE, ConfigError, TrainConfig, load_yaml
 from normlab.data.tokenizer import Tokenizer
 from normlab.device import pick_device
 from normlab.files import (
@@ -352,12 +351,10 @@ class RunDir:
         found = self.list_checkpoints()
         return found[-1] if found else None
 
-    AVERAGE = re.compile(r"avg:(\d+)")
-
     def resolve_average(self, which: str) -> list[Path] | None:
         """``avg:N``: the last N ``update_*`` checkpoints, oldest first (their weights are averaged:
         checkpoint.average_weights); None for any other name. A one-line error when the run kept fewer."""
-        m = self.AVERAGE.fullmatch(str(which))
+        m = CHECKPOINT_AVERAGE.fullmatch(str(which))
         if m is None:
             return None
         n, found = int(m[1]), self.list_checkpoints()
@@ -372,7 +369,7 @@ class RunDir:
         """``best``, ``last``, or an update number; a one-line error otherwise (``avg:N``: :meth:`resolve_average`)."""
         ckpts = self.checkpoints
         which = str(which)
-        if self.AVERAGE.fullmatch(which):
+        if CHECKPOINT_AVERAGE.fullmatch(which):
             raise CheckpointError(f"{which}: an average of checkpoints is for evaluate, translate, generate and a "
                                   "language model's export-hf; name one checkpoint here (best, last or an update "
                                   "number)")  # fmt: skip

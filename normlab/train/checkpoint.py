@@ -81,6 +81,19 @@ def _load_model_tensors(model: nn.Module, tensors: dict[str, torch.Tensor]) -> t
     return sorted(missing), sorted(unexpected)
 
 
+def _load_weights(model: nn.Module, weights: dict[str, torch.Tensor], path: Path) -> None:
+    """``weights`` (read from the checkpoint ``path``, or averaged) into ``model``, every tensor of it and nothing
+    else; a tensor of another shape, a missing or an unexpected one is a one-line :class:`CheckpointError`."""
+    try:
+        missing, unexpected = _load_model_tensors(_unwrap(model), weights)
+    except RuntimeError as e:  # a tensor of another shape
+        raise CheckpointError(f"{path}: checkpoint does not fit the model ({_one_line(e)})") from None
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{path}: checkpoint does not fit the model (missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})"
+        )
+
+
 def _unwrap(model: nn.Module) -> nn.Module:
     return getattr(model, "module", model)  # DistributedDataParallel
 
@@ -276,14 +289,7 @@ def load_checkpoint(
     tensors = _load_tensors(path / OPTIMIZER) if need_extra else {}
     if optimizer is not None and not isinstance(state.get("optimizer_param_groups"), list):
         raise CheckpointError(f"{path}: damaged checkpoint ({STATE} lacks optimizer_param_groups)")
-    try:
-        missing, unexpected = _load_model_tensors(_unwrap(model), weights)
-    except RuntimeError as e:  # a tensor of another shape
-        raise CheckpointError(f"{path}: checkpoint does not fit the model ({_one_line(e)})") from None
-    if missing or unexpected:
-        raise CheckpointError(
-            f"{path}: checkpoint does not fit the model (missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})"
-        )
+    _load_weights(model, weights, path)
     if optimizer is not None:
         per_param: dict[int, dict[str, torch.Tensor]] = {}
         for key, value in tensors.items():
@@ -332,14 +338,7 @@ def average_weights(paths: list[Path], device: str = "cpu") -> dict[str, torch.T
 
 def load_average(paths: list[Path], model: nn.Module, *, device: torch.device | str = "cpu") -> None:
     """Load the mean of the checkpoints' model tensors (:func:`average_weights`) into ``model``."""
-    weights = average_weights(paths, str(device))
-    try:
-        missing, unexpected = _load_model_tensors(_unwrap(model), weights)
-    except RuntimeError as e:
-        raise CheckpointError(f"{paths[0]}: checkpoint does not fit the model ({_one_line(e)})") from None
-    if missing or unexpected:
-        raise CheckpointError(f"{paths[0]}: checkpoint does not fit the model (missing {missing[:3]}, unexpected "
-                              f"{unexpected[:3]})")  # fmt: skip
+    _load_weights(model, average_weights(paths, str(device)), paths[0])
 
 
 def mark_best(checkpoint: str | Path) -> Path:

@@ -796,7 +796,7 @@ class Trainer:
                 s.step_in_epoch += 1
                 s.last_finite_loss = record["loss"]
                 s.elapsed += time.perf_counter() - t0
-                s.wall = self._wall_base + time.perf_counter() - self._wall0
+                s.wall = self._wall()
                 self._log(record)
                 self._progress(record, total)
                 if s.update % RELEASE_EVERY == 0:
@@ -834,8 +834,12 @@ class Trainer:
             extra["stopped_by"] = "max_hours"
         # the summary's wall time includes the last checkpoint and validation (the checkpoint's own state was written
         # before them); a resume reads the summary's to tell whether max_hours has run out (_finished)
-        s.wall = self._wall_base + time.perf_counter() - self._wall0
+        s.wall = self._wall()
         return self._summary(status, **extra)
+
+    def _wall(self) -> float:
+        """Wall-clock seconds of the training loop so far, summed over resumes (``state.wall``, max_hours)."""
+        return self._wall_base + time.perf_counter() - self._wall0
 
     def _time_is_up(self) -> bool:
         """``max_hours`` reached (wall-clock time of the training loop, summed over resumes). Rank 0's clock decides
@@ -843,7 +847,7 @@ class Trainer:
         the same update, or the others would wait in the next update's collectives."""
         if not self.cfg.max_hours:
             return False
-        up = self._wall_base + time.perf_counter() - self._wall0 >= self.cfg.max_hours * 3600
+        up = self._wall() >= self.cfg.max_hours * 3600
         if self.dist.enabled:
             (up,) = all_reduce_sum([float(up) if self.dist.is_main else 0.0], self.dist)
         return bool(up)
