@@ -363,6 +363,14 @@ class RunDir:
         if len(found) < n:
             raise CheckpointError(f"{self.path}: {which} needs {n} checkpoints, the run kept {len(found)} (train with "
                                   f"--set keep_last={n} or more, a checkpoint every save_every updates)")  # fmt: skip
+        cfg = self.read_config_dict() or {}
+        keep_last, keep_every = int(cfg.get("keep_last") or 0), int(cfg.get("keep_every") or 0)
+        if keep_every and n > keep_last:
+            # beyond the last keep_last, what is left are the keep_every snapshots, far apart: averaging them with
+            # the last ones is not fairseq's average of the last N saves (the same bound as test_checkpoint's)
+            raise CheckpointError(f"{self.path}: {which} would average the run's keep_every snapshots (every "
+                                  f"{keep_every} updates) with its last {keep_last} checkpoints; name avg:N with "
+                                  f"N <= keep_last={keep_last}, or train with --set keep_last={n}")  # fmt: skip
         return found[-n:]
 
     def resolve(self, which: str | int = "best") -> Path:

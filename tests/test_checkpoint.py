@@ -133,6 +133,27 @@ def test_average_of_the_last_checkpoints(tmp_path):
         ck.average_weights(run.resolve_average("avg:2"))
 
 
+
+def test_average_never_reaches_into_the_keep_every_snapshots(tmp_path):
+    """A run with keep_every keeps snapshots far apart beside its last keep_last checkpoints: avg:N with N above
+    keep_last would average them with the last ones, so it is refused (the bound test_checkpoint has too)."""
+    import yaml
+
+    from normlab.config import TrainConfig
+
+    model, opt = _trained()
+    for u in (1000, 2000, 2400, 2500):  # keep_every=1000's snapshots, then the last 2 saves
+        ck.save_checkpoint(tmp_path / "checkpoints", u, model, opt, {})
+    cfg = TrainConfig(keep_last=2, keep_every=1000).to_dict()
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    run = RunDir(tmp_path)
+    assert [p.name for p in run.resolve_average("avg:2")] == ["update_00002400", "update_00002500"]
+    with pytest.raises(ck.CheckpointError, match=r"avg:3 would average the run's keep_every snapshots \(every 1000 "
+                       r"updates\) with its last 2 checkpoints; name avg:N with N <= keep_last=2"):  # fmt: skip
+        run.resolve_average("avg:3")
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({**cfg, "keep_every": 0}))  # no snapshots: the last 4
+    assert len(run.resolve_average("avg:4")) == 4
+
 def test_wrong_model_is_an_error(tmp_path):
     model, opt = _trained()
     path = ck.save_checkpoint(tmp_path, 1, model, opt, {})

@@ -333,7 +333,7 @@ def test_the_summary_names_the_machine_and_every_cpu_a_resumed_run_trained_on(tm
     assert again["cpu"] == "Another CPU" and again["cpus"] == [cpu_name(), "Another CPU"]
 
 
-def test_max_hours_stops_at_an_update_with_a_checkpoint_summed_over_resumes(tmp_path, monkeypatch):
+def test_max_hours_stops_at_an_update_with_a_checkpoint_summed_over_resumes(tmp_path, monkeypatch, capsys):
     """max_hours (fairseq's --stop-time-hours) on a clock that advances 10 s an update: a 25 s limit stops after
     update 3 (mid-epoch: its checkpoint and validation), status completed, stopped_by max_hours; a resume with a 55 s
     limit goes on from 30 s, not from 0, and stops at update 6."""
@@ -355,12 +355,17 @@ def test_max_hours_stops_at_an_update_with_a_checkpoint_summed_over_resumes(tmp_
         return step(self, *args, **kw)
 
     monkeypatch.setattr(Trainer, "train_step", ten_seconds)
-    cfg = TrainConfig.from_dict(config(max_hours=25 / 3600))
+    cfg = TrainConfig.from_dict(config(max_hours=25 / 3600, log_every=1))
     summary = Trainer(cfg, tmp_path, ReverseTask(), ReverseTask(n=64, seed=1), progress=False).fit()
+    # the progress lines count towards the run's length, so they say how long the clock leaves (10 s an update)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("update ")]
+    assert [ln.rsplit(" | ", 1)[1] for ln in lines[:3]] == ["max_hours=0.00694444 stops it in 0 min"] * 3
+    assert (tr._hours_minutes(3900), tr._hours_minutes(3599.9), tr._hours_minutes(7200)) == ("1 h 05 min", "59 min",
+                                                                                              "2 h 00 min")
     assert (summary["status"], summary["update"], summary["stopped_by"]) == ("completed", 3, "max_hours")
     assert summary["wall_s"] == 30.0 and list_checkpoints(tmp_path / "checkpoints")[-1].name == "update_00000003"
     assert [r["update"] for r in records(tmp_path) if r["type"] == "valid"] == [3]
-    longer = TrainConfig.from_dict(config(max_hours=55 / 3600))
+    longer = TrainConfig.from_dict(config(max_hours=55 / 3600, log_every=1))
     assert prepare_run_dir(tmp_path, longer, resume=True) == longer  # a resume may change the time limit
     again = Trainer(longer, tmp_path, ReverseTask(), ReverseTask(n=64, seed=1), progress=False).fit(resume=True)
     assert (again["update"], again["wall_s"], again["stopped_by"]) == (6, 60.0, "max_hours")

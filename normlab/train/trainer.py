@@ -194,6 +194,12 @@ class TrainState:
     pending_valid: int | None = None
 
 
+def _hours_minutes(seconds: float) -> str:
+    """``seconds`` as "1 h 05 min" or "12 min" (the max_hours clock in progress lines)."""
+    minutes = int(seconds // 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+
+
 class Trainer:
     """Trains ``cfg`` on ``train`` (validating on ``valid``) into ``run_dir``; see the module docstring."""
 
@@ -915,13 +921,19 @@ class Trainer:
     def _progress(self, record: dict[str, Any], total: int) -> None:
         if not self.dist.is_main or self.quiet:
             return
+        # with max_hours the run may stop long before `total` updates, and the bar's ETA (or update N/total) counts
+        # towards `total`: say how long the clock leaves beside it
+        left = max(0.0, self.cfg.max_hours * 3600 - self.state.wall) if self.cfg.max_hours else None
         if self._bar is not None:
             self._bar.update(1)
+            clock = {"stops_in": _hours_minutes(left)} if left is not None else {}
             self._bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
-                                  tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)  # fmt: skip
+                                  tok_s=f"{record['tokens_per_s']:.0f}", **clock, refresh=False)  # fmt: skip
         elif record["update"] % self.cfg.log_every == 0 or record["update"] == total:
             self._say(
                 f"update {record['update']}/{total} | epoch {record['epoch']} | loss {record['loss']:.4f} | "
                 f"nll {record['nll']:.4f} | lr {record['lr']:.3e} | gnorm {record['gnorm']:.3f} | "
                 f"{record['tokens_per_s']:.0f} tok/s"
+                + (f" | max_hours={self.cfg.max_hours:g} stops it in {_hours_minutes(left)}" if left is not None
+                   else "")
             )
