@@ -398,6 +398,29 @@ def report(entries: list[Entry], dname: str, w: Workload, flops: int, peak_flops
             print(f"  {o.name:32s} " + "; ".join(cells))
 
 
+def launch_overhead(device, n: int = 2000, synced: int = 200) -> tuple[float, float]:
+    """Microseconds per operator that does no work (``add_`` on a 1-element tensor): queued back to back (the
+    dispatcher's and, on CUDA, the kernel launch's cost) and with a synchronize after each (the round trip).
+    A model whose update runs many small kernels is bound by the first figure times its kernel count, not by
+    its matmuls: on the GPU lent on 2026-11-26 a quick-preset sweep run (3+3 layers, d=512, 1,024 tokens) took
+    0.27 s an update alone on an H100, where its products need milliseconds, and the attention probe's ~60
+    kernels took 11 ms, ~0.2 ms a kernel. This line and the profile's kernel count tell which it is."""
+    x = torch.zeros(1, device=device)
+    for _ in range(50):
+        x.add_(1)
+    synchronize(device)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        x.add_(1)
+    synchronize(device)
+    queued = (time.perf_counter() - t0) / n * 1e6
+    t0 = time.perf_counter()
+    for _ in range(synced):
+        x.add_(1)
+        synchronize(device)
+    return queued, (time.perf_counter() - t0) / synced * 1e6
+
+
 def profile_updates(e: Entry, dname: str, w: Workload, device, n: int, flops: int, peak: float) -> None:
     """The top operators of ``n`` updates by self time (torch.profiler), per update and as a share of it; the
     matmuls' line beside the time they would take at the measured peak."""
@@ -407,16 +430,27 @@ def profile_updates(e: Entry, dname: str, w: Workload, device, n: int, flops: in
     dtype = DTYPES[dname]
     update(e, batch, dtype, device)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    synchronize(device)
+    t0 = time.perf_counter()
     with profile(activities=acts) as prof:
         for _ in range(n):
             update(e, batch, dtype, device)
         synchronize(device)
+    wall = (time.perf_counter() - t0) / n
     attr = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    events = sorted(prof.key_averages(), key=lambda ev: getattr(ev, attr), reverse=True)
+    averages = prof.key_averages()
+    events = sorted(averages, key=lambda ev: getattr(ev, attr), reverse=True)
     total = sum(getattr(ev, attr) for ev in events)
     print(f"\n## profile: {e.name} {dname}, {n} updates ({'device' if device.type == 'cuda' else 'CPU'} self "
           f"time, under the profiler): {total / n / 1e3:.0f} ms an update; its matmuls at the measured peak "
           f"{flops / peak * 1e3:.0f} ms")  # fmt: skip
+    if device.type == "cuda":  # busy device time against the wall: a small share means launch- or host-bound
+        launches = sum(ev.count for ev in averages if ev.key in ("cudaLaunchKernel", "cuLaunchKernel",
+                                                                  "cudaLaunchKernelExC", "cuLaunchKernelEx"))
+        busy = total / n / 1e6 / wall  # profiler times are microseconds
+        print(f"   wall {wall * 1e3:.0f} ms an update under the profiler, the device busy {busy:.0%} of it; "
+              f"{launches / n:.0f} kernel launches an update ({wall * 1e6 / max(launches / n, 1):.0f} us of wall "
+              "each)")  # fmt: skip
     print(f"{'operator':48s} {'ms/update':>10s} {'share':>7s} {'calls/update':>13s}")
     for ev in events[:20]:
         t = getattr(ev, attr)
@@ -605,6 +639,10 @@ def main(argv: list[str] | None = None) -> int:
           f"dropout {w.dropout}, label smoothing {w.epsilon}; {args.warmup} warm-up + {args.updates} timed "
           f"updates per model, alternating; load average {os.getloadavg()[0]:.1f} at start")  # fmt: skip
     print(f"# clock: {'main-thread CPU time (1 thread)' if args.clock == 'cpu' else 'wall'}; malloc: {malloc_note}")
+    queued, synced = launch_overhead(device)
+    print(f"# an empty operator: {queued:.1f} us queued back to back, {synced:.1f} us with a synchronize after each"
+          + (f" (CUDA_LAUNCH_BLOCKING={os.environ.get('CUDA_LAUNCH_BLOCKING', 'unset')})" if device.type == "cuda"
+             else ""))  # fmt: skip
     load, cores = os.getloadavg()[0], os.cpu_count() or 1
     if device.type == "cpu" and args.clock == "wall" and load > 0.5 * cores:
         print(f"# WARNING: load average {load:.1f} on {cores} cores: other processes share this CPU. With more "

@@ -187,6 +187,19 @@ def test_benchmark_runs_end_to_end_at_tiny_size(capsys, monkeypatch):
     assert "gap" in capsys.readouterr().out
 
 
+
+def test_benchmark_times_an_empty_operator_and_profiles_an_update(capsys, monkeypatch):
+    """The launch-overhead line (an operator that does no work, queued and synchronized) and --profile's table,
+    on the CPU: what a GPU session runs first to tell a launch-bound step from a compute-bound one."""
+    bench, w, args, device = _tiny_benchmark(monkeypatch)
+    queued, synced = bench.launch_overhead(device, n=50, synced=10)
+    assert 0 < queued < 1e4 and 0 < synced < 1e4  # microseconds: an add_ of one element
+    e = bench.build("normlab-post", w, device, args)
+    flops = seq2seq_update_flops(w.model_config("post"), w.batch, w.src_len, w.tgt_len)
+    bench.profile_updates(e, "fp32", w, device, 2, flops, 1e10)
+    out = capsys.readouterr().out
+    assert "## profile: normlab-post fp32, 2 updates (CPU self time" in out and "calls/update" in out
+
 def test_benchmark_measures_the_x_transformers_peer(monkeypatch):
     """The x-transformers peer of the benchmark, built and timed; absent, a reported skip (make test installs it
     and fails without it), never a peer dropped in silence."""
