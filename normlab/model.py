@@ -37,6 +37,7 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from normlab.config import ConfigError, ModelConfig, Placement
 from normlab.device import LOW_PRECISION, attention_upcast, compute_dtype
@@ -803,14 +804,30 @@ def _sdpa(
         return _matmul_attention(q, k, v, mask, is_causal, dropout, softcap)
     if impl == "sdpa-fp32" and (dtype := next((x.dtype for x in (q, k, v) if x.dtype in LOW_PRECISION), None)) is not None:
         with torch.autocast(q.device.type, enabled=False):
-            o = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout,
-                                               is_causal=is_causal)  # fmt: skip
+            o = _torch_sdpa(q.float(), k.float(), v.float(), mask, dropout, is_causal)
         return o.to(dtype)
     if impl not in ATTENTION_IMPLS:
         raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {impl!r}")
+    return _torch_sdpa(q, k, v, mask, dropout, is_causal)
+
+
+# SDPA's backends on CUDA, cuDNN's left out. cuDNN attention builds an execution graph for every new shape (a few
+# hundred ms each: sglang#4650 measured ~400 ms; torchtune#1652 saw the overhead on the H100 only, where PyTorch
+# can pick cuDNN), and token-bucketed batches give nearly every update a new (batch, length) pair. On an H100 (torch
+# 2.11, 2026-11-26) normlab's updates took 0.27-0.4 s while their shapes were new (a whole 300-update sweep run;
+# the first epoch of a translation run) and 0.05 s once an epoch's shapes came round again: a per-shape cost,
+# consistent with those graph builds. Flash and memory-efficient attention compile nothing at run time. Not yet
+# measured with this list (no GPU since): benchmarks/train_throughput.py's launch line and profile are the check.
+_CUDA_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def _torch_sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float, is_causal: bool) -> Tensor:
+    """``F.scaled_dot_product_attention``; on CUDA without the cuDNN backend (above). Where the process has turned
+    that backend off itself, no context is entered (entering one costs ~35 us a call)."""
+    if q.device.type == "cuda" and torch.backends.cuda.cudnn_sdp_enabled():
+        with sdpa_kernel(_CUDA_SDPA_BACKENDS):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
-
-
 
 
 def _attend(

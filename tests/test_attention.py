@@ -176,6 +176,28 @@ def test_set_attention_refuses_an_unknown_kernel():
 # The measured choice
 
 
+
+def test_sdpa_on_cuda_leaves_out_the_cudnn_backend(monkeypatch):
+    """On CUDA torch's attention runs without cuDNN's backend (it builds a graph per new shape, and token-bucketed
+    batches bring a new shape nearly every update: model._CUDA_SDPA_BACKENDS); on the CPU nothing is changed. Read
+    through the backend flags at the moment torch's function is called (this build has no GPU: the call is
+    recorded, not run)."""
+    import types
+
+    import torch.nn.functional as F
+
+    from normlab import model as m
+
+    seen = []
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **kw: seen.append((
+        torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled(),
+        torch.backends.cuda.mem_efficient_sdp_enabled(), torch.backends.cuda.math_sdp_enabled())))
+    assert torch.backends.cuda.cudnn_sdp_enabled()  # torch's default, which the CPU call keeps
+    m._torch_sdpa(types.SimpleNamespace(device=torch.device("cuda", 0)), None, None, None, 0.0, False)
+    m._torch_sdpa(torch.zeros(1, 1, 2, 4), None, None, None, 0.0, True)
+    assert seen == [(False, True, True, True), (True, True, True, True)]
+    assert torch.backends.cuda.cudnn_sdp_enabled()  # the context is left as it was
+
 def test_choose_attention_takes_the_fastest_and_moves_no_generator(monkeypatch):
     m = _seq2seq(None).train()
     src, tgt = _padded_batch()
