@@ -62,6 +62,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd import DeviceType
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
@@ -401,10 +402,12 @@ def report(entries: list[Entry], dname: str, w: Workload, flops: int, peak_flops
 def launch_overhead(device, n: int = 2000, synced: int = 200) -> tuple[float, float]:
     """Microseconds per operator that does no work (``add_`` on a 1-element tensor): queued back to back (the
     dispatcher's and, on CUDA, the kernel launch's cost) and with a synchronize after each (the round trip).
-    A model whose update runs many small kernels is bound by the first figure times its kernel count, not by
-    its matmuls: on the GPU lent on 2026-11-26 a quick-preset sweep run (3+3 layers, d=512, 1,024 tokens) took
-    0.27 s an update alone on an H100, where its products need milliseconds, and the attention probe's ~60
-    kernels took 11 ms, ~0.2 ms a kernel. This line and the profile's kernel count tell which it is."""
+    A model whose update runs many small kernels is bound by the first figure times its kernel count (the
+    profile's line), not by its matmuls. What it is for: on the GPU lent on 2026-11-26 (H100, torch 2.11) a
+    quick-preset sweep run took 0.24 s an update (median of 88 runs) where the same runs with fp32 attention took
+    0.03 s, and the runs of a worker process that had seen the batches' shapes before were fast too: a cost per
+    new shape (cuDNN attention's graph builds; normlab/model.py leaves that backend out since), which this line
+    and the profile tell from a per-launch one."""
     x = torch.zeros(1, device=device)
     for _ in range(50):
         x.add_(1)
@@ -430,31 +433,40 @@ def profile_updates(e: Entry, dname: str, w: Workload, device, n: int, flops: in
     dtype = DTYPES[dname]
     update(e, batch, dtype, device)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    synchronize(device)
-    t0 = time.perf_counter()
     with profile(activities=acts) as prof:
+        synchronize(device)
+        t0 = time.perf_counter()  # inside: the profiler's start and its trace's collection are not the updates'
         for _ in range(n):
             update(e, batch, dtype, device)
         synchronize(device)
-    wall = (time.perf_counter() - t0) / n
-    attr = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+        wall = (time.perf_counter() - t0) / n
     averages = prof.key_averages()
-    events = sorted(averages, key=lambda ev: getattr(ev, attr), reverse=True)
-    total = sum(getattr(ev, attr) for ev in events)
-    print(f"\n## profile: {e.name} {dname}, {n} updates ({'device' if device.type == 'cuda' else 'CPU'} self "
-          f"time, under the profiler): {total / n / 1e3:.0f} ms an update; its matmuls at the measured peak "
-          f"{flops / peak * 1e3:.0f} ms")  # fmt: skip
-    if device.type == "cuda":  # busy device time against the wall: a small share means launch- or host-bound
-        launches = sum(ev.count for ev in averages if ev.key in ("cudaLaunchKernel", "cuLaunchKernel",
-                                                                  "cudaLaunchKernelExC", "cuLaunchKernelEx"))
+    cuda = device.type == "cuda"
+    # on CUDA an operator's self device time is its kernels', and the kernels are events of their own too: the
+    # operators' table is read against the kernels' sum (device_totals), as torch's own table does
+    attr = "self_device_time_total" if cuda else "self_cpu_time_total"
+    ops = [ev for ev in averages if not cuda or ev.device_type == DeviceType.CPU]
+    events = sorted(ops, key=lambda ev: getattr(ev, attr), reverse=True)
+    total, kernels = device_totals(averages) if cuda else (sum(ev.self_cpu_time_total for ev in ops), 0)
+    print(f"\n## profile: {e.name} {dname}, {n} updates ({'device' if cuda else 'CPU'} self time, under the "
+          f"profiler): {total / n / 1e3:.0f} ms an update; its matmuls at the measured peak {flops / peak * 1e3:.0f} "
+          "ms")  # fmt: skip
+    if cuda:  # busy device time against the wall: a small share means launch- or host-bound
         busy = total / n / 1e6 / wall  # profiler times are microseconds
+        per = f"{wall * 1e6 / (kernels / n):.0f} us of wall each" if kernels else "no kernel recorded"
         print(f"   wall {wall * 1e3:.0f} ms an update under the profiler, the device busy {busy:.0%} of it; "
-              f"{launches / n:.0f} kernel launches an update ({wall * 1e6 / max(launches / n, 1):.0f} us of wall "
-              "each)")  # fmt: skip
+              f"{kernels / n:.0f} kernels an update ({per})")  # fmt: skip
     print(f"{'operator':48s} {'ms/update':>10s} {'share':>7s} {'calls/update':>13s}")
     for ev in events[:20]:
         t = getattr(ev, attr)
-        print(f"{ev.key[:48]:48s} {t / n / 1e3:10.1f} {t / total:7.1%} {ev.count / n:13.0f}")
+        print(f"{ev.key[:48]:48s} {t / n / 1e3:10.1f} {t / max(total, 1e-9):7.1%} {ev.count / n:13.0f}")
+
+
+def device_totals(averages) -> tuple[float, int]:
+    """The device time (microseconds) and the kernel count of a profile's ``key_averages()``: the sums over its
+    device events (kernels, memcpy, memset), user annotations left out, as torch's profiler table sums them."""
+    dev = [ev for ev in averages if ev.device_type == DeviceType.CUDA and not ev.is_user_annotation]
+    return sum(ev.self_device_time_total for ev in dev), sum(ev.count for ev in dev)
 
 
 # --------------------------------------------------------------------------------------------------------

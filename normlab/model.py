@@ -815,8 +815,9 @@ def _sdpa(
 # hundred ms each: sglang#4650 measured ~400 ms; torchtune#1652 saw the overhead on the H100 only, where PyTorch
 # can pick cuDNN), and token-bucketed batches give nearly every update a new (batch, length) pair. On an H100 (torch
 # 2.11, 2026-11-26) normlab's updates took 0.27-0.4 s while their shapes were new (a whole 300-update sweep run;
-# the first epoch of a translation run) and 0.05 s once an epoch's shapes came round again: a per-shape cost,
-# consistent with those graph builds. Flash and memory-efficient attention compile nothing at run time. Not yet
+# the first epoch of a translation run) and 0.05 s once an epoch's shapes came round again; in the same sweep the
+# two runs whose probe chose sdpa-fp32 (fp32 inputs, which cuDNN's attention does not take) ran at 0.03 s an update
+# (docs/results/sweep-quick/width-gpu). Flash and memory-efficient attention compile nothing at run time. Not yet
 # measured with this list (no GPU since): benchmarks/train_throughput.py's launch line and profile are the check.
 _CUDA_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 

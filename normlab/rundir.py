@@ -363,15 +363,24 @@ class RunDir:
         if len(found) < n:
             raise CheckpointError(f"{self.path}: {which} needs {n} checkpoints, the run kept {len(found)} (train with "
                                   f"--set keep_last={n} or more, a checkpoint every save_every updates)")  # fmt: skip
-        cfg = self.read_config_dict() or {}
-        keep_last, keep_every = int(cfg.get("keep_last") or 0), int(cfg.get("keep_every") or 0)
-        if keep_every and n > keep_last:
-            # beyond the last keep_last, what is left are the keep_every snapshots, far apart: averaging them with
-            # the last ones is not fairseq's average of the last N saves (the same bound as test_checkpoint's)
-            raise CheckpointError(f"{self.path}: {which} would average the run's keep_every snapshots (every "
-                                  f"{keep_every} updates) with its last {keep_last} checkpoints; name avg:N with "
-                                  f"N <= keep_last={keep_last}, or train with --set keep_last={n}")  # fmt: skip
-        return found[-n:]
+        chosen = found[-n:]
+        # N consecutive saves are at most one save interval apart: the run checkpoints at every epoch's end, every
+        # save_every and every eval_every updates (and at its end, off that grid: a shorter gap). A wider gap means
+        # that what lies beyond the last saves are keep_every snapshots (or the saves of another cadence, before a
+        # resume changed it): averaging them with the last ones is not fairseq's average of the last N saves.
+        cfg, per_epoch = self.read_config_dict() or {}, self.summary().get("updates_per_epoch")
+        every = [int(x) for x in (cfg.get("save_every"), cfg.get("eval_every"), per_epoch) if x and int(x) > 0]
+        updates = [int(p.name.removeprefix("update_")) for p in chosen]
+        gaps = [b - a for a, b in zip(updates, updates[1:])]
+        # 1.5: an epoch's batch count can vary a little from epoch to epoch (token-bucketed batches), the summary
+        # holds one epoch's; a keep_every snapshot is normally many saves apart (one within a save interval of the
+        # oldest of the last saves is not told apart, and differs from a save of theirs by less than one interval)
+        if every and gaps and max(gaps) > 1.5 * min(every):
+            raise CheckpointError(f"{self.path}: {which} would average checkpoints {max(gaps)} updates apart (updates "
+                                  f"{', '.join(map(str, updates))}), where the run saves every {min(every)}: the older "
+                                  f"ones are keep_every snapshots, not its last saves; name a smaller N, or train "
+                                  f"with --set keep_last={n}")  # fmt: skip
+        return chosen
 
     def resolve(self, which: str | int = "best") -> Path:
         """``best``, ``last``, or an update number; a one-line error otherwise (``avg:N``: :meth:`resolve_average`)."""

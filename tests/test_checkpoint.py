@@ -135,24 +135,37 @@ def test_average_of_the_last_checkpoints(tmp_path):
 
 
 def test_average_never_reaches_into_the_keep_every_snapshots(tmp_path):
-    """A run with keep_every keeps snapshots far apart beside its last keep_last checkpoints: avg:N with N above
-    keep_last would average them with the last ones, so it is refused (the bound test_checkpoint has too)."""
+    """avg:N averages the run's last N saves. Beyond its last keep_last checkpoints a run with keep_every keeps
+    snapshots far apart, and a resume may have changed keep_last: N checkpoints more than a save interval apart
+    (1.5x: epochs vary a little) are refused, read from the updates themselves; evenly spaced ones are averaged
+    whatever kept them (save_every = keep_every, as experiments/figures.py trains)."""
     import yaml
 
     from normlab.config import TrainConfig
 
     model, opt = _trained()
-    for u in (1000, 2000, 2400, 2500):  # keep_every=1000's snapshots, then the last 2 saves
-        ck.save_checkpoint(tmp_path / "checkpoints", u, model, opt, {})
-    cfg = TrainConfig(keep_last=2, keep_every=1000).to_dict()
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
-    run = RunDir(tmp_path)
-    assert [p.name for p in run.resolve_average("avg:2")] == ["update_00002400", "update_00002500"]
-    with pytest.raises(ck.CheckpointError, match=r"avg:3 would average the run's keep_every snapshots \(every 1000 "
-                       r"updates\) with its last 2 checkpoints; name avg:N with N <= keep_last=2"):  # fmt: skip
-        run.resolve_average("avg:3")
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump({**cfg, "keep_every": 0}))  # no snapshots: the last 4
-    assert len(run.resolve_average("avg:4")) == 4
+
+    def run_with(name, updates, **cfg):
+        for u in updates:
+            ck.save_checkpoint(tmp_path / name / "checkpoints", u, model, opt, {})
+        (tmp_path / name / "config.yaml").write_text(yaml.safe_dump(TrainConfig(**cfg).to_dict()))
+        return RunDir(tmp_path / name)
+
+    # keep_every=1000's snapshots, then the last saves every 100 updates (keep_last raised from 2 to 3 on resume)
+    run = run_with("snapshots", (1000, 2000, 2400, 2500, 2600), save_every=100, keep_last=3, keep_every=1000)
+    assert [p.name for p in run.resolve_average("avg:3")] == ["update_00002400", "update_00002500", "update_00002600"]
+    with pytest.raises(ck.CheckpointError, match=r"avg:4 would average checkpoints 400 updates apart \(updates 2000, "
+                       r"2400, 2500, 2600\), where the run saves every 100: the older ones are keep_every snapshots"):
+        run.resolve_average("avg:4")
+    even = run_with("even", (100, 200, 300, 350), save_every=100, keep_last=1, keep_every=100)  # 350: the run's end
+    assert len(even.resolve_average("avg:4")) == 4
+    # per-epoch saves (save_every 0), 500 updates an epoch: the summary's epoch length is the interval
+    epochs = run_with("epochs", (1000, 2000, 2500, 3000), keep_last=2, keep_every=1000)
+    (tmp_path / "epochs" / "summary.json").write_text('{"updates_per_epoch": 500}')
+    assert len(epochs.resolve_average("avg:3")) == 3
+    with pytest.raises(ck.CheckpointError, match="1000 updates apart .* where the run saves every 500"):
+        epochs.resolve_average("avg:4")
+
 
 def test_wrong_model_is_an_error(tmp_path):
     model, opt = _trained()

@@ -199,6 +199,17 @@ def test_benchmark_times_an_empty_operator_and_profiles_an_update(capsys, monkey
     bench.profile_updates(e, "fp32", w, device, 2, flops, 1e10)
     out = capsys.readouterr().out
     assert "## profile: normlab-post fp32, 2 updates (CPU self time" in out and "calls/update" in out
+    # the device totals of a CUDA profile, on made-up events: kernels and copies count, an operator's own device
+    # time (its kernels' again) and user annotations do not
+    from types import SimpleNamespace as E
+
+    from torch.autograd import DeviceType
+
+    events = [E(device_type=DeviceType.CPU, is_user_annotation=False, self_device_time_total=90.0, count=3),
+              E(device_type=DeviceType.CUDA, is_user_annotation=False, self_device_time_total=60.0, count=2),
+              E(device_type=DeviceType.CUDA, is_user_annotation=False, self_device_time_total=30.0, count=1),
+              E(device_type=DeviceType.CUDA, is_user_annotation=True, self_device_time_total=500.0, count=1)]
+    assert bench.device_totals(events) == (90.0, 3)
 
 def test_benchmark_measures_the_x_transformers_peer(monkeypatch):
     """The x-transformers peer of the benchmark, built and timed; absent, a reported skip (make test installs it

@@ -334,46 +334,50 @@ def test_the_summary_names_the_machine_and_every_cpu_a_resumed_run_trained_on(tm
 
 
 def test_max_hours_stops_at_an_update_with_a_checkpoint_summed_over_resumes(tmp_path, monkeypatch, capsys):
-    """max_hours (fairseq's --stop-time-hours) on a clock that advances 10 s an update: a 25 s limit stops after
-    update 3 (mid-epoch: its checkpoint and validation), status completed, stopped_by max_hours; a resume with a 55 s
-    limit goes on from 30 s, not from 0, and stops at update 6."""
+    """max_hours (fairseq's --stop-time-hours) on a clock that advances 10 minutes an update: a 25-minute limit
+    stops after update 3 (mid-epoch: its checkpoint and validation), status completed, stopped_by max_hours; a
+    resume with a 55-minute limit goes on from 30 minutes, not from 0, and stops at update 6. The progress lines
+    say how long the clock leaves (they count towards the run's length, which the clock may cut short)."""
     import types
 
     import normlab.train.trainer as tr
 
     clock = [0.0]
 
-    def perf_counter():  # a microsecond a reading (an update's own timing must not be 0 s), 10 s an update
+    def perf_counter():  # a microsecond a reading (an update's own timing must not be 0 s), 10 min an update
         clock[0] += 1e-6
         return clock[0]
 
     monkeypatch.setattr(tr, "time", types.SimpleNamespace(perf_counter=perf_counter))
     step = Trainer.train_step
 
-    def ten_seconds(self, *args, **kw):
-        clock[0] += 10.0
+    def ten_minutes(self, *args, **kw):
+        clock[0] += 600.0
         return step(self, *args, **kw)
 
-    monkeypatch.setattr(Trainer, "train_step", ten_seconds)
-    cfg = TrainConfig.from_dict(config(max_hours=25 / 3600, log_every=1))
+    def left(err):
+        return [ln.rsplit(" stops it in ", 1)[1] for ln in err.splitlines() if ln.startswith("update ")]
+
+    monkeypatch.setattr(Trainer, "train_step", ten_minutes)
+    cfg = TrainConfig.from_dict(config(max_hours=25 / 60, log_every=1))
     summary = Trainer(cfg, tmp_path, ReverseTask(), ReverseTask(n=64, seed=1), progress=False).fit()
-    # the progress lines count towards the run's length, so they say how long the clock leaves (10 s an update)
-    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("update ")]
-    assert [ln.rsplit(" | ", 1)[1] for ln in lines[:3]] == ["max_hours=0.00694444 stops it in 0 min"] * 3
-    assert (tr._hours_minutes(3900), tr._hours_minutes(3599.9), tr._hours_minutes(7200)) == ("1 h 05 min", "59 min",
-                                                                                              "2 h 00 min")
+    assert left(capsys.readouterr().err) == ["15 min", "5 min", "0 min"]
     assert (summary["status"], summary["update"], summary["stopped_by"]) == ("completed", 3, "max_hours")
-    assert summary["wall_s"] == 30.0 and list_checkpoints(tmp_path / "checkpoints")[-1].name == "update_00000003"
+    assert summary["wall_s"] == 1800.0 and list_checkpoints(tmp_path / "checkpoints")[-1].name == "update_00000003"
     assert [r["update"] for r in records(tmp_path) if r["type"] == "valid"] == [3]
-    longer = TrainConfig.from_dict(config(max_hours=55 / 3600, log_every=1))
+    longer = TrainConfig.from_dict(config(max_hours=55 / 60, log_every=1))
     assert prepare_run_dir(tmp_path, longer, resume=True) == longer  # a resume may change the time limit
     again = Trainer(longer, tmp_path, ReverseTask(), ReverseTask(n=64, seed=1), progress=False).fit(resume=True)
-    assert (again["update"], again["wall_s"], again["stopped_by"]) == (6, 60.0, "max_hours")
+    assert (again["update"], again["wall_s"], again["stopped_by"]) == (6, 3600.0, "max_hours")
+    assert left(capsys.readouterr().err) == ["15 min", "5 min", "0 min"]  # from 30 minutes, not from 0
+    # rounded up: a line never says 0 while time is left
+    assert [tr._hours_minutes(x) for x in (3900, 3599.9, 7200, 15, 0)] == ["1 h 05 min", "1 h 00 min", "2 h 00 min",
+                                                                           "1 min", "0 min"]
     # the same limit again: nothing left to do (no update, no second validation of update 6)
     same = Trainer(longer, tmp_path, ReverseTask(), ReverseTask(n=64, seed=1), progress=False).fit(resume=True)
     assert same["update"] == 6 and [r["update"] for r in records(tmp_path) if r["type"] == "valid"] == [3, 6]
     # a run that reaches its length as the clock runs out is not labelled stopped by the clock
-    exact = TrainConfig.from_dict(config(max_updates=6, max_hours=55 / 3600))
+    exact = TrainConfig.from_dict(config(max_updates=6, max_hours=55 / 60))
     assert "stopped_by" not in Trainer(exact, tmp_path / "exact", ReverseTask(), progress=False).fit()
     with pytest.raises(ConfigError, match="max_hours: must be >= 0"):
         TrainConfig.from_dict(config(max_hours=-1))

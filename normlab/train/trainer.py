@@ -195,8 +195,9 @@ class TrainState:
 
 
 def _hours_minutes(seconds: float) -> str:
-    """``seconds`` as "1 h 05 min" or "12 min" (the max_hours clock in progress lines)."""
-    minutes = int(seconds // 60)
+    """``seconds`` as "1 h 05 min" or "12 min", rounded up (the max_hours clock in progress lines: "0 min" only
+    when no time is left)."""
+    minutes = math.ceil(seconds / 60)
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
 
