@@ -453,9 +453,13 @@ def profile_updates(e: Entry, dname: str, w: Workload, device, n: int, flops: in
           "ms")  # fmt: skip
     if cuda:  # busy device time against the wall: a small share means launch- or host-bound
         busy = total / n / 1e6 / wall  # profiler times are microseconds
-        per = f"{wall * 1e6 / (kernels / n):.0f} us of wall each" if kernels else "no kernel recorded"
-        print(f"   wall {wall * 1e3:.0f} ms an update under the profiler, the device busy {busy:.0%} of it; "
-              f"{kernels / n:.0f} kernels an update ({per})")  # fmt: skip
+        if kernels:
+            print(f"   wall {wall * 1e3:.0f} ms an update under the profiler, the device busy {busy:.0%} of it; "
+                  f"{kernels / n:.0f} kernels and copies an update ({wall * 1e6 / (kernels / n):.0f} us of wall "
+                  "each)")  # fmt: skip
+        else:
+            print(f"   wall {wall * 1e3:.0f} ms an update under the profiler; no device event recorded (CUPTI "
+                  "unavailable?): the device shares above are not measured")  # fmt: skip
     print(f"{'operator':48s} {'ms/update':>10s} {'share':>7s} {'calls/update':>13s}")
     for ev in events[:20]:
         t = getattr(ev, attr)

@@ -37,7 +37,6 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from normlab.config import ConfigError, ModelConfig, Placement
 from normlab.device import LOW_PRECISION, attention_upcast, compute_dtype
@@ -811,23 +810,26 @@ def _sdpa(
     return _torch_sdpa(q, k, v, mask, dropout, is_causal)
 
 
-# SDPA's backends on CUDA, cuDNN's left out. cuDNN attention builds an execution graph for every new shape (a few
-# hundred ms each: sglang#4650 measured ~400 ms; torchtune#1652 saw the overhead on the H100 only, where PyTorch
-# can pick cuDNN), and token-bucketed batches give nearly every update a new (batch, length) pair. On an H100 (torch
-# 2.11, 2026-11-26) normlab's updates took 0.27-0.4 s while their shapes were new (a whole 300-update sweep run;
-# the first epoch of a translation run) and 0.05 s once an epoch's shapes came round again; in the same sweep the
-# two runs whose probe chose sdpa-fp32 (fp32 inputs, which cuDNN's attention does not take) ran at 0.03 s an update
-# (docs/results/sweep-quick/width-gpu). Flash and memory-efficient attention compile nothing at run time. Not yet
-# measured with this list (no GPU since): benchmarks/train_throughput.py's launch line and profile are the check.
-_CUDA_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-
-
+# torch's attention on CUDA without cuDNN's backend. cuDNN attention builds an execution graph for every new shape
+# (a few hundred ms each: sglang#4650 measured ~400 ms; torchtune#1652 saw the overhead on the H100 only, where
+# PyTorch can pick cuDNN), and token-bucketed batches give nearly every update a new (batch, length) pair. On an
+# H100 (torch 2.11, 2026-11-26) normlab's updates took 0.27-0.4 s while their shapes were new (a whole 300-update
+# sweep run; the first epoch of a translation run) and 0.05 s once an epoch's shapes came round again; in the same
+# sweep the two runs whose probe chose sdpa-fp32 (fp32 inputs, which cuDNN's attention does not take) ran at 0.03 s
+# an update (docs/results/sweep-quick/width-gpu). Flash and memory-efficient attention compile nothing at run time.
+# Not yet measured without cuDNN (no GPU since): benchmarks/train_throughput.py's launch line and profile are the
+# check.
 def _torch_sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float, is_causal: bool) -> Tensor:
-    """``F.scaled_dot_product_attention``; on CUDA without the cuDNN backend (above). Where the process has turned
-    that backend off itself, no context is entered (entering one costs ~35 us a call)."""
+    """``F.scaled_dot_product_attention``; on CUDA with cuDNN's backend turned off for the call (above) and every
+    other backend flag as the caller left it (flash, memory-efficient or math then; only a caller that left cuDNN
+    as the one backend gets torch's "no available kernel"). The flag is process state, set and restored around
+    the call (~0.4 us; normlab's loops call it from one thread)."""
     if q.device.type == "cuda" and torch.backends.cuda.cudnn_sdp_enabled():
-        with sdpa_kernel(_CUDA_SDPA_BACKENDS):
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        try:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
+        finally:
+            torch.backends.cuda.enable_cudnn_sdp(True)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
 
 

@@ -364,23 +364,43 @@ class RunDir:
             raise CheckpointError(f"{self.path}: {which} needs {n} checkpoints, the run kept {len(found)} (train with "
                                   f"--set keep_last={n} or more, a checkpoint every save_every updates)")  # fmt: skip
         chosen = found[-n:]
-        # N consecutive saves are at most one save interval apart: the run checkpoints at every epoch's end, every
-        # save_every and every eval_every updates (and at its end, off that grid: a shorter gap). A wider gap means
-        # that what lies beyond the last saves are keep_every snapshots (or the saves of another cadence, before a
-        # resume changed it): averaging them with the last ones is not fairseq's average of the last N saves.
-        cfg, per_epoch = self.read_config_dict() or {}, self.summary().get("updates_per_epoch")
-        every = [int(x) for x in (cfg.get("save_every"), cfg.get("eval_every"), per_epoch) if x and int(x) > 0]
-        updates = [int(p.name.removeprefix("update_")) for p in chosen]
-        gaps = [b - a for a, b in zip(updates, updates[1:])]
-        # 1.5: an epoch's batch count can vary a little from epoch to epoch (token-bucketed batches), the summary
-        # holds one epoch's; a keep_every snapshot is normally many saves apart (one within a save interval of the
-        # oldest of the last saves is not told apart, and differs from a save of theirs by less than one interval)
-        if every and gaps and max(gaps) > 1.5 * min(every):
-            raise CheckpointError(f"{self.path}: {which} would average checkpoints {max(gaps)} updates apart (updates "
-                                  f"{', '.join(map(str, updates))}), where the run saves every {min(every)}: the older "
-                                  f"ones are keep_every snapshots, not its last saves; name a smaller N, or train "
-                                  f"with --set keep_last={n}")  # fmt: skip
+        self._check_last_saves(which, n, [int(p.name.removeprefix("update_")) for p in found])
         return chosen
+
+    def _check_last_saves(self, which: str, n: int, kept: list[int]) -> None:
+        """Refuse ``avg:N`` when its N checkpoints reach into the run's keep_every snapshots. checkpoint.rotate keeps
+        the last keep_last saves and, older than those, the saves at multiples of keep_every: every checkpoint that
+        is not such a multiple lies in that unbroken tail, and so does everything after it. Only multiples older
+        than the tail's first non-multiple can be snapshots; they are taken as the run's own saves while they are
+        no further apart than the tail's saves (x1.5: epochs differ a little in length), or, for a tail of one, than
+        the configured interval (every epoch, save_every). A run without keep_every has no snapshots: its kept
+        checkpoints are its last saves, whatever a resume changed."""
+        cfg = self.read_config_dict() or {}
+        keep_every = int(cfg.get("keep_every") or 0)
+        chosen = kept[-n:]
+        if not keep_every:
+            return
+        first_tail = next((i for i, u in enumerate(kept) if u % keep_every), len(kept))
+        tail = kept[first_tail:]
+        gaps = [b - a for a, b in zip(tail, tail[1:])]
+        if gaps:
+            step = max(gaps)
+        else:
+            per_epoch = self.summary().get("updates_per_epoch")
+            known = [int(x) for x in (cfg.get("save_every"), per_epoch) if x and int(x) > 0]
+            if not known:
+                return  # nothing to measure the spacing against
+            step = min(known)
+        older = [u for u in chosen if kept.index(u) < first_tail]
+        span = older + tail[:1]
+        wide = [(a, b) for a, b in zip(span, span[1:]) if b - a > 1.5 * step]
+        if wide:
+            a, b = wide[-1]
+            raise CheckpointError(f"{self.path}: {which} would average checkpoints {b - a} updates apart (updates "
+                                  f"{a} and {b}), where the run's last saves are {step} apart: update {a} and older "
+                                  f"are keep_every snapshots (every {keep_every} updates), not its last saves; name "
+                                  f"avg:{len([u for u in chosen if u > a])} or less, or train with --set "
+                                  f"keep_last={n}")  # fmt: skip
 
     def resolve(self, which: str | int = "best") -> Path:
         """``best``, ``last``, or an update number; a one-line error otherwise (``avg:N``: :meth:`resolve_average`)."""

@@ -179,7 +179,7 @@ def test_set_attention_refuses_an_unknown_kernel():
 
 def test_sdpa_on_cuda_leaves_out_the_cudnn_backend(monkeypatch):
     """On CUDA torch's attention runs without cuDNN's backend (it builds a graph per new shape, and token-bucketed
-    batches bring a new shape nearly every update: model._CUDA_SDPA_BACKENDS); on the CPU nothing is changed. Read
+    batches bring a new shape nearly every update: model._torch_sdpa); on the CPU nothing is changed. Read
     through the backend flags at the moment torch's function is called (this build has no GPU: the call is
     recorded, not run)."""
     import types
@@ -196,7 +196,14 @@ def test_sdpa_on_cuda_leaves_out_the_cudnn_backend(monkeypatch):
     m._torch_sdpa(types.SimpleNamespace(device=torch.device("cuda", 0)), None, None, None, 0.0, False)
     m._torch_sdpa(torch.zeros(1, 1, 2, 4), None, None, None, 0.0, True)
     assert seen == [(False, True, True, True), (True, True, True, True)]
-    assert torch.backends.cuda.cudnn_sdp_enabled()  # the context is left as it was
+    assert torch.backends.cuda.cudnn_sdp_enabled()  # the flag is left as it was
+    # a caller's own choice of backends stands (here: flash off), cuDNN's flag alone is turned off for the call
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH, SDPBackend.CUDNN_ATTENTION]):
+        m._torch_sdpa(types.SimpleNamespace(device=torch.device("cuda", 0)), None, None, None, 0.0, False)
+        assert torch.backends.cuda.cudnn_sdp_enabled() and not torch.backends.cuda.flash_sdp_enabled()
+    assert seen[-1] == (False, False, True, True)
 
 def test_choose_attention_takes_the_fastest_and_moves_no_generator(monkeypatch):
     m = _seq2seq(None).train()

@@ -136,9 +136,10 @@ def test_average_of_the_last_checkpoints(tmp_path):
 
 def test_average_never_reaches_into_the_keep_every_snapshots(tmp_path):
     """avg:N averages the run's last N saves. Beyond its last keep_last checkpoints a run with keep_every keeps
-    snapshots far apart, and a resume may have changed keep_last: N checkpoints more than a save interval apart
-    (1.5x: epochs vary a little) are refused, read from the updates themselves; evenly spaced ones are averaged
-    whatever kept them (save_every = keep_every, as experiments/figures.py trains)."""
+    snapshots far apart (and a resume may have raised keep_last): checkpoints older than the last saves' unbroken
+    tail and further apart than its saves are refused; evenly spaced ones are averaged whatever kept them
+    (save_every = keep_every, as experiments/figures.py trains), and a run without keep_every is never refused,
+    whatever a resume changed in its cadence."""
     import yaml
 
     from normlab.config import TrainConfig
@@ -154,17 +155,21 @@ def test_average_never_reaches_into_the_keep_every_snapshots(tmp_path):
     # keep_every=1000's snapshots, then the last saves every 100 updates (keep_last raised from 2 to 3 on resume)
     run = run_with("snapshots", (1000, 2000, 2400, 2500, 2600), save_every=100, keep_last=3, keep_every=1000)
     assert [p.name for p in run.resolve_average("avg:3")] == ["update_00002400", "update_00002500", "update_00002600"]
-    with pytest.raises(ck.CheckpointError, match=r"avg:4 would average checkpoints 400 updates apart \(updates 2000, "
-                       r"2400, 2500, 2600\), where the run saves every 100: the older ones are keep_every snapshots"):
+    with pytest.raises(ck.CheckpointError, match=r"avg:4 would average checkpoints 400 updates apart \(updates 2000 "
+                       r"and 2400\), where the run's last saves are 100 apart: update 2000 and older are keep_every "
+                       r"snapshots \(every 1000 updates\), not its last saves; name avg:3 or less"):  # fmt: skip
         run.resolve_average("avg:4")
     even = run_with("even", (100, 200, 300, 350), save_every=100, keep_last=1, keep_every=100)  # 350: the run's end
     assert len(even.resolve_average("avg:4")) == 4
-    # per-epoch saves (save_every 0), 500 updates an epoch: the summary's epoch length is the interval
+    # per-epoch saves (save_every 0), 500 updates an epoch: 2000 is a save of the tail's cadence, 1000 a snapshot
     epochs = run_with("epochs", (1000, 2000, 2500, 3000), keep_last=2, keep_every=1000)
-    (tmp_path / "epochs" / "summary.json").write_text('{"updates_per_epoch": 500}')
     assert len(epochs.resolve_average("avg:3")) == 3
-    with pytest.raises(ck.CheckpointError, match="1000 updates apart .* where the run saves every 500"):
+    with pytest.raises(ck.CheckpointError, match=r"1000 updates apart \(updates 1000 and 2000\), where the run's last "
+                       r"saves are 500 apart"):  # fmt: skip
         epochs.resolve_average("avg:4")
+    # no keep_every: the kept checkpoints are the last saves, also after a resume added eval_every (250 apart now)
+    resumed = run_with("resumed", (3000, 4000, 4250, 4500, 4750), keep_last=5, eval_every=250)
+    assert len(resumed.resolve_average("avg:5")) == 5
 
 
 def test_wrong_model_is_an_error(tmp_path):
