@@ -817,8 +817,7 @@ def _sdpa(
 # sweep run; the first epoch of a translation run) and 0.05 s once an epoch's shapes came round again; in the same
 # sweep the two runs whose probe chose sdpa-fp32 (fp32 inputs, which cuDNN's attention does not take) ran at 0.03 s
 # an update (docs/results/sweep-quick/width-gpu). Flash and memory-efficient attention compile nothing at run time.
-# Not yet measured without cuDNN (no GPU since): benchmarks/train_throughput.py's launch line and profile are the
-# check.
+# Not yet measured without cuDNN (no GPU since): the check is one of those runs again (README, "On a GPU").
 def _torch_sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float, is_causal: bool) -> Tensor:
     """``F.scaled_dot_product_attention``; on CUDA with cuDNN's backend turned off for the call (above) and every
     other backend flag as the caller left it (flash, memory-efficient or math then; only a caller that left cuDNN
