@@ -45,7 +45,14 @@ from normlab.files import (
     write_json_atomic,
 )
 from normlab.model import build_model
-from normlab.train.checkpoint import STATE, CheckpointError, list_checkpoints, load_average, load_checkpoint
+from normlab.train.checkpoint import (
+    STATE,
+    CheckpointError,
+    list_checkpoints,
+    load_average,
+    load_checkpoint,
+    update_of,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -363,9 +370,8 @@ class RunDir:
         if len(found) < n:
             raise CheckpointError(f"{self.path}: {which} needs {n} checkpoints, the run kept {len(found)} (train with "
                                   f"--set keep_last={n} or more, a checkpoint every save_every updates)")  # fmt: skip
-        chosen = found[-n:]
-        self._check_last_saves(which, n, [int(p.name.removeprefix("update_")) for p in found])
-        return chosen
+        self._check_last_saves(which, n, [update_of(p) for p in found])
+        return found[-n:]
 
     def _check_last_saves(self, which: str, n: int, kept: list[int]) -> None:
         """Refuse ``avg:N`` when its N checkpoints reach into the run's keep_every snapshots. checkpoint.rotate keeps
@@ -377,7 +383,6 @@ class RunDir:
         checkpoints are its last saves, whatever a resume changed."""
         cfg = self.read_config_dict() or {}
         keep_every = int(cfg.get("keep_every") or 0)
-        chosen = kept[-n:]
         if not keep_every:
             return
         first_tail = next((i for i, u in enumerate(kept) if u % keep_every), len(kept))
@@ -391,15 +396,14 @@ class RunDir:
             if not known:
                 return  # nothing to measure the spacing against
             step = min(known)
-        older = [u for u in chosen if kept.index(u) < first_tail]
-        span = older + tail[:1]
+        span = kept[len(kept) - n : first_tail] + tail[:1]  # the chosen ones older than the tail, then its first
         wide = [(a, b) for a, b in zip(span, span[1:]) if b - a > 1.5 * step]
         if wide:
             a, b = wide[-1]
             raise CheckpointError(f"{self.path}: {which} would average checkpoints {b - a} updates apart (updates "
                                   f"{a} and {b}), where the run's last saves are {step} apart: update {a} and older "
                                   f"are keep_every snapshots (every {keep_every} updates), not its last saves; name "
-                                  f"avg:{len([u for u in chosen if u > a])} or less, or train with --set "
+                                  f"avg:{sum(u > a for u in kept[-n:])} or less, or train with --set "
                                   f"keep_last={n}")  # fmt: skip
 
     def resolve(self, which: str | int = "best") -> Path:
@@ -422,7 +426,7 @@ class RunDir:
         if which.isdigit():
             path = ckpts / f"update_{int(which):08d}"
             if not (path / STATE).exists():
-                have = ", ".join(p.name.removeprefix("update_").lstrip("0") or "0" for p in self.list_checkpoints())
+                have = ", ".join(str(update_of(p)) for p in self.list_checkpoints())
                 raise CheckpointError(f"{self.path}: no checkpoint at update {which} (have: {have or 'none'})")
             return path
         raise CheckpointError(f"checkpoint must be 'best', 'last', an update number or avg:N, got {which!r}")

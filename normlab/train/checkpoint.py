@@ -53,10 +53,16 @@ __all__ = [
     "read_state",
     "update_state",
     "CheckpointError",
+    "update_of",
 ]
 
 _NAME = re.compile(r"^update_(\d{8,})$")
 STATE, MODEL, OPTIMIZER = "state.json", "model.safetensors", "optimizer.safetensors"
+
+
+def update_of(path: Path) -> int:
+    """The update a checkpoint directory ``update_NNNNNNNN`` was written at."""
+    return int(_NAME.match(path.name).group(1))  # type: ignore[union-attr]
 
 
 class CheckpointError(ConfigError):
@@ -223,7 +229,7 @@ def list_checkpoints(directory: str | Path) -> list[Path]:
     if not directory.is_dir():
         return []
     found = [p for p in directory.iterdir() if p.is_dir() and _NAME.match(p.name) and (p / STATE).exists()]
-    return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))  # type: ignore[union-attr]
+    return sorted(found, key=update_of)
 
 
 def read_state(path: str | Path) -> dict[str, Any]:
@@ -369,7 +375,6 @@ def rotate(directory: str | Path, keep_last: int, keep_every: int = 0) -> None:
     sweep(directory)
     found = list_checkpoints(directory)
     for path in found[: max(len(found) - keep_last, 0)]:
-        update = int(_NAME.match(path.name).group(1))  # type: ignore[union-attr]
-        if keep_every and update % keep_every == 0:
+        if keep_every and update_of(path) % keep_every == 0:
             continue
         remove_tree(path)
