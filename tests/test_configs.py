@@ -1,5 +1,6 @@
 """The bundled run configs (normlab/assets/configs): every YAML is a valid TrainConfig, the BERT configs are
-BERT-shaped, the Post-LN ones export, and ``--config`` finds them by name."""
+BERT-shaped, the Post-LN ones export, the translation recipe is the run its measurements come from, and
+``--config`` finds them by name."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from normlab.config import ConfigError, Placement, TrainConfig, load_yaml
 from normlab.hf import export_refusal
 
 CONFIGS = sorted(configs_dir().glob("*.yaml"))
+BERT = [p for p in CONFIGS if p.stem.startswith("bert-")]
 
 
 def load(path: Path) -> TrainConfig:
@@ -20,10 +22,25 @@ def load(path: Path) -> TrainConfig:
 
 def test_there_are_configs():
     names = {p.stem for p in CONFIGS}
-    assert {"bert-base-post", "bert-base-pre", "bert-tiny-post", "bert-tiny-pre"} <= names
+    assert {"bert-base-post", "bert-base-pre", "bert-tiny-post", "bert-tiny-pre", "de-en-cpu"} <= names
+    assert all(load(p) for p in CONFIGS)  # strict: an unknown key or a bad value raises
 
 
-@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_de_en_cpu_is_its_measured_run():
+    """Issue 37's recipe (`--config de-en-cpu`) is the run whose curve and test BLEU docs/results/de-en-cpu
+    reports: the same settings but where the run was pinned to its machine (device, precision, the data cache,
+    the log cadence) and its guard on the wall time (max_hours), which did not stop it before its schedule's end
+    mattered (the README there says at which update it stopped)."""
+    cfg = load(configs_dir() / "de-en-cpu.yaml")
+    assert (cfg.data.task, cfg.model.placement, cfg.schedule.warmup_updates, cfg.schedule.decay) == (
+        "translation", Placement.PRE, 0, "linear")  # fmt: skip
+    run = Path(__file__).parents[1] / "docs/results/de-en-cpu/runs/cpu-d256-lr1e-3/config.yaml"
+    measured = TrainConfig.from_dict(load_yaml(run.read_text(encoding="utf-8")))
+    pinned = {"device": cfg.device, "precision": cfg.precision, "log_every": cfg.log_every, "max_hours": 0.0}
+    assert measured.replace(data=measured.data.replace(cache_dir=""), **pinned) == cfg
+
+
+@pytest.mark.parametrize("path", BERT, ids=lambda p: p.name)
 def test_config_parses(path):
     cfg = load(path)  # strict: an unknown key or a bad value raises
     assert cfg.data.task == "mlm"

@@ -261,3 +261,64 @@ def test_the_quick_grid_is_the_committed_quick_reports():
     assert set(q) == set(committed["runs"])
     diffs = {name: settings_diff(spec, committed["runs"][name]["config"]) for name, spec in q.items()}
     assert diffs == {name: [] for name in q}
+
+
+def test_long_is_the_quick_contrasts_per_epoch_on_the_recipe_shape():
+    """Issue 37: `long` runs quick's three groups (C7 at 5e-4, C9) as whole epochs at the de-en-cpu recipe's shape,
+    one lr curve for every arm (lr_max to update 100, then linear to 0 at the last update), BLEU after every epoch,
+    the test split at the end, 3 seeds, one run at a time on every core of a CPU."""
+    from dataclasses import replace
+
+    from normlab.experiments.reproduce import local_shape
+    from normlab.experiments.scales import LONG_BUDGET, QUICK_RUNS
+
+    long = get_scale("long")
+    ctx = Context(translation_updates_per_epoch=660)
+    grid = {r.name: r for r in all_runs(long, ctx, long.figures)}
+    assert {r.group for r in grid.values()} == set(QUICK_RUNS) and len(grid) == 3 * len(QUICK_RUNS)
+    cfgs = {g: grid[f"{g}-s1"].config for g in QUICK_RUNS}
+    for c in cfgs.values():
+        m = c.model
+        assert (m.d_model, m.d_ffn, m.n_heads, m.encoder_layers, m.decoder_layers) == (256, 1024, 4, 6, 6)
+        assert (c.data.max_tokens, c.data.vocab_size, c.optim.lr, c.optim.betas) == (4096, 10000, 5e-4, (0.9, 0.98))
+        assert (c.max_epochs, c.max_updates, c.eval_every, c.save_every) == (LONG_BUDGET["epochs"], 0, 0, 0)
+        assert (c.valid_bleu, c.beam, c.lenpen, c.test_checkpoint) == (500, 5, 1.2, "last")
+        total = c.max_epochs * ctx.translation_updates_per_epoch
+        lr = build_schedule(c.schedule, c.optim.lr, total, ctx.translation_updates_per_epoch)
+        assert lr(100) == pytest.approx(5e-4) and lr(total) == pytest.approx(0.0, abs=1e-12)
+        assert lr(total // 2) == pytest.approx(5e-4 * (total - total // 2) / (total - 100))
+    warm = {g: c.schedule.warmup_updates for g, c in cfgs.items()}
+    assert warm == {"post-adam-5e-4-w4000": 100, "post-adam-5e-4-nowarm": 1, "pre-adam-5e-4-nowarm-step": 0}
+    # the arms differ in the warm-up and the placement only
+    base = cfgs["post-adam-5e-4-w4000"]
+    for c in cfgs.values():
+        same = replace(c, model=replace(c.model, placement="post"), schedule=replace(c.schedule, warmup_updates=100))
+        assert same == base
+    rows = {m.what: m.here for m in mappings(long, ctx)}
+    assert "linearly to 0 at update 2,640" in rows["decay after the warm-up"]
+    assert "the test split with the last checkpoint" in rows["evaluation"]
+    assert local_shape(long, 0, 0, cuda=False, cores=2) == (1, 2)
+    assert local_shape(get_scale("quick"), 0, 0, cuda=False, cores=2) == (2, 1)
+    assert local_shape(long, 2, 0, cuda=False, cores=2) == (2, 1)  # --jobs wins
+
+
+def test_run_record_carries_the_test_score(tmp_path):
+    """A run that scored its test split (test_checkpoint) shows it in results.json and the report's runs table."""
+    import json
+
+    from normlab.experiments.results import run_record
+    from normlab.report.html import RUN_COLUMNS, run_cells, run_columns
+
+    spec = all_runs(get_scale("long"), Context(translation_updates_per_epoch=660), ("fig4",))[0]
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "completed", "update": 3300, "test": {
+        "checkpoint": "checkpoint_last.pt", "sentences": 2000, "bleu": 21.37, "bleu_tokenized": 22.1, "nll": 2.9,
+        "beam": 5, "decoding": {}}}))
+    valid = {"type": "valid", "update": 3300, "nll": 3.1, "bleu": 20.5}
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(valid) + "\n")
+    rec = run_record(spec, tmp_path, None)
+    assert rec["test"] == {"checkpoint": "checkpoint_last.pt", "sentences": 2000, "bleu": 21.37,
+                           "bleu_tokenized": 22.1, "nll": 2.9}
+    columns = run_columns([rec])
+    cells = dict(zip(columns[1:], run_cells(rec, columns)))
+    assert (cells["BLEU"], cells["test BLEU"]) == ("20.50", "21.37")
+    assert run_columns([{"name": "no-test"}]) == RUN_COLUMNS  # the other scales' tables as they were

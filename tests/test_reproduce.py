@@ -397,6 +397,32 @@ def test_the_estimate_counts_each_runs_validation_per_epoch_of_its_own_data():
         torch.testing.assert_close(work, n + passes * one_pass)
 
 
+def test_the_estimate_counts_beam_search_per_hypothesis_and_the_test_split():
+    """budget.grid_work: BLEU decoding costs in proportion to the beam (the constant was measured greedy, at the
+    quick scale: its estimate is unchanged), and a run with test_checkpoint decodes the test split once at its end
+    (the long scale: beam 5 on 500 validation sentences after each of its epochs, 2,000 test sentences)."""
+    import dataclasses
+
+    import torch
+
+    from normlab.experiments.budget import _BLEU_UPDATES_PER_100, _TEST_SENTENCES, grid_work
+    from normlab.experiments.figures import fig4_pre_vs_post
+
+    long = get_scale("long")
+    ctx = Context(translation_updates_per_epoch=660)
+    spec = [s for s in fig4_pre_vs_post(long, ctx) if s.name.startswith("pre-adam")][0]
+    c = spec.config
+    n = c.max_epochs * 660
+    one_pass = 2000 * 25 / 3 / c.data.max_tokens  # all 2,000 validation pairs
+    per_sentence = _BLEU_UPDATES_PER_100 / 100 * 5
+    updates, work = grid_work([spec], ctx, c)
+    assert updates == n
+    test = _TEST_SENTENCES * per_sentence
+    torch.testing.assert_close(work, n + c.max_epochs * (one_pass + 500 * per_sentence) + test)
+    greedy = dataclasses.replace(spec, config=c.replace(beam=1, test_checkpoint=""))
+    torch.testing.assert_close(grid_work([greedy], ctx, c)[1], n + c.max_epochs * (one_pass + 500 * per_sentence / 5))
+
+
 @pytest.mark.parametrize(
     ("updates", "per_epoch", "eval_every", "expected"),
     [
@@ -553,3 +579,34 @@ def test_the_report_says_where_each_run_trained():
         "AMD EPYC 9R14, bf16, torch 2.13.0+cpu: 1 run(s): a-s2",
         "not recorded (trained before normlab recorded the CPU): 1 run(s): b-s2"]
     assert machine_lines({"runs": {"b-s2": {"status": "completed"}}}) == []
+
+
+@pytest.mark.slow
+def test_long_on_the_smoke_model_runs_one_at_a_time_and_reports_test_bleu(tmp_path, data_cache, monkeypatch):
+    """Issue 37's `long` scale end to end on smoke's tiny model: by default one run at a time with every core
+    (scale.jobs), whole epochs with BLEU after each, one lr curve for the three arms ending at 0 on the last update,
+    and each run's test split scored at its end, in results.json and in the report's runs table."""
+    from normlab.experiments import scales
+    from normlab.experiments.reproduce import reproduce
+
+    smoke = get_scale("smoke")
+    t = smoke.translation.replace(schedule="short", epochs=2, updates=0, eval_every=0, warmup=4, decay_from=4,
+                                  decay="linear", test_checkpoint="last", runs=scales.QUICK_RUNS)  # fmt: skip
+    long = get_scale("long").replace(translation=t, mlm=smoke.mlm, finetune=smoke.finetune, seeds=1)
+    monkeypatch.setitem(scales.SCALES, "long", long)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "long"
+    results = reproduce("long", out, probe=False)
+    cores = os.cpu_count() or 1
+    assert results["meta"]["threads"] == f"1 job(s) x {cores} thread(s)"
+    assert sorted(results["runs"]) == sorted(f"{g}-s1" for g in scales.QUICK_RUNS)
+    for name, run in results["runs"].items():
+        assert run["status"] == "completed", name
+        assert [e["epoch"] for e in run["evals"]] == [1, 2] and all("bleu" in e for e in run["evals"])
+        assert run["test"]["sentences"] > 0 and run["test"]["bleu"] >= 0
+        rows = [json.loads(x) for x in (out / "runs" / name / "metrics.jsonl").read_text().splitlines()]
+        lrs = {r["update"]: r["lr"] for r in rows if r.get("type") == "train"}
+        lr_max = run["config"]["optim"]["lr"]
+        assert lrs[4] == pytest.approx(lr_max) and lrs[max(lrs)] == pytest.approx(0.0, abs=1e-12)
+    md = (out / "report" / "REPORT.md").read_text()
+    assert "| BLEU | test BLEU |" in md

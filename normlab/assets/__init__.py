@@ -5,7 +5,8 @@ find them the same way, through :mod:`importlib.resources` (never ``normlab.__fi
 which holds nothing once normlab is installed from a wheel)::
 
     normlab/assets/corpora/   de-en, en-mono, tasks/paraphrase, tasks/wic (xz) + README.md (sources, licences)
-    normlab/assets/configs/   bert-{tiny,mini,small,base}-{post,pre}.yaml (``normlab train --config bert-tiny-post``)
+    normlab/assets/configs/   bert-{tiny,mini,small,base}-{post,pre}.yaml, de-en-cpu.yaml
+                              (``normlab train --config bert-tiny-post``)
 
 ``pyproject.toml`` lists both folders as package data; ``tests/test_wheel.py`` builds the wheel and checks.
 """

@@ -103,11 +103,12 @@ def warmup_here(paper_warmup: int, scale: Scale, ctx: Context) -> int:
 def _decay(scale: Scale, paper: str) -> dict[str, object]:
     """The decay after the warm-up (ScheduleConfig settings): the paper's; with the short schedule one curve for
     every run whatever its warm-up, lr_max held until the scale's ``decay_from`` and lr_max * sqrt(decay_from / t)
-    after it (the paper's inverse square root, anchored where the longest warm-up ends), or none (constant)."""
+    after it (the paper's inverse square root, anchored where the longest warm-up ends; ``long``: linear to 0 at
+    the run's end instead), or none (constant)."""
     if not _short(scale):
         return {"decay": paper}
     if scale.translation.decay_from:
-        return {"decay": "inverse_sqrt", "decay_from": scale.translation.decay_from}
+        return {"decay": scale.translation.decay, "decay_from": scale.translation.decay_from}
     return {"decay": "constant"}
 
 
@@ -127,7 +128,8 @@ def _translation(scale: Scale, ctx: Context, *, placement: str, optim: OptimConf
     return TrainConfig(model=model, data=data, optim=optim, schedule=schedule,
                        max_epochs=10_000 if t.updates else t.epochs, max_updates=t.updates, eval_every=t.eval_every,
                        save_every=t.eval_every, label_smoothing=0.1, seed=seed, device=ctx.device,
-                       precision=ctx.precision, keep_last=1, valid_bleu=bleu, beam=t.beam, lenpen=t.lenpen)  # fmt: skip
+                       precision=ctx.precision, keep_last=1, valid_bleu=bleu, beam=t.beam, lenpen=t.lenpen,
+                       test_checkpoint=t.test_checkpoint)  # fmt: skip
 
 
 def _lr(x: float) -> str:
@@ -377,8 +379,13 @@ def mappings(scale: Scale, ctx: Context) -> list[Mapping]:
             out.append(Mapping("decay after the warm-up", "inverse square root lr_max sqrt(T_warmup / t) (Figure 2; "
                                "without warm-up lr_max / sqrt(t)), linear (RAdam), x0.1 at epoch 8 (Pre-LN)",
                                f"one curve for every run (Figure 6's fixed rate apart): up to update {t.decay_from} "
-                               f"the warm-up's ramp (eq. 1) in the runs that have one and lr_max in the others, then the paper's inverse square root lr_max sqrt({t.decay_from} / t) "
-                               f"({math.sqrt(t.decay_from / max(total, 1)):.2f} x lr_max at update {total:,}). The "
+                               f"the warm-up's ramp (eq. 1) in the runs that have one and lr_max in the others, then "
+                               + (f"the paper's inverse square root lr_max sqrt({t.decay_from} / t) "
+                                  f"({math.sqrt(t.decay_from / max(total, 1)):.2f} x lr_max at update {total:,}). "
+                                  if t.decay == "inverse_sqrt" else
+                                  f"linearly to 0 at update {total:,} (a run of known, short length: the decay "
+                                  "that spends the budget best, scales.py's `long`). ")
+                               + "The "
                                "runs 'w/o warm-up' hold lr_max until then: anchored at update 1 (lr_max / sqrt(t)) "
                                "their rate would be a tenth of lr_max by update 100 and the contrast would measure "
                                "the schedule, not the warm-up. Pre-LN (whose paper schedule is a x0.1 step at epoch "
@@ -390,8 +397,10 @@ def mappings(scale: Scale, ctx: Context) -> list[Mapping]:
                                "training; a compressed decay would remove the learning rate before any model leaves "
                                "the plateau). So the runs 'w/o warm-up' train at lr_max throughout, where the paper's "
                                "inverse square root from update 1 gives lr_max / sqrt(t)"))  # fmt: skip
-        out.append(Mapping("evaluation", "after every epoch", f"every {t.eval_every} updates on {t.valid_subset or 'all'} "
-                           "validation pairs"))  # fmt: skip
+        out.append(Mapping("evaluation", "after every epoch", (f"every {t.eval_every} updates" if t.eval_every else
+                           "after every epoch") + f" on {t.valid_subset or 'all'} validation pairs"
+                           + (f"; the test split with the {t.test_checkpoint} checkpoint at the end"
+                              if t.test_checkpoint else "")))  # fmt: skip
     else:
         sched = _pre_step_decay(scale, ctx)
         at = f"from epoch {sched.step_epochs[0]}" if sched.step_epochs else f"after update {sched.step_updates[0]:,}"

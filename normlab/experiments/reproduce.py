@@ -57,7 +57,7 @@ from normlab.experiments.sweep import run_sweep, sweep_scale
 from normlab.metrics import majority_share, unigram_plateau
 from normlab.report.render import evaluate_claims, plot_all, progress_sentence, write_report
 
-__all__ = ["reproduce", "add_arguments", "run", "make_context", "rerender"]
+__all__ = ["reproduce", "add_arguments", "run", "make_context", "rerender", "local_shape"]
 
 ALL_FIGURES = ("fig2", "fig3", "fig4", "fig5", "fig6", "width")
 """The paper's figures, and ``width``: beyond the paper, the stability sweep across widths (scales.py)."""
@@ -65,9 +65,10 @@ NOT_TRAINED_HERE = ("fig3", "width")  # fig3: the analysis process; width: its o
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scale", default="quick", choices=["smoke", "quick", "full", "paper"],
+    p.add_argument("--scale", default="quick", choices=["smoke", "quick", "full", "long", "paper"],
                    help="smoke (seconds, tests), quick (the decisive contrasts, ~1-1.6 h on 2 cores with native bf16), "
-                   "full (quick + the other claims' arms, reusing a quick folder's runs; hours), paper (the paper's "
+                   "full (quick + the other claims' arms, reusing a quick folder's runs; hours), long (Figure 4 per "
+                   "epoch on the de-en-cpu recipe: runs of ~2 h on 2 cores that translate), paper (the paper's "
                    "settings, GPUs)")
     p.add_argument("--out", help="output directory (default: reproduce/SCALE)")
     p.add_argument("--figures", default="", help=f"comma-separated subset of {ALL_FIGURES} (default: the scale's)")
@@ -255,8 +256,7 @@ def reproduce(
     if launch.remote:  # the cluster's nodes, not this machine's cores, bound what runs at once
         threads = threads or 1
     else:
-        jobs = jobs or (1 if cuda else cores)
-        threads = threads or max(1, cores // jobs)
+        jobs, threads = local_shape(scale, jobs, threads, cuda=cuda, cores=cores)
     _say(f"normlab reproduce --scale {scale.name} -> {out} " + (f"({_shape(launch, jobs, threads)})" if train
          else "(--report-only: from the runs finished so far, training nothing)"))  # fmt: skip
     # The analysis needs no data: it starts first and overlaps the tokenizer training as well as the grid.
@@ -368,6 +368,14 @@ def reproduce(
     for c in results["claims"]:
         _say(f"  {c['id']:>4} {c['verdict']:<22} {c['claim']}")
     return results
+
+
+def local_shape(scale: Scale, jobs: int, threads: int, *, cuda: bool, cores: int) -> tuple[int, int]:
+    """Runs at once and threads per run on this machine: as given, else one run on CUDA, the scale's ``jobs`` on a
+    CPU (``long``: 1, every core on one run, so that each run is a piece of at most 2 hours) or one per core, and
+    the cores shared among them."""
+    jobs = jobs or (1 if cuda else min(scale.jobs, cores) if scale.jobs else cores)
+    return jobs, threads or max(1, cores // jobs)
 
 
 def _shape(launch: LauncherConfig, jobs: int, threads: int) -> str:

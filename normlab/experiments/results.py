@@ -62,6 +62,9 @@ def run_record(spec: RunSpec, run_dir: Path, outcome: RunOutcome | None) -> dict
         "error": outcome.error if outcome is not None else "",
         "config": spec.config.to_dict(),
     }
+    if test := summary.get("test"):  # test_checkpoint (the long scale): the test split scored once it completed
+        rec["test"] = {k: test.get(k) for k in ("checkpoint", "sentences", "bleu", "bleu_tokenized", "nll", "error")
+                       if k in test}
     if machine := machine_of(summary):  # absent for a run trained before normlab recorded its CPU
         rec["machine"] = machine
     if spec.kind == "finetune":

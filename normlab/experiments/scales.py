@@ -8,6 +8,10 @@
   scale's shape, length and lr curve, so that every finished quick run is one of its runs (same name, same
   config: ``reproduce --scale full`` on a quick folder trains only the new arms); BERT (C11, C12) as before (its
   calibration is still missing: see FULL_ARMS); see FULL_BUDGET. ``width`` only when asked.
+* ``long``: Figures 2 and 4 per epoch, with models that translate (issue 37): the quick scale's three contrasts
+  (Post-LN with and without warm-up, Pre-LN without) on the ``de-en-cpu`` recipe's shape and length, each run one
+  piece of at most 2 hours on 2 cores, one at a time on every core (LONG_BUDGET), 3 seeds; see *Why the long
+  scale* below.
 * ``width`` (a figure name, beyond the paper): the stability sweep of ``normlab sweep`` (experiments/sweep.py)
   at the scale's preset (``Scale.sweep``): the maximum stable learning rate of each scheme with and without
   warm-up across widths, i.e. whether the need for warm-up grows with d as Theorem 1 says. ``paper``
@@ -74,6 +78,21 @@
   curves), so 1,200 (0.88 of an epoch of 1,357 updates at 2,048 tokens). 30 minutes would buy ~300 updates per
   run, where the gate cannot pass, so the quick scale takes ~2 hours on the reference CPU and the README says so.
 
+**Why the long scale looks as it does.** The quick scale decides C7 and C9 within its budget by stopping at 1,200
+updates, before any model translates (BLEU ~0.2); the paper's Figures 2 and 4 are BLEU against ~30 epochs. ``long``
+runs whole epochs of the vendored de-en corpus at the ``de-en-cpu`` recipe's shape (bundled config; measured in
+docs/results/de-en-cpu): 6-6, d=256, FFN 1024 (the paper's FFN, not quick's 2 d: the recipe's capacity), 4 heads,
+10k joint BPE, 4,096 tokens per batch (the paper's), ``epochs`` epochs, each evaluated on all 2,000 validation pairs
+(loss) and the first 500 (BLEU, beam 5, length penalty 1.2), the test split scored with the last checkpoint at the
+end. What it keeps from quick, for the same reasons: lr_max 5e-4 for every arm (Figure 4's rate for both
+placements), the 100-update warm-up standing for the paper's 4,000 (2 / (1 - beta2): a warm-up protects the first
+updates, so it is a number of updates, not a share of the run), one lr curve for every arm after update 100 so
+that the arms differ only in the warm-up and the placement. Its curve: linear from lr_max at update 100 to 0 at
+the last update, where quick's inverse square root would still be at 0.17 x lr_max: a run of known, short length
+ends best with its rate at 0 (the recipe's calibration used it), and Pre-LN's x0.1 step at 7/30 of the run is a
+schedule no Post-LN arm has. The run length is a number of epochs, not a number of hours (`max_hours` would give
+each CPU another length and the arms of one contrast different lengths); LONG_BUDGET has what an epoch costs.
+
 Where a scale keeps the paper's schedules (``schedule="paper"``: ``smoke``), warm-ups and decay points are scaled
 by the fraction of the run they take in the paper (:func:`scaled_updates`); ``paper`` uses the paper's own
 numbers. The report lists every such mapping.
@@ -86,7 +105,7 @@ from typing import Literal
 
 from normlab.config import ConfigError, Strict, config, field
 
-__all__ = ["PAPER", "QUICK_BUDGET", "FULL_BUDGET", "QUICK_RUNS", "FULL_ARMS", "Arm", "with_full_arms",
+__all__ = ["PAPER", "QUICK_BUDGET", "FULL_BUDGET", "LONG_BUDGET", "QUICK_RUNS", "FULL_ARMS", "Arm", "with_full_arms",
            "TranslationScale", "MLMScale", "FinetuneScale", "Scale", "SCALES", "get_scale", "scaled_updates"]
 
 # What the paper's runs were, in updates. The paper does not state its run lengths; these are read off its
@@ -260,6 +279,27 @@ FULL_BUDGET = {
 }
 
 
+LONG_BUDGET = {
+    # Measured on the de-en-cpu recipe's calibration run (docs/results/de-en-cpu: the same shape, Pre-LN at 1e-3),
+    # a 2-core AMD EPYC Zen 4 with AVX-512 BF16, bf16 autocast, 2 threads, one run alone (a Post-LN update of this
+    # shape is not timed here: the same matmuls and LayerNorms, in another order):
+    #   * an epoch of the vendored de-en at 4,096 tokens per batch is 660 updates;
+    #   * an update 1.55 s on the idle machine (~2,300 target tokens/s), 1.9-2.0 s with tests running beside it;
+    #   * an evaluation (loss on 2,000 validation pairs, beam 5 on 500 of them) ~3 minutes once the model
+    #     translates (epoch 2), ~4.5 after epoch 1 (its hypotheses run to the length limit); the test split
+    #     (2,000 sentences, beam 5) about four of those decodes.
+    # So an epoch with its evaluation is ~20 minutes there, and a 4-epoch run with its test ~1.5 hours idle, ~1.9
+    # loaded: within the 2-hour piece. 5 epochs would be ~1.9 h idle, over 2 h loaded. On a Xeon with AMX an
+    # update of this shape is about half as long (issue 31's benchmarks: 1.75 s against ~4.5 at d=512, the paper's
+    # shape); on an AVX2-only CPU in fp32 about 4x longer (FULL_BUDGET's ratio), ~6 h a run: there it runs in
+    # pieces (a stopped run resumes from its last epoch's checkpoint).
+    # 9 runs (3 groups x 3 seeds): ~14 h of a 2-core Zen 4, ~7 h with AMX (estimated, not timed).
+    "epochs": 4,
+    "updates_per_epoch": 660,
+    "seconds_per_update_avx512_bf16": 1.55,
+}
+
+
 def scaled_updates(paper_updates: int, paper_total: int, total: int, *, least: int = 2) -> int:
     """``paper_updates`` of a ``paper_total``-update run, as the same fraction of a ``total``-update run
     (at least ``least``, so that a scaled warm-up never silently becomes "no warm-up")."""
@@ -295,8 +335,14 @@ class TranslationScale(Strict):
     warmup: int = field(0, help="with schedule=short: the warm-up, in updates, standing for the paper's 4,000 "
                         "(500 becomes warmup x 500/4000)")
     decay_from: int = field(0, help="with schedule=short: from this update on every run (Figure 6's fixed rate "
-                            "apart) follows the paper's inverse square root lr_max sqrt(decay_from / t), one curve "
-                            "whatever the warm-up, lr_max held before it; 0 = no decay (lr_max kept)")
+                            "apart) follows one decay curve (`decay`), whatever the warm-up, lr_max held before it; "
+                            "0 = no decay (lr_max kept)")
+    decay: Literal["inverse_sqrt", "linear"] = field(
+        "inverse_sqrt", help="with decay_from: the curve from it, the paper's inverse square root lr_max "
+        "sqrt(decay_from / t), or linear from lr_max to 0 at the run's last update (a run whose length is known "
+        "and short: long)")
+    test_checkpoint: str = field("", help="score each run's test split once it has completed (TrainConfig."
+                                 "test_checkpoint: last, best, avg:N); '' = none")
     runs: tuple[str, ...] = field((), help="the translation runs (groups) of the figures to run; () = all")
 
     def validate(self) -> None:
@@ -310,6 +356,8 @@ class TranslationScale(Strict):
                              "warm-up ends")
         if self.decay_from and self.updates and self.decay_from > self.updates:
             raise self.error("decay_from", f"is after the run's end ({self.updates} updates)")
+        if self.decay != "inverse_sqrt" and not self.decay_from:
+            raise self.error("decay", "needs decay_from (the update the one curve starts from)")
 
 
 @config
@@ -347,7 +395,7 @@ class FinetuneScale(Strict):
 
 @config
 class Scale(Strict):
-    name: Literal["smoke", "quick", "full", "paper"] = field(help="the scale's name")
+    name: Literal["smoke", "quick", "full", "long", "paper"] = field(help="the scale's name")
     translation: TranslationScale = field(default_factory=TranslationScale, help="Figures 2, 4, 6")
     mlm: MLMScale = field(default_factory=MLMScale, help="Figure 5(a)")
     finetune: FinetuneScale = field(default_factory=FinetuneScale, help="Figure 5(b, c)")
@@ -356,6 +404,8 @@ class Scale(Strict):
                                      "(`width`, beyond the paper, is the stability sweep across widths)")
     sweep: str = field("full", help="the `normlab sweep` preset (experiments/sweep.py) that the `width` figure runs")
     seeds: int = field(1, help="training seeds per translation/pre-training run (named RUN-s1, RUN-s2, ...)")
+    jobs: int = field(0, help="runs at once on a CPU when --jobs is not given (0 = one per core): long runs one "
+                      "at a time on every core, so that each run ends within 2 hours (LONG_BUDGET)")
     description: str = field("", help="what the scale is for, in the report")
 
 
@@ -408,6 +458,26 @@ _QUICK = Scale(
 )  # fmt: skip
 
 
+_LONG = Scale(
+    name="long",
+    translation=TranslationScale(layers=6, d_model=256, d_ffn=1024, n_heads=4, vocab_size=10000, max_positions=1024,
+                                 train_subset=0, valid_subset=0, max_tokens=4096, epochs=LONG_BUDGET["epochs"],
+                                 updates=0, eval_every=0, bleu_sentences=500, beam=5, lenpen=1.2, schedule="short",
+                                 warmup=100, decay_from=100, decay="linear", test_checkpoint="last", runs=QUICK_RUNS),
+    analysis="quick",
+    figures=("fig2", "fig4"),
+    sweep="quick",
+    seeds=3,
+    jobs=1,
+    description="Figures 2 and 4 per epoch with models that translate: C7 (Post-LN with vs without warm-up) and C9 "
+    "(Pre-LN without warm-up vs Post-LN with), Adam 5e-4, 3 seeds each, at the de-en-cpu recipe's shape (6-6, "
+    "d=256, FFN 1024, 4 heads, 10k BPE, 4,096 tokens per batch), whole epochs with validation loss and BLEU after "
+    "each and test BLEU at the end; lr_max to update 100 (a 100-update warm-up for the run with one), then linear "
+    "to 0 at the last update; one run at a time on every core, ~2 hours each on a 2-core CPU with native bf16 "
+    "(LONG_BUDGET)",
+)  # fmt: skip
+
+
 SCALES: dict[str, Scale] = {
     "smoke": Scale(
         name="smoke",
@@ -426,6 +496,7 @@ SCALES: dict[str, Scale] = {
     ),  # fmt: skip
     "quick": _QUICK,
     "full": with_full_arms(_QUICK),
+    "long": _LONG,
     "paper": Scale(
         name="paper",
         analysis="paper",

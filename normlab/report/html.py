@@ -11,7 +11,7 @@ from normlab.report.format import CSS, escape, format_number, html_table, img
 from normlab.report.sweep import beyond_the_paper
 
 __all__ = ["write_html", "format_number", "verdict_counts", "counts_sentence", "progress_sentence", "time_phrase",
-           "baseline_lines", "machine_lines", "RUN_COLUMNS", "run_cells"]
+           "baseline_lines", "machine_lines", "RUN_COLUMNS", "run_columns", "run_cells"]
 
 
 def _verdict_class(v: str) -> str:
@@ -124,13 +124,27 @@ RUN_COLUMNS = ("run", "seed", "figures", "status", "updates", "final valid loss 
                "wall (s)")  # fmt: skip
 
 
-def run_cells(r: dict[str, Any]) -> list[str]:
-    """The runs table's cells after the run's name (RUN_COLUMNS[1:]), unescaped; shared with REPORT.md."""
+def run_columns(runs: Any) -> tuple[str, ...]:
+    """RUN_COLUMNS, with "test BLEU" after "BLEU" when a run scored its test split (the long scale's
+    test_checkpoint); the other scales' tables stay as they were."""
+    if not any("test" in r for r in runs):
+        return RUN_COLUMNS
+    at = RUN_COLUMNS.index("BLEU") + 1
+    return (*RUN_COLUMNS[:at], "test BLEU", *RUN_COLUMNS[at:])
+
+
+def run_cells(r: dict[str, Any], columns: tuple[str, ...] = RUN_COLUMNS) -> list[str]:
+    """The runs table's cells after the run's name (``columns[1:]``, from :func:`run_columns`), unescaped; shared
+    with REPORT.md."""
     last = r["evals"][-1] if r["evals"] else {}
     status = r["status"] + (f" at update {r.get('diverged_at_update')}" if r["status"] == "diverged" else "")
-    return [str(r.get("seed", "")), ", ".join(r["figures"]), status, format_number(r.get("updates")), format_number(last.get("nll")),
-            format_number(last.get("bleu"), ".2f"), format_number(last.get("accuracy"), ".3f"),
-            format_number(r.get("tokens_per_s"), ".0f"), format_number(r.get("seconds"), ".0f")]  # fmt: skip
+    cell = {"seed": str(r.get("seed", "")), "figures": ", ".join(r["figures"]), "status": status,
+            "updates": format_number(r.get("updates")), "final valid loss (nats)": format_number(last.get("nll")),
+            "BLEU": format_number(last.get("bleu"), ".2f"),
+            "test BLEU": format_number((r.get("test") or {}).get("bleu"), ".2f"),
+            "accuracy": format_number(last.get("accuracy"), ".3f"),
+            "tokens/s": format_number(r.get("tokens_per_s"), ".0f"), "wall (s)": format_number(r.get("seconds"), ".0f")}
+    return [cell[c] for c in columns[1:]]
 
 
 def _num(x: Any, fmt: str = ".3f") -> str:
@@ -200,9 +214,10 @@ def write_html(results: dict[str, Any], images: dict[str, Path], path: Path) -> 
             parts.append(img(images[k]))
     if where := machine_lines(results):
         parts.append("<h2>Where the runs trained</h2><ul>" + "".join(f"<li>{escape(x)}</li>" for x in where) + "</ul>")
-    parts.append("<h2>Runs</h2><table><tr>" + "".join(f"<th>{escape(c)}</th>" for c in RUN_COLUMNS) + "</tr>")
+    columns = run_columns(results.get("runs", {}).values())
+    parts.append("<h2>Runs</h2><table><tr>" + "".join(f"<th>{escape(c)}</th>" for c in columns) + "</tr>")
     for r in results.get("runs", {}).values():
-        cells = [escape(c) for c in run_cells(r)]
+        cells = [escape(c) for c in run_cells(r, columns)]
         if r.get("error"):  # under the status
             cells[1] += f"<div class='small'>{escape(r['error'][:300])}</div>"
         parts.append(

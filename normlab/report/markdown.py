@@ -10,12 +10,12 @@ from typing import Any
 from normlab.files import write_atomic
 from normlab.report.format import md_table
 from normlab.report.html import (
-    RUN_COLUMNS,
     baseline_lines,
     counts_sentence,
     machine_lines,
     progress_sentence,
     run_cells,
+    run_columns,
     time_phrase,
 )
 from normlab.report.sweep import beyond_the_paper
@@ -62,9 +62,10 @@ def write_markdown(results: dict[str, Any], images: dict[str, Path], path: Path)
         lines += [f"### {title}", ""] + md_table(head, rows) + [""]
     if where := machine_lines(results):
         lines += ["", "## Where the runs trained", ""] + [f"- {_cell(x)}" for x in where]
-    lines += ["", "## Runs", "", "| " + " | ".join(RUN_COLUMNS) + " |", "|" + "---|" * len(RUN_COLUMNS)]
+    columns = run_columns(results.get("runs", {}).values())
+    lines += ["", "## Runs", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for r in results.get("runs", {}).values():
-        lines.append("| " + " | ".join(_cell(c) for c in [r["name"], *run_cells(r)]) + " |")
+        lines.append("| " + " | ".join(_cell(c) for c in [r["name"], *run_cells(r, columns)]) + " |")
     if images:
         lines += ["", "## Figures", ""]
         for k, p in sorted(images.items()):

@@ -60,7 +60,8 @@ log = logging.getLogger("normlab.train")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML run config (sections model, data, optim, schedule and top-level keys), or "
-                                    "a bundled one by name: bert-{tiny,mini,small,base}-{post,pre}")  # fmt: skip
+                                    "a bundled one by name: bert-{tiny,mini,small,base}-{post,pre}, "
+                                    "de-en-cpu")  # fmt: skip
     add_set_argument(p, TrainConfig)
     p.add_argument("--out", required=True, help="run directory (config, metrics, checkpoints, TensorBoard)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
