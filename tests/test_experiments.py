@@ -300,6 +300,12 @@ def test_long_is_the_quick_contrasts_per_epoch_on_the_recipe_shape():
     assert local_shape(long, 0, 0, cuda=False, cores=2) == (1, 2)
     assert local_shape(get_scale("quick"), 0, 0, cuda=False, cores=2) == (2, 1)
     assert local_shape(long, 2, 0, cuda=False, cores=2) == (2, 1)  # --jobs wins
+    assert all(c.keep_last == 1 for c in cfgs.values())
+    avg = long.replace(translation=long.translation.replace(test_checkpoint="avg:3"))
+    assert {r.config.keep_last for r in all_runs(avg, ctx, long.figures)} == {3}  # avg:3 needs the last 3 kept
+    with pytest.raises(ConfigError, match="jobs"):
+        long.replace(jobs=-1)
+    assert long.mlm == get_scale("quick").mlm  # --figures fig5 at long is quick's BERT, not BERT-base
 
 
 def test_run_record_carries_the_test_score(tmp_path):

@@ -144,7 +144,7 @@ def test_the_quick_preset_is_a_subset_of_the_standard_one():
     assert quick.warmups == ("none", "adam") and quick.warmup_length("adam") == 100  # the arm that can find it
     # reproduce's `width` figure runs the preset its scale names
     assert {name: s.sweep for name, s in SCALES.items()} == {"smoke": "smoke", "quick": "quick", "full": "standard",
-                                                             "paper": "full"}  # fmt: skip
+                                                             "long": "quick", "paper": "full"}  # fmt: skip
 
 
 def test_the_lm_preset_runs_every_scheme_the_issue_names_at_a_depth_where_mixln_differs():

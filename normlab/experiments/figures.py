@@ -123,12 +123,14 @@ def _translation(scale: Scale, ctx: Context, *, placement: str, optim: OptimConf
                       valid_subset=t.valid_subset, max_tokens=t.max_tokens, cache_dir=ctx.cache_dir)  # fmt: skip
     # BLEU after every epoch, as the paper plots it (Figures 2, 4); bleu_sentences = 0 means the whole valid set
     bleu = t.bleu_sentences or 10**9
+    # avg:N needs the run's last N checkpoints; otherwise one (with the best) is all a run of the grid keeps
+    keep = int(t.test_checkpoint.split(":", 1)[1]) if t.test_checkpoint.startswith("avg:") else 1
     # a checkpoint at every evaluation point too: a run shorter than an epoch (quick, full) would otherwise save
     # only at its end, and a killed one would start again from update 0 (80 minutes of a quick run on 2 cores)
     return TrainConfig(model=model, data=data, optim=optim, schedule=schedule,
                        max_epochs=10_000 if t.updates else t.epochs, max_updates=t.updates, eval_every=t.eval_every,
                        save_every=t.eval_every, label_smoothing=0.1, seed=seed, device=ctx.device,
-                       precision=ctx.precision, keep_last=1, valid_bleu=bleu, beam=t.beam, lenpen=t.lenpen,
+                       precision=ctx.precision, keep_last=keep, valid_bleu=bleu, beam=t.beam, lenpen=t.lenpen,
                        test_checkpoint=t.test_checkpoint)  # fmt: skip
 
 
@@ -385,10 +387,12 @@ def mappings(scale: Scale, ctx: Context) -> list[Mapping]:
                                   if t.decay == "inverse_sqrt" else
                                   f"linearly to 0 at update {total:,} (a run of known, short length: the decay "
                                   "that spends the budget best, scales.py's `long`). ")
-                               + "The "
-                               "runs 'w/o warm-up' hold lr_max until then: anchored at update 1 (lr_max / sqrt(t)) "
-                               "their rate would be a tenth of lr_max by update 100 and the contrast would measure "
-                               "the schedule, not the warm-up. Pre-LN (whose paper schedule is a x0.1 step at epoch "
+                               + ("The runs 'w/o warm-up' hold lr_max until then: anchored at update 1 (lr_max / "
+                                  "sqrt(t)) their rate would be a tenth of lr_max by update 100 and the contrast would "
+                                  "measure the schedule, not the warm-up. " if t.decay == "inverse_sqrt" else
+                                  f"The runs 'w/o warm-up' hold lr_max until update {t.decay_from} too, so that the "
+                                  "arms differ in the warm-up only. ")
+                               + "Pre-LN (whose paper schedule is a x0.1 step at epoch "
                                "8, which compressed would fall at 7/30 of the run) and RAdam (a linear decay in the "
                                "paper) follow the same curve; their run names keep the paper's (scales.py)"))  # fmt: skip
         else:

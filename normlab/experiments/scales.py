@@ -88,7 +88,7 @@ end. What it keeps from quick, for the same reasons: lr_max 5e-4 for every arm (
 placements), the 100-update warm-up standing for the paper's 4,000 (2 / (1 - beta2): a warm-up protects the first
 updates, so it is a number of updates, not a share of the run), one lr curve for every arm after update 100 so
 that the arms differ only in the warm-up and the placement. Its curve: linear from lr_max at update 100 to 0 at
-the last update, where quick's inverse square root would still be at 0.17 x lr_max: a run of known, short length
+the last update, where quick's inverse square root would still be at 0.19 x lr_max (sqrt(100 / 2,640)): a run of known, short length
 ends best with its rate at 0 (the recipe's calibration used it), and Pre-LN's x0.1 step at 7/30 of the run is a
 schedule no Post-LN arm has. The run length is a number of epochs, not a number of hours (`max_hours` would give
 each CPU another length and the arms of one contrast different lengths); LONG_BUDGET has what an epoch costs.
@@ -342,7 +342,8 @@ class TranslationScale(Strict):
         "sqrt(decay_from / t), or linear from lr_max to 0 at the run's last update (a run whose length is known "
         "and short: long)")
     test_checkpoint: str = field("", help="score each run's test split once it has completed (TrainConfig."
-                                 "test_checkpoint: last, best, avg:N); '' = none")
+                                 "test_checkpoint: last, best, or avg:N, for which each run keeps its last N "
+                                 "checkpoints); '' = none")
     runs: tuple[str, ...] = field((), help="the translation runs (groups) of the figures to run; () = all")
 
     def validate(self) -> None:
@@ -408,6 +409,10 @@ class Scale(Strict):
                       "at a time on every core, so that each run ends within 2 hours (LONG_BUDGET)")
     description: str = field("", help="what the scale is for, in the report")
 
+    def validate(self) -> None:
+        if self.jobs < 0:
+            raise self.error("jobs", f"must be >= 0 (0 = one per core), got {self.jobs}")
+
 
 def with_full_arms(quick: Scale, name: str = "full") -> Scale:
     """``quick`` and the arms the other claims need (:data:`FULL_ARMS`), at ``quick``'s shape, length and lr curve:
@@ -464,6 +469,8 @@ _LONG = Scale(
                                  train_subset=0, valid_subset=0, max_tokens=4096, epochs=LONG_BUDGET["epochs"],
                                  updates=0, eval_every=0, bleu_sentences=500, beam=5, lenpen=1.2, schedule="short",
                                  warmup=100, decay_from=100, decay="linear", test_checkpoint="last", runs=QUICK_RUNS),
+    mlm=_QUICK.mlm,  # Figure 5 only when asked (--figures): quick's, not BERT-base
+    finetune=_QUICK.finetune,
     analysis="quick",
     figures=("fig2", "fig4"),
     sweep="quick",

@@ -219,7 +219,7 @@ def write_html(results: dict[str, Any], images: dict[str, Path], path: Path) -> 
     for r in results.get("runs", {}).values():
         cells = [escape(c) for c in run_cells(r, columns)]
         if r.get("error"):  # under the status
-            cells[1] += f"<div class='small'>{escape(r['error'][:300])}</div>"
+            cells[columns.index("status") - 1] += f"<div class='small'>{escape(r['error'][:300])}</div>"
         parts.append(
             f"<tr><td>{escape(r['name'])}<div class='small'>{escape(r['label'])}</div></td>"
             + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
