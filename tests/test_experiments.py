@@ -270,7 +270,7 @@ def test_long_is_the_quick_contrasts_per_epoch_on_the_recipe_shape():
     from dataclasses import replace
 
     from normlab.experiments.reproduce import local_shape
-    from normlab.experiments.scales import LONG_BUDGET, QUICK_RUNS
+    from normlab.experiments.scales import QUICK_RUNS
 
     long = get_scale("long")
     ctx = Context(translation_updates_per_epoch=660)
@@ -281,9 +281,9 @@ def test_long_is_the_quick_contrasts_per_epoch_on_the_recipe_shape():
         m = c.model
         assert (m.d_model, m.d_ffn, m.n_heads, m.encoder_layers, m.decoder_layers) == (256, 1024, 4, 6, 6)
         assert (c.data.max_tokens, c.data.vocab_size, c.optim.lr, c.optim.betas) == (4096, 10000, 5e-4, (0.9, 0.98))
-        assert (c.max_epochs, c.max_updates, c.eval_every, c.save_every) == (LONG_BUDGET["epochs"], 0, 0, 0)
+        assert (c.max_updates, c.eval_every, c.save_every) == (3000, 0, 0)  # the recipe's length, an epoch's checks
         assert (c.valid_bleu, c.beam, c.lenpen, c.test_checkpoint) == (500, 5, 1.2, "last")
-        total = c.max_epochs * ctx.translation_updates_per_epoch
+        total = c.max_updates
         lr = build_schedule(c.schedule, c.optim.lr, total, ctx.translation_updates_per_epoch)
         assert lr(100) == pytest.approx(5e-4) and lr(total) == pytest.approx(0.0, abs=1e-12)
         assert lr(total // 2) == pytest.approx(5e-4 * (total - total // 2) / (total - 100))
@@ -295,7 +295,7 @@ def test_long_is_the_quick_contrasts_per_epoch_on_the_recipe_shape():
         same = replace(c, model=replace(c.model, placement="post"), schedule=replace(c.schedule, warmup_updates=100))
         assert same == base
     rows = {m.what: m.here for m in mappings(long, ctx)}
-    assert "linearly to 0 at update 2,640" in rows["decay after the warm-up"]
+    assert "linearly to 0 at update 3,000" in rows["decay after the warm-up"]
     assert "the test split with the last checkpoint" in rows["evaluation"]
     assert local_shape(long, 0, 0, cuda=False, cores=2) == (1, 2)
     assert local_shape(get_scale("quick"), 0, 0, cuda=False, cores=2) == (2, 1)

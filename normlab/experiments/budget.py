@@ -40,10 +40,11 @@ __all__ = ["Estimate", "probe_update_seconds", "estimate", "grid_work", "evaluat
 
 # A validation pass over V target tokens costs about a third of a training update on the same tokens (forward
 # only); the grid's runs validate every eval_every updates. BLEU decoding is counted as this many updates per
-# 100 sentences and beam hypothesis (greedy decoding of a few dozen steps, measured with translate.validation_bleu
-# at d=256, the quick scale; beam 5 on 500 sentences at the long scale's shape took ~4 minutes of a 2-core Zen 4
-# after epoch 1, ~120 of its 2-second updates: 4 x 5 x 5 = 100 counted). The test split (test_checkpoint) is
-# decoded once at the end, counted as 2,000 sentences (the vendored de-en's test split).
+# 100 sentences, whatever the beam (measured with translate.validation_bleu: greedy at the quick scale, ~4 of its
+# updates; beam 5 at the long scale's shape on a 2-core Zen 4, ~2.4 of its 4,096-token updates, 500 sentences and
+# the 2,000-pair loss in ~30 s: a batched beam costs little more than greedy decoding, and the updates it is
+# counted in are larger). The test split (test_checkpoint) is decoded once at the end, counted as 2,000 sentences
+# (the vendored de-en's test split: ~100 s there, the model and data loaded included).
 _BLEU_UPDATES_PER_100 = 4.0
 _TEST_SENTENCES = 2000
 
@@ -251,7 +252,7 @@ def grid_work(specs: Sequence[RunSpec], ctx: Context, ref: TrainConfig) -> tuple
         evals = evaluations(n, _per_epoch(s, ctx, n), c.eval_every)
         # a validation pass: (valid examples x ~25 tokens) forward-only, a third of an update's work per token
         valid = evals * (c.data.valid_subset or 2000) * 25 / 3 / max(c.data.max_tokens, 1)
-        per_sentence = _BLEU_UPDATES_PER_100 / 100 * max(c.beam, 1)
+        per_sentence = _BLEU_UPDATES_PER_100 / 100
         if s.kind == "translation" and c.valid_bleu:
             valid += evals * min(c.valid_bleu, c.data.valid_subset or 2000) * per_sentence
         if s.kind == "translation" and c.test_checkpoint:

@@ -80,18 +80,19 @@
 
 **Why the long scale looks as it does.** The quick scale decides C7 and C9 within its budget by stopping at 1,200
 updates, before any model translates (BLEU ~0.2); the paper's Figures 2 and 4 are BLEU against ~30 epochs. ``long``
-runs whole epochs of the vendored de-en corpus at the ``de-en-cpu`` recipe's shape (bundled config; measured in
-docs/results/de-en-cpu): 6-6, d=256, FFN 1024 (the paper's FFN, not quick's 2 d: the recipe's capacity), 4 heads,
-10k joint BPE, 4,096 tokens per batch (the paper's), ``epochs`` epochs, each evaluated on all 2,000 validation pairs
-(loss) and the first 500 (BLEU, beam 5, length penalty 1.2), the test split scored with the last checkpoint at the
-end. What it keeps from quick, for the same reasons: lr_max 5e-4 for every arm (Figure 4's rate for both
+runs epochs of the vendored de-en corpus at the ``de-en-cpu`` recipe's shape and length (bundled config; measured in
+docs/results/de-en-cpu: 14.3 test BLEU in 1.8 hours of a 2-core Zen 4): 6-6, d=256, FFN 1024 (the paper's FFN, not
+quick's 2 d: the recipe's capacity), 4 heads, 10k joint BPE, 4,096 tokens per batch (the paper's), 3,000 updates
+(4.5 epochs of 660), evaluated after each epoch and at the end on all 2,000 validation pairs (loss) and the first
+500 (BLEU, beam 5, length penalty 1.2), the test split scored with the last checkpoint at the end. What it keeps from quick, for the same reasons: lr_max 5e-4 for every arm (Figure 4's rate for both
 placements), the 100-update warm-up standing for the paper's 4,000 (2 / (1 - beta2): a warm-up protects the first
 updates, so it is a number of updates, not a share of the run), one lr curve for every arm after update 100 so
 that the arms differ only in the warm-up and the placement. Its curve: linear from lr_max at update 100 to 0 at
-the last update, where quick's inverse square root would still be at 0.19 x lr_max (sqrt(100 / 2,640)): a run of known, short length
-ends best with its rate at 0 (the recipe's calibration used it), and Pre-LN's x0.1 step at 7/30 of the run is a
-schedule no Post-LN arm has. The run length is a number of epochs, not a number of hours (`max_hours` would give
-each CPU another length and the arms of one contrast different lengths); LONG_BUDGET has what an epoch costs.
+the last update, where quick's inverse square root would still be at 0.18 x lr_max (sqrt(100 / 3,000)): a run of
+known, short length ends best with its rate at 0 (the recipe's calibration used it), and Pre-LN's x0.1 step at
+7/30 of the run is a schedule no Post-LN arm has. The run length is a number of updates, not of hours
+(``max_hours`` would give each CPU another length and the arms of one contrast different lengths); LONG_BUDGET has
+what it costs.
 
 Where a scale keeps the paper's schedules (``schedule="paper"``: ``smoke``), warm-ups and decay points are scaled
 by the fraction of the run they take in the paper (:func:`scaled_updates`); ``paper`` uses the paper's own
@@ -280,23 +281,24 @@ FULL_BUDGET = {
 
 
 LONG_BUDGET = {
-    # Measured on the de-en-cpu recipe's calibration run (docs/results/de-en-cpu: the same shape, Pre-LN at 1e-3),
-    # a 2-core AMD EPYC Zen 4 with AVX-512 BF16, bf16 autocast, 2 threads, one run alone (a Post-LN update of this
-    # shape is not timed here: the same matmuls and LayerNorms, in another order):
+    # Measured on the de-en-cpu recipe's calibration run (docs/results/de-en-cpu: the same shape and length, Pre-LN
+    # at 1e-3), a 2-core AMD EPYC Zen 4 with AVX-512 BF16, bf16 autocast, 2 threads, one run (a Post-LN update of
+    # this shape is not timed here: the same matmuls and LayerNorms, in another order):
     #   * an epoch of the vendored de-en at 4,096 tokens per batch is 660 updates;
-    #   * an update 1.55 s on the idle machine (~2,300 target tokens/s), 1.9-2.0 s with tests running beside it;
-    #   * an evaluation (loss on 2,000 validation pairs, beam 5 on 500 of them) ~3 minutes once the model
-    #     translates (epoch 2), ~4.5 after epoch 1 (its hypotheses run to the length limit); the test split
-    #     (2,000 sentences, beam 5) about four of those decodes.
-    # So an epoch with its evaluation is ~20 minutes there, and a 4-epoch run with its test ~1.5 hours idle, ~1.9
-    # loaded: within the 2-hour piece. 5 epochs would be ~1.9 h idle, over 2 h loaded. On a Xeon with AMX an
-    # update of this shape is about half as long (issue 31's benchmarks: 1.75 s against ~4.5 at d=512, the paper's
-    # shape); on an AVX2-only CPU in fp32 about 4x longer (FULL_BUDGET's ratio), ~6 h a run: there it runs in
-    # pieces (a stopped run resumes from its last epoch's checkpoint).
-    # 9 runs (3 groups x 3 seeds): ~14 h of a 2-core Zen 4, ~7 h with AMX (estimated, not timed).
-    "epochs": 4,
+    #   * an update 1.85 s (the median over the stretches of 300 updates with nothing else running: 1.78-1.89 s,
+    #     ~1,900 target tokens/s); a test process beside it took one of its two cores and made its updates up to 5x
+    #     longer (OpenMP's threads wait on the descheduled one: 1.90 s median over the whole run, 2.07 mean);
+    #   * an evaluation (loss on 2,000 validation pairs, beam 5 on 500 of them) ~30 s; the test split (2,000
+    #     sentences, beam 5) ~100 s.
+    # So a run is ~97 minutes on that CPU alone (3,000 x 1.85 s + 5 evaluations + the test): the calibration run
+    # took 108 minutes from start to test BLEU, tests beside it for ~15 of them. On a Xeon with AMX an update of
+    # this shape should be about half as long (issue 31's benchmarks: 1.75 s against 4.72 s here at d=512, the
+    # paper's shape; not timed at d=256); on an AVX2-only CPU in fp32 about 4x longer (FULL_BUDGET's ratio), ~6 h
+    # a run: there it runs in pieces (a stopped run resumes from its last checkpoint, one an epoch).
+    # 9 runs (3 groups x 3 seeds): ~15 h of a 2-core Zen 4, ~8 h with AMX (estimated, not timed).
+    "updates": 3000,
     "updates_per_epoch": 660,
-    "seconds_per_update_avx512_bf16": 1.55,
+    "seconds_per_update_avx512_bf16": 1.85,
 }
 
 
@@ -466,8 +468,8 @@ _QUICK = Scale(
 _LONG = Scale(
     name="long",
     translation=TranslationScale(layers=6, d_model=256, d_ffn=1024, n_heads=4, vocab_size=10000, max_positions=1024,
-                                 train_subset=0, valid_subset=0, max_tokens=4096, epochs=LONG_BUDGET["epochs"],
-                                 updates=0, eval_every=0, bleu_sentences=500, beam=5, lenpen=1.2, schedule="short",
+                                 train_subset=0, valid_subset=0, max_tokens=4096, epochs=1,
+                                 updates=LONG_BUDGET["updates"], eval_every=0, bleu_sentences=500, beam=5, lenpen=1.2, schedule="short",
                                  warmup=100, decay_from=100, decay="linear", test_checkpoint="last", runs=QUICK_RUNS),
     mlm=_QUICK.mlm,  # Figure 5 only when asked (--figures): quick's, not BERT-base
     finetune=_QUICK.finetune,
@@ -478,10 +480,10 @@ _LONG = Scale(
     jobs=1,
     description="Figures 2 and 4 per epoch with models that translate: C7 (Post-LN with vs without warm-up) and C9 "
     "(Pre-LN without warm-up vs Post-LN with), Adam 5e-4, 3 seeds each, at the de-en-cpu recipe's shape (6-6, "
-    "d=256, FFN 1024, 4 heads, 10k BPE, 4,096 tokens per batch), whole epochs with validation loss and BLEU after "
-    "each and test BLEU at the end; lr_max to update 100 (a 100-update warm-up for the run with one), then linear "
-    "to 0 at the last update; one run at a time on every core, ~2 hours each on a 2-core CPU with native bf16 "
-    "(LONG_BUDGET)",
+    "d=256, FFN 1024, 4 heads, 10k BPE, 4,096 tokens per batch) and length (3,000 updates, 4.5 epochs), validation "
+    "loss and BLEU after each epoch and at the end, test BLEU at the end; lr_max to update 100 (a 100-update "
+    "warm-up for the run with one), then linear to 0 at the last update; one run at a time on every core, ~1.6 "
+    "hours each on a 2-core CPU with AVX-512 BF16 (LONG_BUDGET)",
 )  # fmt: skip
 
 
