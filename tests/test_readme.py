@@ -77,6 +77,13 @@ COVERED: dict[str, str] = {
     ".venv/bin/normlab data --task translation": "tests/test_data_cli.py::test_data_command",
     ".venv/bin/normlab data --task classification --set corpus=wic --set tokenizer=en-mono":
         "tests/test_data_cli.py::test_data_command_shared_tokenizer",
+    # the CPU translation recipe (2 hours) and the long scale (hours a run): the tests run them at a tiny size
+    ".venv/bin/normlab train --config de-en-cpu --out runs/de-en-cpu":
+        "tests/test_translate_cli.py::test_de_en_cpu_recipe_from_start_to_test_bleu_then_translates",
+    'echo "Erzeugt im aktuellen Dokument ein Diagramm." | .venv/bin/normlab translate --run runs/de-en-cpu '
+    "--checkpoint last": "tests/test_translate_cli.py::test_de_en_cpu_recipe_from_start_to_test_bleu_then_translates",
+    ".venv/bin/normlab reproduce --scale long":
+        "tests/test_reproduce.py::test_long_on_the_smoke_model_runs_one_at_a_time_and_reports_test_bleu",
     # BERT: hours of pre-training and a grid of fine-tuning runs; the tests run the same commands on small corpora
     ".venv/bin/normlab train --config bert-tiny-post --out runs/bert-tiny-post":
         "tests/test_finetune.py::test_pretraining_lowers_validation_loss",

@@ -385,8 +385,8 @@ def mappings(scale: Scale, ctx: Context) -> list[Mapping]:
                                + (f"the paper's inverse square root lr_max sqrt({t.decay_from} / t) "
                                   f"({math.sqrt(t.decay_from / max(total, 1)):.2f} x lr_max at update {total:,}). "
                                   if t.decay == "inverse_sqrt" else
-                                  f"linearly to 0 at update {total:,} (a run of known, short length: the decay "
-                                  "that spends the budget best, scales.py's `long`). ")
+                                  f"linearly to 0 at update {total:,} (a run of known, short length ends with its "
+                                  "rate at 0: scales.py's `long`). ")
                                + ("The runs 'w/o warm-up' hold lr_max until then: anchored at update 1 (lr_max / "
                                   "sqrt(t)) their rate would be a tenth of lr_max by update 100 and the contrast would "
                                   "measure the schedule, not the warm-up. " if t.decay == "inverse_sqrt" else

@@ -68,8 +68,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale", default="quick", choices=["smoke", "quick", "full", "long", "paper"],
                    help="smoke (seconds, tests), quick (the decisive contrasts, ~1-1.6 h on 2 cores with native bf16), "
                    "full (quick + the other claims' arms, reusing a quick folder's runs; hours), long (C7 and C9 per "
-                   "epoch at the de-en-cpu recipe's shape: runs of ~2 h on 2 cores that translate), paper (the paper's "
-                   "settings, GPUs)")
+                   "epoch at the de-en-cpu recipe's shape: runs of ~1.6 h on 2 cores with AVX-512 BF16 that translate), "
+                   "paper (the paper's settings, GPUs)")
     p.add_argument("--out", help="output directory (default: reproduce/SCALE)")
     p.add_argument("--figures", default="", help=f"comma-separated subset of {ALL_FIGURES} (default: the scale's)")
     p.add_argument("--no-estimate", action="store_true", help="skip the probe that estimates the wall time")
