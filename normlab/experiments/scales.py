@@ -84,15 +84,15 @@ runs epochs of the vendored de-en corpus at the ``de-en-cpu`` recipe's shape and
 docs/results/de-en-cpu: 14.3 test BLEU in 1.8 hours of a 2-core Zen 4): 6-6, d=256, FFN 1024 (the paper's FFN, not
 quick's 2 d: the recipe's capacity), 4 heads, 10k joint BPE, 4,096 tokens per batch (the paper's), 3,000 updates
 (4.5 epochs of 660), evaluated after each epoch and at the end on all 2,000 validation pairs (loss) and the first
-500 (BLEU, beam 5, length penalty 1.2), the test split scored with the last checkpoint at the end. What it keeps from quick, for the same reasons: lr_max 5e-4 for every arm (Figure 4's rate for both
-placements), the 100-update warm-up standing for the paper's 4,000 (2 / (1 - beta2): a warm-up protects the first
-updates, so it is a number of updates, not a share of the run), one lr curve for every arm after update 100 so
-that the arms differ only in the warm-up and the placement. Its curve: linear from lr_max at update 100 to 0 at
-the last update, where quick's inverse square root would still be at 0.18 x lr_max (sqrt(100 / 3,000)): a run of
-known, short length ends best with its rate at 0 (the recipe's calibration used it), and Pre-LN's x0.1 step at
-7/30 of the run is a schedule no Post-LN arm has. The run length is a number of updates, not of hours
-(``max_hours`` would give each CPU another length and the arms of one contrast different lengths); LONG_BUDGET has
-what it costs.
+500 (BLEU, beam 5, length penalty 1.2), the test split scored with the last checkpoint at the end. What it keeps
+from quick, for the same reasons: lr_max 5e-4 for every arm (Figure 4's rate for both placements), the 100-update
+warm-up standing for the paper's 4,000 (2 / (1 - beta2): a warm-up protects the first updates, so it is a number of
+updates, not a share of the run), one lr curve for every arm after update 100 so that the arms differ only in the
+warm-up and the placement. Its curve: linear from lr_max at update 100 to 0 at the last update, where quick's
+inverse square root would still be at 0.18 x lr_max (sqrt(100 / 3,000)): a run of known, short length ends with its
+rate at 0, as the recipe's calibration run did, and Pre-LN's x0.1 step at 7/30 of the run is a schedule no Post-LN
+arm has. The run length is a number of updates, not of hours (``max_hours`` would give each CPU another length and
+the arms of one contrast different lengths); LONG_BUDGET has what it costs.
 
 Where a scale keeps the paper's schedules (``schedule="paper"``: ``smoke``), warm-ups and decay points are scaled
 by the fraction of the run they take in the paper (:func:`scaled_updates`); ``paper`` uses the paper's own
@@ -292,10 +292,10 @@ LONG_BUDGET = {
     #     sentences, beam 5) ~100 s.
     # So a run is ~97 minutes on that CPU alone (3,000 x 1.85 s + 5 evaluations + the test): the calibration run
     # took 108 minutes from start to test BLEU, tests beside it for ~15 of them. On a Xeon with AMX an update of
-    # this shape should be about half as long (issue 31's benchmarks: 1.75 s against 4.72 s here at d=512, the
-    # paper's shape; not timed at d=256); on an AVX2-only CPU in fp32 about 4x longer (FULL_BUDGET's ratio), ~6 h
-    # a run: there it runs in pieces (a stopped run resumes from its last checkpoint, one an epoch).
-    # 9 runs (3 groups x 3 seeds): ~15 h of a 2-core Zen 4, ~8 h with AMX (estimated, not timed).
+    # this shape should take ~0.4 of the time (at d=512, the paper's shape: 1.75 s in issue 31's benchmark against
+    # 4.72 s for a run's first updates here; not timed at d=256); on an AVX2-only CPU in fp32 about 4x longer
+    # (FULL_BUDGET's ratio), ~6 h a run: there it runs in pieces (a stopped run resumes from its last checkpoint,
+    # one an epoch). 9 runs (3 groups x 3 seeds): ~15 h of a 2-core Zen 4, ~6 h with AMX (estimated, not timed).
     "updates": 3000,
     "updates_per_epoch": 660,
     "seconds_per_update_avx512_bf16": 1.85,
@@ -469,7 +469,8 @@ _LONG = Scale(
     name="long",
     translation=TranslationScale(layers=6, d_model=256, d_ffn=1024, n_heads=4, vocab_size=10000, max_positions=1024,
                                  train_subset=0, valid_subset=0, max_tokens=4096, epochs=1,
-                                 updates=LONG_BUDGET["updates"], eval_every=0, bleu_sentences=500, beam=5, lenpen=1.2, schedule="short",
+                                 updates=LONG_BUDGET["updates"], eval_every=0, bleu_sentences=500, beam=5, lenpen=1.2,
+                                 schedule="short",
                                  warmup=100, decay_from=100, decay="linear", test_checkpoint="last", runs=QUICK_RUNS),
     mlm=_QUICK.mlm,  # Figure 5 only when asked (--figures): quick's, not BERT-base
     finetune=_QUICK.finetune,
