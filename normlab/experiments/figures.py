@@ -13,7 +13,7 @@ import dataclasses
 import math
 from typing import Literal
 
-from normlab.config import DataConfig, ModelConfig, OptimConfig, ScheduleConfig, TrainConfig
+from normlab.config import CHECKPOINT_AVERAGE, DataConfig, ModelConfig, OptimConfig, ScheduleConfig, TrainConfig
 from normlab.experiments.finetuning import finetune_config
 from normlab.experiments.scales import FULL_ARMS, PAPER, Scale, scaled_updates
 from normlab.report.claims import LEVEL, _noise_k
@@ -124,7 +124,7 @@ def _translation(scale: Scale, ctx: Context, *, placement: str, optim: OptimConf
     # BLEU after every epoch, as the paper plots it (Figures 2, 4); bleu_sentences = 0 means the whole valid set
     bleu = t.bleu_sentences or 10**9
     # avg:N needs the run's last N checkpoints; otherwise one (with the best) is all a run of the grid keeps
-    keep = int(t.test_checkpoint.split(":", 1)[1]) if t.test_checkpoint.startswith("avg:") else 1
+    keep = int(avg.group(1)) if (avg := CHECKPOINT_AVERAGE.fullmatch(t.test_checkpoint)) else 1
     # a checkpoint at every evaluation point too: a run shorter than an epoch (quick, full) would otherwise save
     # only at its end, and a killed one would start again from update 0 (80 minutes of a quick run on 2 cores)
     return TrainConfig(model=model, data=data, optim=optim, schedule=schedule,
