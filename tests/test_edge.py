@@ -236,6 +236,50 @@ def test_slope_interval_with_a_censored_width():
     assert law["contains"] == {"-1": True, "theorem_1": True}  # -1.10 in [-1.13, -0.87]: not told apart
 
 
+def test_seed_mean_slope_and_its_interval():
+    """The seeds' mean of their centre slopes with a t-interval: computed by hand for 3 seeds at 2 widths; none
+    with a censored width (no centre) or with 2 seeds (one degree of freedom)."""
+    def rows_for(edges):  # {width: {seed: (last stable, first unstable)}}
+        return [{"scheme": "post", "warmup": "none", "width": w, "missing_lrs": [],
+                 "edge": {"censored": any(hi is None for _, hi in by.values()),
+                          "per_seed": [{"seed": s, "last_stable": lo, "first_unstable": hi} for s, (lo, hi) in
+                                       by.items()]}}
+                for w, by in edges.items()]  # fmt: skip
+
+    r, ln2 = 1.2, math.log(2)
+    falls = {1: 2.0, 2: 1.5, 3: 2.5}  # each seed's edge falls by this factor from d=64 to 128
+    law = width_law(rows_for({64: {s: (1e-2, r * 1e-2) for s in falls},
+                              128: {s: (1e-2 / f, r * 1e-2 / f) for s, f in falls.items()}}), "post", "none")
+    slopes = [-math.log(f) / ln2 for f in falls.values()]
+    for p, want in zip(law["per_seed"], slopes):
+        assert p["centre"] == pytest.approx(want)  # a shared bracket ratio: the centre slope is the true one
+    mean = sum(slopes) / 3
+    sd = math.sqrt(sum((x - mean) ** 2 for x in slopes) / 2)
+    half = 4.302653 * sd / math.sqrt(3)  # t(0.975, 2)
+    assert law["seed_mean"]["mean"] == pytest.approx(mean)
+    assert law["seed_mean"]["low"] == pytest.approx(mean - half, rel=1e-5)
+    assert law["seed_mean"]["high"] == pytest.approx(mean + half, rel=1e-5)
+    assert law["mean_contains"] == {"-1": mean - half <= -1 <= mean + half,
+                                    "theorem_1": mean - half <= law["predicted_post_ln"] <= mean + half}
+    # the union of the per-seed ranges holds the mean
+    assert law["lo"] < mean < law["hi"]
+    # the report's width-law table shows it beside the union
+    from normlab.report.sweep import _width_rows
+
+    head, rows = _width_rows({"width_law": [law]})
+    cell = dict(zip(head, rows[0]))
+    assert cell["seeds' mean slope (95% t-interval)"] == f"{mean:.2f} [{mean - half:.2f}, {mean + half:.2f}] (3 seeds)"
+    assert cell["-1, Theorem 1 against the mean"] == "not excluded, not excluded"  # [-2.6, 0.05]: 3 seeds, wide
+    # one seed censored at d=128: no centre for it, so no mean (never a mean over the seeds that happen to end)
+    law = width_law(rows_for({64: {s: (1e-2, r * 1e-2) for s in falls},
+                              128: {1: (5e-3, None), 2: (5e-3, r * 5e-3), 3: (4e-3, r * 4e-3)}}), "post", "none")
+    assert law["per_seed"][0]["centre"] is None and law["seed_mean"] is None and law["mean_contains"] is None
+    # two seeds: no interval
+    law = width_law(rows_for({64: {1: (1e-2, r * 1e-2), 2: (1e-2, r * 1e-2)},
+                              128: {1: (5e-3, r * 5e-3), 2: (4e-3, r * 4e-3)}}), "post", "none")
+    assert law["seed_mean"] is None and all(p["centre"] is not None for p in law["per_seed"])
+
+
 # ---- diagnose held out ----
 
 
@@ -271,3 +315,19 @@ def test_held_out_threshold_is_the_median_of_equally_good_cuts():
     # cuts -1, 0.5, 2, 4, 6: errors 2, 3, 2, 3, 2 -> three tie at 2; the median of them is 2
     out = held_out_agreement(scores, truth, list(scores), [])
     assert out["threshold"] == 2.0
+
+
+def test_a_curve_with_no_finished_run_reads_not_finished_not_never_trains():
+    """--report-only on a grid in progress: a curve none of whose runs has finished says so, where it read "never
+    trains" (which says its runs ran and learned nothing); a curve with some runs finished keeps its numbers."""
+    from normlab.report.sweep import _frontier_rows
+
+    cells = [Cell("post", "none", 64, lr, 1, 6.0, L0) for lr in GRID]
+    cells += [Cell("post", "adam", 64, lr, 1, None, None, "absent") for lr in GRID]
+    rows = analyze(cells, grid=GRID)
+    result = {"config": {"widths": [64], "schemes": ["post"], "warmups": ["none", "adam"]}, "frontier": rows,
+              "warmup_lengths": {"none": 0, "adam": 100}}
+    _, table = _frontier_rows(result)
+    by_arm = {r[0] + "/" + r[1]: r[2] for r in table}
+    assert next(v for k, v in by_arm.items() if "100" in k) == "no run finished yet"
+    assert next(v for k, v in by_arm.items() if "none" in k).startswith(">=0.01 (censored) / ")

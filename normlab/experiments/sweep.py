@@ -119,7 +119,7 @@ from normlab.experiments.grid import FINISHED, any_finished, check_not_stale, ot
 from normlab.experiments.launchers import add_launcher_arguments, as_config, launcher_from_args
 from normlab.experiments.progress import ProgressSettings, add_progress_arguments, eta, progress_from_args
 from normlab.experiments.scales import PAPER
-from normlab.metrics import unigram_plateau
+from normlab.metrics import mean_ci, unigram_plateau
 from normlab.report.render import write_sweep_report
 from normlab.results import WARMUPS, Cell, Curve, Edge, arms, best_loss_gap, edge_text, warm_arms
 from normlab.rundir import RunDir
@@ -895,7 +895,9 @@ def width_law(rows: Sequence[dict[str, Any]], scheme: str, warmup: str) -> dict[
     log first_unstable]; a censored width is [log last_stable, inf): a bound, never a point), and the interval
     over seeds (the union of the seeds' ranges: seed spread and resolution together). Set beside -1 (the edge
     inversely proportional to d) and Theorem 1's 1/(d sqrt(ln d)) (:func:`predicted_slope`); ``contains`` says
-    which of them the interval holds. None bounds where a side is open."""
+    which of them the interval holds. None bounds where a side is open. ``seed_mean``: the mean over seeds of each
+    seed's slope through its brackets' centres with a 95% t-interval (``mean_contains``: -1 and Theorem 1 against
+    it), when every seed is bracketed at every width and there are 3 seeds or more; else None."""
     mine = sorted((r for r in rows if r["scheme"] == scheme and r["warmup"] == warmup and r.get("edge")
                    and r["edge"]["per_seed"] and not r.get("missing_lrs")),
                   key=lambda r: r["width"])  # fmt: skip
@@ -909,22 +911,37 @@ def width_law(rows: Sequence[dict[str, Any]], scheme: str, warmup: str) -> dict[
             boxes.append((math.log(e["last_stable"]) if e["last_stable"] else -math.inf,
                           math.log(e["first_unstable"]) if e["first_unstable"] else math.inf))
         if len(widths) > 1:
-            lo, hi = _slope_box([math.log(w) for w in widths], boxes)
+            xs = [math.log(w) for w in widths]
+            lo, hi = _slope_box(xs, boxes)
+            # the slope through the brackets' geometric centres: None when a width is censored (no centre)
+            centre = (_ls_slope(xs, [(a + b) / 2 for a, b in boxes])
+                      if all(math.isfinite(a) and math.isfinite(b) for a, b in boxes) else None)  # fmt: skip
             per_seed.append({"seed": s, "lo": lo if math.isfinite(lo) else None,
-                             "hi": hi if math.isfinite(hi) else None})
+                             "hi": hi if math.isfinite(hi) else None, "centre": centre})
     lo = None if not per_seed or any(p["lo"] is None for p in per_seed) else min(p["lo"] for p in per_seed)
     hi = None if not per_seed or any(p["hi"] is None for p in per_seed) else max(p["hi"] for p in per_seed)
     predicted = predicted_slope(widths) if len(widths) > 1 else None
+    # The seeds' mean slope with a 95% Student-t interval over seeds, from each seed's centre slope: the seeds as
+    # the noise (issue 40), where the union above is the envelope of every seed's every possible slope. Each
+    # centre is off its seed's true slope by at most half its range (the resolution); that error enters the
+    # seeds' spread, which the interval is computed from, so it is not added again. Only with every seed
+    # bracketed at every width (a censored width has no centre) and at least 3 seeds (2 leave one degree of
+    # freedom, t = 12.7: no interval worth printing).
+    centres = [p["centre"] for p in per_seed]
+    mean = (mean_ci(centres).to_dict() if len(centres) >= 3 and all(c is not None for c in centres) else None)
 
-    def inside(x: float | None) -> bool | None:
+    def inside(x: float | None, a: float | None = lo, b: float | None = hi) -> bool | None:
         if x is None or not per_seed:
             return None
-        return (lo is None or lo <= x) and (hi is None or x <= hi)
+        return (a is None or a <= x) and (b is None or x <= b)
 
     return {"scheme": scheme, "warmup": warmup, "widths": widths, "seeds": seeds, "per_seed": per_seed,
             "lo": lo, "hi": hi, "predicted_post_ln": predicted,
             "censored": [r["width"] for r in mine if r["edge"]["censored"]],
-            "contains": {"-1": inside(-1.0), "theorem_1": inside(predicted)}}  # fmt: skip
+            "contains": {"-1": inside(-1.0), "theorem_1": inside(predicted)},
+            "seed_mean": mean,
+            "mean_contains": None if mean is None else {"-1": inside(-1.0, mean["low"], mean["high"]),
+                                                         "theorem_1": inside(predicted, mean["low"], mean["high"])}}  # fmt: skip
 
 
 def predicted_slope(widths: Sequence[int]) -> float:
@@ -1154,7 +1171,8 @@ RULES = {
     "it scales as 1/(d sqrt(ln d)); predicted slope = least-squares slope of log(1/(d sqrt(ln d))) against log d "
     "over the widths run. Measured: per seed, the range of least-squares log-log slopes of the edge that its "
     "brackets allow (a censored width is a bound, open above), and over seeds their union; set beside -1 and the "
-    "prediction",
+    "prediction; with 3 or more seeds bracketed at every width, also the seeds' mean of their slopes through the "
+    "brackets' centres, with a 95% t-interval over seeds",
 }
 
 
