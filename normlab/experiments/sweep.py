@@ -896,8 +896,10 @@ def width_law(rows: Sequence[dict[str, Any]], scheme: str, warmup: str) -> dict[
     over seeds (the union of the seeds' ranges: seed spread and resolution together). Set beside -1 (the edge
     inversely proportional to d) and Theorem 1's 1/(d sqrt(ln d)) (:func:`predicted_slope`); ``contains`` says
     which of them the interval holds. None bounds where a side is open. ``seed_mean``: the mean over seeds of each
-    seed's slope through its brackets' centres with a 95% t-interval (``mean_contains``: -1 and Theorem 1 against
-    it), when every seed is bracketed at every width and there are 3 seeds or more; else None."""
+    seed's slope through its brackets' centres, its 95% t-interval over seeds (low, high) and that interval
+    widened by the seeds' mean half-range (the resolution: low_res, high_res), which ``mean_contains`` sets -1 and
+    Theorem 1 against; when every seed in ``seeds`` (those with an edge at every width) is bracketed at every
+    width and there are 3 or more; else None."""
     mine = sorted((r for r in rows if r["scheme"] == scheme and r["warmup"] == warmup and r.get("edge")
                    and r["edge"]["per_seed"] and not r.get("missing_lrs")),
                   key=lambda r: r["width"])  # fmt: skip
@@ -923,12 +925,20 @@ def width_law(rows: Sequence[dict[str, Any]], scheme: str, warmup: str) -> dict[
     predicted = predicted_slope(widths) if len(widths) > 1 else None
     # The seeds' mean slope with a 95% Student-t interval over seeds, from each seed's centre slope: the seeds as
     # the noise (issue 40), where the union above is the envelope of every seed's every possible slope. Each
-    # centre is off its seed's true slope by at most half its range (the resolution); that error enters the
-    # seeds' spread, which the interval is computed from, so it is not added again. Only with every seed
-    # bracketed at every width (a censored width has no centre) and at least 3 seeds (2 leave one degree of
-    # freedom, t = 12.7: no interval worth printing).
+    # centre is off its seed's true slope by at most half its range (the resolution, h_s). That error enters the
+    # seeds' spread only where it differs between seeds; seeds that share brackets (the bisection's midpoints
+    # are the same for every seed) share most of it, and the t-interval cannot see it. So the interval that
+    # mean_contains judges is the t-interval widened on each side by the seeds' mean h (exact for these seeds:
+    # the mean of their true slopes lies within mean centre +- mean h, the slope being linear in the
+    # log-edges), "low_res"/"high_res"; "low"/"high" stay the t-interval of the centres alone. Only with every
+    # seed bracketed at every width (a censored width has no centre; a seed absent at a width is left out of
+    # ``seeds`` above) and at least 3 seeds (2 leave one degree of freedom, t = 12.7: no interval worth printing).
     centres = [p["centre"] for p in per_seed]
-    mean = (mean_ci(centres).to_dict() if len(centres) >= 3 and all(c is not None for c in centres) else None)
+    mean = None
+    if len(centres) >= 3 and all(c is not None for c in centres):
+        h = _mean([(p["hi"] - p["lo"]) / 2 for p in per_seed])
+        mean = {**mean_ci(centres).to_dict(), "resolution": h}
+        mean.update(low_res=mean["low"] - h, high_res=mean["high"] + h)
 
     def inside(x: float | None, a: float | None = lo, b: float | None = hi) -> bool | None:
         if x is None or not per_seed:
@@ -940,8 +950,9 @@ def width_law(rows: Sequence[dict[str, Any]], scheme: str, warmup: str) -> dict[
             "censored": [r["width"] for r in mine if r["edge"]["censored"]],
             "contains": {"-1": inside(-1.0), "theorem_1": inside(predicted)},
             "seed_mean": mean,
-            "mean_contains": None if mean is None else {"-1": inside(-1.0, mean["low"], mean["high"]),
-                                                         "theorem_1": inside(predicted, mean["low"], mean["high"])}}  # fmt: skip
+            "mean_contains": None if mean is None else {"-1": inside(-1.0, mean["low_res"], mean["high_res"]),
+                                                         "theorem_1": inside(predicted, mean["low_res"],
+                                                                             mean["high_res"])}}  # fmt: skip
 
 
 def predicted_slope(widths: Sequence[int]) -> float:

@@ -207,7 +207,7 @@ def _frontier_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 if r.get("missing_lrs") and r.get("best_loss") is None and not (r.get("edge") or {}).get("per_seed"):
                     # no run of the curve finished (--report-only on a grid in progress): nothing measured, so not
                     # "never trains", which would say the runs ran and learned nothing
-                    cells.append("no run finished yet")
+                    cells.append("no finished run (not run, running or failed)")
                     continue
                 top = ">=" if r.get("tolerance_censored") else ""
                 never = "never leaves the unigram plateau" if r.get("plateau") else "never trains"
@@ -237,7 +237,8 @@ def _seed_edge(e: dict[str, Any]) -> str:
 def _width_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     head = ["scheme", "warm-up", "widths", "censored widths (lower bounds)", "slope interval over seeds (each seed's "
             "range from its brackets)", "per seed", "-1", "Theorem 1 (Post-LN) slope", "Theorem 1",
-            "seeds' mean slope (95% t-interval)", "-1, Theorem 1 against the mean"]
+            "seeds' mean slope (95% t-interval over seeds; widened by the resolution)",
+            "-1, Theorem 1 against the widened interval"]
     rows = [[s["scheme"], s["warmup"], ", ".join(map(str, s["widths"])) or "none",
              ", ".join(map(str, s.get("censored", []))) or "none", _slope_interval(s),
              "; ".join(f"s{p['seed']} " + _slope_interval({"per_seed": [p], **p}) for p in s.get("per_seed", []))
@@ -250,9 +251,13 @@ def _width_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def _seed_mean(m: dict[str, Any] | None) -> str:
-    """sweep.width_law's seed_mean: '-0.96 [-1.08, -0.84] (5 seeds)'; '–' without one (a censored width, < 3 seeds,
-    or a sweep.json written before it existed)."""
-    return "–" if not m else f"{m['mean']:.2f} [{m['low']:.2f}, {m['high']:.2f}] ({m['n']} seeds)"
+    """sweep.width_law's seed_mean: '-0.96 [-1.09, -0.84]; [-1.17, -0.76] (5 seeds)', the t-interval of the seeds'
+    centre slopes, then widened by their mean half-range (the resolution, which seeds sharing brackets share and
+    the t-interval cannot see); '–' without one (a censored width, < 3 seeds, or a sweep.json before it)."""
+    if not m:
+        return "–"
+    return (f"{m['mean']:.2f} [{m['low']:.2f}, {m['high']:.2f}]; [{m['low_res']:.2f}, {m['high_res']:.2f}] "
+            f"({m['n']} seeds)")
 
 
 def _verdict_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -553,7 +558,8 @@ def beyond_the_paper(summary: dict[str, Any] | None) -> dict[str, Any]:
         if s["censored"]:
             text += f"; at {_widths_text(s['censored'])} the edge is censored, a lower bound"
         if s.get("seed_mean"):  # the seeds as the noise: their mean slope and its t-interval beside the envelope
-            text += (f"; the seeds' mean slope {_seed_mean(s['seed_mean'])}: -1 {_holds(s['mean_contains']['-1'])}, "
+            text += (f"; the seeds' mean slope and its 95% t-interval, then that interval widened by the resolution, "
+                     f"{_seed_mean(s['seed_mean'])}: against the widened one -1 {_holds(s['mean_contains']['-1'])}, "
                      f"Theorem 1's {_holds(s['mean_contains']['theorem_1'])}")
         sentences.append(text + ").")
     if cfg.get("seeds", 1) < 5:
