@@ -11,6 +11,7 @@ their processes' start (a Python that imports torch: each submitit job is one), 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import shutil
@@ -307,3 +308,41 @@ def test_a_task_writes_its_native_output_into_its_log_not_the_grid_terminal(tmp_
     out, err = capfd.readouterr()
     assert "native" not in out + err and err == "after: fd 2\n", (out, err)
     assert sorted(log.read_text().splitlines()) == ["native: fd 1", "native: fd 2", "native: python"]
+
+
+def _finish_at_once(config: dict, run_dir: str, resume: bool) -> int:
+    """A task that trains nothing: its run is completed as soon as it starts."""
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    (Path(run_dir) / "summary.json").write_text(json.dumps({"status": "completed"}))
+    return 0
+
+
+def test_more_adds_runs_as_runs_end_ahead_of_the_pending_ones(tmp_path):
+    """run_grid's ``more`` hook (the sweep's asynchronous edge search): called before the first start and after
+    each run ends; what it returns starts before the runs still pending, a name already in the grid is ignored,
+    and a run already finished on disk joins as cached and is passed to ``more`` in turn."""
+    smoke = get_scale("smoke")
+    base = fig5_bert(smoke, Context(translation_updates_per_epoch=9))[0]
+
+    def spec(name: str) -> RunSpec:
+        return dataclasses.replace(base, name=name)
+
+    _finish_at_once({}, str(tmp_path / "runs" / "done-elsewhere"), False)  # finished before the grid
+    calls, order = [], []
+    follow = {None: ["a2"], "a": ["a2", "b"], "b2": ["done-elsewhere"], "done-elsewhere": ["z"]}
+
+    def more(name):
+        calls.append(name)
+        return [spec(n) for n in follow.get(name, [])]
+
+    def say(line):
+        if " start " in line:
+            order.append(line.split()[-1])
+
+    outcomes = run_grid([spec("a"), spec("b2"), spec("c")], tmp_path, jobs=1, threads=1, say=say,
+                        task=_finish_at_once, more=more)  # fmt: skip
+    # a2 joins before anything starts, ahead of a; after a ends, b (a2 again is ignored) starts before b2, c
+    assert order == ["a2", "a", "b", "b2", "z", "c"], order
+    assert calls[0] is None and calls.count("a2") == 1 and "done-elsewhere" in calls
+    assert outcomes["done-elsewhere"].status == "cached"
+    assert {n for n, o in outcomes.items() if o.status == "completed"} == {"a", "a2", "b", "b2", "c", "z"}

@@ -589,7 +589,13 @@ def test_smoke_sweep_cli(tmp_path):
     # curves; the bracket [0.1, 1) is within the smoke preset's resolution (11x), so no bisection follows
     curves = len(cfg.schemes) * len(cfg.warmups) * len(cfg.widths)
     assert data["meta"]["edge_rounds"] == 1 and data["meta"]["edge_runs"] == curves
-    assert "edge search, round 1: 8 run(s) (1)" in proc.stderr
+    # each curve's search run starts as soon as that curve's grid runs have ended (run_grid's ``more``), not
+    # after the whole grid: the first one is added while grid runs are still to start
+    added = [line for line in lines if line.startswith("grid: ") and " run(s) added: " in line]
+    assert sum(int(line.split()[1]) for line in added) == curves
+    first_added = lines.index(added[0])
+    assert any(" start " in line for line in lines[first_added:]) and any(
+        " start " in line and "-lr1.00e+00-" not in line for line in lines[first_added:])  # a grid run after it
     extra = [c for c in data["cells"] if c["lr"] == 1.0]
     assert len(extra) == curves and all(c["diverged"] for c in extra)
     assert all(r["edge"]["per_seed"] == [{"seed": 1, "last_stable": 0.1, "first_unstable": 1.0, "ratio": 10.0,

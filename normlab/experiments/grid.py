@@ -36,7 +36,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +178,7 @@ def run_grid(
     progress: ProgressSettings | None = None,
     totals: Mapping[str, int] | None = None,
     pace: float | None = None,
+    more: Callable[[str | None], Sequence[RunSpec]] | None = None,
 ) -> dict[str, RunOutcome]:
     """Run ``specs`` (see the module docstring) with ``launcher`` (a LauncherConfig, or its kind with ``nproc``);
     returns each run's outcome. ``jobs``: runs in flight at once (0 with ray or slurm: every run that is ready);
@@ -189,7 +190,11 @@ def run_grid(
     ``progress``: the live display or the periodic lines (progress.py; default: live on a terminal, a line every
     5 minutes otherwise); ``totals``: the updates of each run by name, for the runs bounded by epochs (default:
     the config's max_updates; for a run without one, its summary's once it runs); ``pace``: the probe's seconds per
-    grid update (budget.Estimate.pace), the ETA's start."""
+    grid update (budget.Estimate.pace), the ETA's start. ``more``: called once before the first run starts (with
+    None) and after each run ends (with its name); the runs it returns join the grid ahead of those not yet
+    started, a name already in the grid is ignored, and one already finished on disk is counted as cached (and
+    ``more`` is called with it in turn). The stability sweep's edge search uses it to start a curve's next run
+    as soon as that curve's last one ends, instead of waiting for every curve between rounds."""
     task = task or train_run
     task_kwargs = task_kwargs or {}
     cfg = as_config(launcher, nproc)
@@ -213,15 +218,19 @@ def run_grid(
         else:
             pending.append(spec)
     total, done = len(specs), len(outcomes)
-    if done:
-        say(f"grid: {done} of {total} runs already finished in {out}; {len(pending)} to run")
     running: dict[str, tuple[Any, float, RunSpec]] = {}  # the launcher's handle, when it was submitted
     t_grid = time.perf_counter()
-    engine = (make_launcher(cfg, jobs=in_flight, threads=threads, cuda=cuda, folder=out / "launcher" / cfg.kind)
-              if pending else None)  # fmt: skip
-    if engine is not None and cfg.remote:
-        say(f"grid: {len(pending)} run(s) as {_where(cfg)}, {threads * cfg.nproc} CPU(s) each"
-            + (f", at most {jobs} at once" if jobs > 0 else ""))
+    engine = None  # made when the first run starts: ``more`` may bring runs to a grid that starts with none
+
+    def engine_now() -> Any:
+        nonlocal engine
+        if engine is None:
+            engine = make_launcher(cfg, jobs=in_flight, threads=threads, cuda=cuda,
+                                   folder=out / "launcher" / cfg.kind)
+            if cfg.remote:
+                say(f"grid: {len(pending) + 1} run(s) as {_where(cfg)}, {threads * cfg.nproc} CPU(s) each"
+                    + (f", at most {jobs} at once" if jobs > 0 else ""))
+        return engine
     # The data cache this process prepared the data in (reproduce and sweep do so before the grid), for a run
     # wherever it starts: a node would otherwise train its own tokenizer into its own home directory
     env = {"NORMLAB_CACHE": str(_cache_of(specs))} if cfg.remote and specs else {}
@@ -261,8 +270,7 @@ def run_grid(
         command = (_torchrun_command(config_path, run_dir, resume, cfg.nproc)
                    if cfg.kind == "torchrun" or cfg.nproc > 1 else [])  # fmt: skip
         kwargs = {"config": run_cfg.to_dict(), "run_dir": str(run_dir), "resume": resume, **task_kwargs}
-        assert engine is not None
-        running[spec.name] = (engine.submit(Task(spec.name, task, kwargs, log_path, tuple(command), env)),
+        running[spec.name] = (engine_now().submit(Task(spec.name, task, kwargs, log_path, tuple(command), env)),
                               time.perf_counter(), spec)  # fmt: skip
         watch.started(spec.name, base=int(latest.name.split("_")[-1]) if latest is not None else 0)
         say(f"[{done + len(running):>3}/{total}] {'resume' if resume else 'start '} {spec.name}")
@@ -290,6 +298,34 @@ def run_grid(
         elapsed = time.perf_counter() - t_grid
         why = f": {outcome.error} (log: {log_path})" if outcome.status == "failed" else ""
         say(f"[{done:>3}/{total}] {outcome.status:<9} {name} ({seconds:.0f} s; grid {elapsed / 60:.1f} min){why}")
+        join(name)
+
+    def join(name: str | None) -> None:
+        """The runs ``more`` adds after ``name`` ended (None: before the first start), ahead of the pending ones."""
+        nonlocal total, done
+        if more is None:
+            return
+        known = set(outcomes) | set(running) | {sp.name for sp in pending}
+        fresh, cached = [], []
+        for spec in more(name):
+            if spec.name in known:
+                continue
+            known.add(spec.name)
+            total += 1
+            finished = run_status(out / "runs" / spec.name) in FINISHED
+            watch.add(spec.name, out / "runs" / spec.name, (totals or {}).get(spec.name) or spec.config.max_updates,
+                      finished=finished)
+            if finished:
+                outcomes[spec.name] = RunOutcome(spec.name, "cached")
+                done += 1
+                cached.append(spec.name)
+            else:
+                fresh.append(spec)
+        pending[:0] = fresh
+        if fresh:
+            say(f"grid: {len(fresh)} run(s) added: {', '.join(sp.name for sp in fresh)}")
+        for c in cached:  # a run finished elsewhere: what follows it may be known now
+            join(c)
 
     # the live display or the progress lines, from here to the end of the grid (closed in the finally below)
     watch = GridWatch(say, progress, prior=pace)
@@ -300,6 +336,9 @@ def run_grid(
     clean = False
     try:
         with _sigterm_as_interrupt():
+            join(None)  # before the count below: runs ``more`` adds that finished elsewhere are counted
+            if done:
+                say(f"grid: {done} of {total} runs already finished in {out}; {len(pending)} to run")
             while pending or running:
                 progressed = False
                 for spec in list(pending):
@@ -319,8 +358,7 @@ def run_grid(
                         continue
                     start(spec)
                 for name, (handle, _, _) in list(running.items()):
-                    assert engine is not None
-                    ended = engine.poll(handle)
+                    ended = engine_now().poll(handle)
                     if ended is not None:
                         finish(name, ended)
                         progressed = True

@@ -87,6 +87,7 @@ import dataclasses
 import json
 import math
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -1314,35 +1315,61 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
                 read[s.name] = read_cell(s, out / "runs" / s.name, status, *where[s.name])
         return [read[s.name][0] for s in specs]
 
-    # the edge search (issue 40) in rounds: the grid runner on the runs not yet finished, then plan_edges decides
-    # which learning rates each seed's curve needs next; finished runs are never trained again. --report-only
-    # replays the same rounds on the finished runs and counts what the search would still run
-    pending, rounds = 0, 0
+    # The edge search (issue 40): plan_edges decides which learning rate each seed's curve needs next, from that
+    # curve's finished runs; finished runs are never trained again. Training, a curve's next run starts as soon as
+    # every run of that curve has ended (run_grid's ``more``), not when every curve of the grid has: a curve's plan
+    # reads its own runs only, so the runs planned are the same as in rounds, without the GPU or the cores idling
+    # at each round's slowest run. --report-only replays the search on the finished runs, in rounds, and counts
+    # what it would still run. A planned name already in the grid (a failed run's rate, planned again) is not
+    # added twice: the next invocation retries it.
+    known = {sp.name for sp in specs}
+    failed: set[str] = set()  # runs that ended without finishing in this invocation: holes, no longer pending
+    unigram = baseline["unigram_loss"] if cfg.plateau_fails else None
+
+    def plan(cells: list[Cell]) -> tuple[list[RunSpec], int]:
+        """The search's next runs for ``cells``' curves, added to the sweep; and, with --report-only, how many it
+        would run that have not finished (those are not added)."""
+        nonlocal specs
+        planned = plan_edges(cells, lr_min=cfg.lr_min, per_decade=cfg.per_decade, cap=cfg.lr_cap,
+                             resolution=cfg.resolution, margin=cfg.margin, unigram=unigram)  # fmt: skip
+        new, waiting = [], 0
+        for p in planned:
+            sp = run_spec(cfg, ctx, *p[:3], p[4], p[3])
+            if sp.name in known:
+                continue
+            if not train and run_status(out / "runs" / sp.name) not in FINISHED:
+                waiting += 1
+                continue
+            known.add(sp.name)
+            where[sp.name] = (p[0], p[1])
+            new.append(sp)
+        specs = specs + new
+        return new, waiting
+
+    def more(name: str | None) -> list[RunSpec]:
+        """run_grid's hook: the next run of every curve none of whose runs is still to run or running."""
+        if not cfg.find_edge:
+            return []
+        if name is not None and run_status(out / "runs" / name) not in FINISHED:
+            failed.add(name)
+        cells = read_all()
+        busy = {(c.scheme, c.warmup, c.width, c.seed) for c, sp in zip(cells, specs)
+                if c.status in ("absent", "running") and sp.name not in failed}  # fmt: skip
+        return plan([c for c in cells if (c.scheme, c.warmup, c.width, c.seed) not in busy])[0]
+
+    pending = 0
     while True:
         if train:
             for name, o in run_grid(specs, out, jobs=jobs, threads=threads, launcher=launch, cuda=cuda,
-                                    say=say, progress=progress, pace=pace).items():  # fmt: skip
-                if o.status != "cached" or name not in outcomes:  # a run of an earlier round keeps its outcome
+                                    say=say, progress=progress, pace=pace, more=more).items():  # fmt: skip
+                if o.status != "cached" or name not in outcomes:  # a run of an earlier pass keeps its outcome
                     outcomes[name] = o
         cells = read_all()
         if not cfg.find_edge:
             break
-        planned = plan_edges(cells, lr_min=cfg.lr_min, per_decade=cfg.per_decade, cap=cfg.lr_cap,
-                             resolution=cfg.resolution, margin=cfg.margin,
-                             unigram=baseline["unigram_loss"] if cfg.plateau_fails else None)  # fmt: skip
-        new = [run_spec(cfg, ctx, *p[:3], p[4], p[3]) for p in planned]
-        for sp, p in zip(new, planned):
-            where[sp.name] = (p[0], p[1])
-        if not train:  # only the runs that finished join; the others are what the search still has to run
-            pending = sum(run_status(out / "runs" / sp.name) not in FINISHED for sp in new)
-            new = [sp for sp in new if run_status(out / "runs" / sp.name) in FINISHED]
+        new, pending = plan(cells)  # --report-only: the finished runs join, the others are counted
         if not new:
             break
-        rounds += 1
-        specs = specs + new
-        if train:
-            lrs = ", ".join(sorted({f"{p[4]:.3g}" for p in planned}))
-            say(f"edge search, round {rounds}: {len(new)} run(s) ({lrs})")
     if not train:  # after the edge search's replay: its finished runs are this sweep's, not another grid's
         todo = [s for s in specs if run_status(out / "runs" / s.name) not in FINISHED]
         note = others_note(specs, out / "runs")  # finished runs in OUT that are not this sweep's, in words
@@ -1403,7 +1430,11 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
                         {k: sum(r["status"] == k for r in records) for k in ("completed", "diverged", "running",
                                                                             "absent", "failed")},
             "report_only": not train,
-            "edge_rounds": rounds, "edge_runs": len(specs) - len(grid_names),
+            # the most runs the search added to one curve (its depth: rounds of the search before issue 40's
+            # asynchronous search, which runs them as each curve is ready)
+            "edge_rounds": max(Counter((c.scheme, c.warmup, c.width, c.seed) for c, sp in zip(cells, specs)
+                                       if sp.name not in grid_names).values(), default=0),
+            "edge_runs": len(specs) - len(grid_names),
             # runs the edge search still has to run (--report-only on a partial folder): the edges are provisional
             "edge_pending": pending,
             "unfinished": sum(r["status"] not in FINISHED + ("cached",) for r in records) + pending,

@@ -354,8 +354,8 @@ def _meta_line(result: dict[str, Any]) -> str:
             + f"; {m['finished']}."
             + (f" Written with --report-only: {m.get('unfinished', 0)} of the {m['runs']} runs had not finished and "
                "are missing grid points." if m.get("report_only") else "")
-            + (f" Edge search: {m['edge_runs']} run(s) beyond the grid in {m['edge_rounds']} round(s)." if m.get(
-               "edge_runs") else "")
+            + (f" Edge search: {m['edge_runs']} run(s) beyond the grid, at most {m['edge_rounds']} on one curve."
+               if m.get("edge_runs") else "")
             + (f" {m.get('rerendered', '')}: {m['edge_pending']} curve(s) would need more runs to find their edge; "
                "the edges below are provisional (censored where no run was unstable)." if m.get("edge_pending") else
                f" {m['rerendered']}." if m.get("rerendered") else ""))  # fmt: skip
