@@ -208,7 +208,8 @@ def run_grid(
     # jobs 0 on a cluster: every ready run, the scheduler queues them; submitit's local executor has no queue, so
     # there it is this machine's cores (all 24 smoke-sweep jobs at once on 2 cores took 3.7x the local launcher)
     cluster = cfg.remote and not (cfg.kind == "slurm" and cfg.slurm_executor == "local")
-    in_flight = jobs if jobs > 0 else (max(1, len(specs)) if cluster else max(1, (os.cpu_count() or 1) // threads))
+    # (no cap on a cluster with jobs 0, also for the runs ``more`` adds later)
+    in_flight = jobs if jobs > 0 else (sys.maxsize if cluster else max(1, (os.cpu_count() or 1) // threads))
     check_not_stale(specs, out)
     outcomes: dict[str, RunOutcome] = {}
     pending: list[RunSpec] = []
@@ -233,7 +234,7 @@ def run_grid(
         return engine
     # The data cache this process prepared the data in (reproduce and sweep do so before the grid), for a run
     # wherever it starts: a node would otherwise train its own tokenizer into its own home directory
-    env = {"NORMLAB_CACHE": str(_cache_of(specs))} if cfg.remote and specs else {}
+    # (each run's own: the runs ``more`` adds to a grid that started empty too)
 
     def parent_state(spec: RunSpec) -> str:
         if spec.parent is None:
@@ -270,6 +271,7 @@ def run_grid(
         command = (_torchrun_command(config_path, run_dir, resume, cfg.nproc)
                    if cfg.kind == "torchrun" or cfg.nproc > 1 else [])  # fmt: skip
         kwargs = {"config": run_cfg.to_dict(), "run_dir": str(run_dir), "resume": resume, **task_kwargs}
+        env = {"NORMLAB_CACHE": str(_cache_of([spec]))} if cfg.remote else {}
         running[spec.name] = (engine_now().submit(Task(spec.name, task, kwargs, log_path, tuple(command), env)),
                               time.perf_counter(), spec)  # fmt: skip
         watch.started(spec.name, base=int(latest.name.split("_")[-1]) if latest is not None else 0)
@@ -316,6 +318,7 @@ def run_grid(
             watch.add(spec.name, out / "runs" / spec.name, (totals or {}).get(spec.name) or spec.config.max_updates,
                       finished=finished)
             if finished:
+                check_not_stale([spec], out)  # a run merged from elsewhere with other settings is not a result
                 outcomes[spec.name] = RunOutcome(spec.name, "cached")
                 done += 1
                 cached.append(spec.name)

@@ -1326,25 +1326,27 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     failed: set[str] = set()  # runs that ended without finishing in this invocation: holes, no longer pending
     unigram = baseline["unigram_loss"] if cfg.plateau_fails else None
 
-    def plan(cells: list[Cell]) -> tuple[list[RunSpec], int]:
-        """The search's next runs for ``cells``' curves, added to the sweep; and, with --report-only, how many it
-        would run that have not finished (those are not added)."""
+    def plan(cells: list[Cell]) -> tuple[list[RunSpec], int, int]:
+        """The search's next runs for ``cells``' curves, added to the sweep; and, with --report-only, the curves
+        whose next run has not finished (their edge is provisional) and how many of those runs are not already
+        runs of the sweep (the unfinished ones the search adds)."""
         nonlocal specs
         planned = plan_edges(cells, lr_min=cfg.lr_min, per_decade=cfg.per_decade, cap=cfg.lr_cap,
                              resolution=cfg.resolution, margin=cfg.margin, unigram=unigram)  # fmt: skip
-        new, waiting = [], 0
+        new, waiting, beyond = [], 0, 0
         for p in planned:
             sp = run_spec(cfg, ctx, *p[:3], p[4], p[3])
-            if sp.name in known:
-                continue
             if not train and run_status(out / "runs" / sp.name) not in FINISHED:
-                waiting += 1
+                waiting += 1  # a curve stopped at an unfinished run, whether the grid's or the search's
+                beyond += sp.name not in known
+                continue
+            if sp.name in known:
                 continue
             known.add(sp.name)
             where[sp.name] = (p[0], p[1])
             new.append(sp)
         specs = specs + new
-        return new, waiting
+        return new, waiting, beyond
 
     def more(name: str | None) -> list[RunSpec]:
         """run_grid's hook: the next run of every curve none of whose runs is still to run or running."""
@@ -1353,11 +1355,13 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         if name is not None and run_status(out / "runs" / name) not in FINISHED:
             failed.add(name)
         cells = read_all()
+        # busy: a run not finished on disk that has not ended in this invocation (to start, running, or to resume:
+        # a run stopped earlier reads `interrupted` or `failed` until its worker starts it again)
         busy = {(c.scheme, c.warmup, c.width, c.seed) for c, sp in zip(cells, specs)
-                if c.status in ("absent", "running") and sp.name not in failed}  # fmt: skip
+                if c.status not in FINISHED and sp.name not in failed}  # fmt: skip
         return plan([c for c in cells if (c.scheme, c.warmup, c.width, c.seed) not in busy])[0]
 
-    pending = 0
+    pending, beyond = 0, 0
     while True:
         if train:
             for name, o in run_grid(specs, out, jobs=jobs, threads=threads, launcher=launch, cuda=cuda,
@@ -1367,7 +1371,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         cells = read_all()
         if not cfg.find_edge:
             break
-        new, pending = plan(cells)  # --report-only: the finished runs join, the others are counted
+        new, pending, beyond = plan(cells)  # --report-only: the finished runs join, the others are counted
         if not new:
             break
     if not train:  # after the edge search's replay: its finished runs are this sweep's, not another grid's
@@ -1437,7 +1441,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
             "edge_runs": len(specs) - len(grid_names),
             # runs the edge search still has to run (--report-only on a partial folder): the edges are provisional
             "edge_pending": pending,
-            "unfinished": sum(r["status"] not in FINISHED + ("cached",) for r in records) + pending,
+            "unfinished": sum(r["status"] not in FINISHED + ("cached",) for r in records) + beyond,
         },
     }  # fmt: skip
     report = out / "report"
