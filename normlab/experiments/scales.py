@@ -248,8 +248,11 @@ FULL_ARMS: dict[str, Arm] = {
 # as before issue 32. What is missing is the calibration the quick scale had for translation: a measured masked-LM
 # width and run length at which the Post-LN reference (1e-4, warm-up) passes its gate (0.5 nats below the masked
 # tokens' unigram loss, report/claims.py) and its fine-tuning beats the majority class beyond its interval. None
-# has been measured: 6 layers at d=256 for 2,000 updates of 4,096 tokens is a guess, not a calibration, and until
+# had been measured: 6 layers at d=256 for 2,000 updates of 4,096 tokens is a guess, not a calibration, and until
 # one is done the report's gates say whether it learned (C11 and C12 inconclusive with the numbers if not).
+# First point (docs/results/reproduce-full/bert-calibration, 2-core Zen 4, bf16, 41 min): the Post-LN reference at
+# these settings ends at 6.835 nats, above the masked tokens' unigram loss 6.491 (gate line 5.991): it does not
+# learn past token frequencies in 2,000 updates at 1e-4, so these settings cannot decide C11-C12.
 
 FULL_BUDGET = {
     # `full` = the quick scale's 9 translation runs + FULL_ARMS' 7 groups x 3 seeds = 30 runs of 1,200 updates
