@@ -184,6 +184,11 @@ QUICK_BUDGET = {
     # since issue 32, so that it reuses the quick runs: a longer quick length, chosen from the measured learning
     # curves, would lengthen both; issue 32's "power first" item). At d=128 the effect
     # (+0.3-0.9%) is a tenth of the claimed 5%: no number of seeds makes it `holds`.
+    # The reference past 1,200 (docs/results/reproduce-quick/length-2400: seeds 1-3 to 2,400 updates, the same
+    # curve, 2-core Zen 4, bf16): the gate (3 seeds, t = 4.30) fails at 1,200 (6.278 [5.998, 6.559] against
+    # 6.317), passes from update 1,900 (6.147 [5.998, 6.295]) to 2,400 (6.111 [5.953, 6.269]), by 0.02-0.05 nats,
+    # less than one seed's sd (0.063): seed 3 lags seeds 1-2 by 0.09-0.23 nats throughout, as in the quick report.
+    # A quick scale of ~2,000 updates: ~2.4 h on the Zen 4, ~1.6 h with AMX (not chosen yet: see that README).
 }
 @dataclasses.dataclass(frozen=True)
 class Arm:
