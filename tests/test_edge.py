@@ -17,6 +17,7 @@ from normlab.experiments.sweep import (
     analyze,
     curve_failures,
     edge,
+    idle_curves,
     next_grid_lr,
     plan_edge,
     plan_edges,
@@ -342,3 +343,24 @@ def test_a_curve_with_no_finished_run_reads_not_finished_not_never_trains():
     by_arm = {r[0] + "/" + r[1]: r[2] for r in table}
     assert next(v for k, v in by_arm.items() if "100" in k) == "no finished run (not run, running or failed)"
     assert next(v for k, v in by_arm.items() if "none" in k).startswith(">=0.01 (censored) / ")
+
+
+def test_the_asynchronous_search_waits_for_every_run_of_a_curve():
+    """idle_curves: a curve is planned only when none of its runs is still to come; a run to resume (it reads
+    `interrupted` or `failed` on disk until it starts again) keeps its curve busy, unless it ended in this
+    invocation without finishing (a hole)."""
+    def curve(seed, statuses):
+        return [Cell("post", "none", 64, lr, seed, 6.0, L0, st) for lr, st in zip(GRID, statuses)]
+
+    done = ["completed"] * 7
+    cells = (curve(1, done) + curve(2, done[:3] + ["interrupted"] + done[4:])
+             + curve(3, done[:5] + ["failed", "completed"]) + curve(4, done[:6] + ["absent"]))  # fmt: skip
+    names = [f"r{c.seed}-{c.lr}" for c in cells]
+    assert {c.seed for c in idle_curves(cells, names, set())} == {1}
+    # seed 3's failed run ended in this invocation: a hole, its curve can be planned from the rest
+    assert {c.seed for c in idle_curves(cells, names, {f"r3-{GRID[5]}"})} == {1, 3}
+    # what the planner then plans for seed 2 with its interrupted run (a hole) differs from what it plans once
+    # that run has finished unstable: why the search waits for it
+    stable = {lr: False for lr in GRID[:3]} | {lr: True for lr in GRID[4:]}
+    assert plan_edge(stable, lr_min=GRID[0], per_decade=3) != plan_edge(stable | {GRID[3]: True}, lr_min=GRID[0],
+                                                                         per_decade=3)

@@ -128,7 +128,7 @@ from normlab.rundir import RunDir
 __all__ = [
     "MARGIN", "PAPER_WARMUP_FRACTION", "SweepConfig", "SWEEP_SCALES", "sweep_scale", "lr_grid", "sweep_runs",
     "Cell", "Curve", "diverged", "unstable", "curve_failures", "Edge", "edge", "plan_edge", "plan_edges",
-    "edge_summary", "seed_sign",
+    "edge_summary", "seed_sign", "idle_curves",
     "warmup_verdict", "warmup_verdicts", "width_law", "tolerance_truth", "rerender", "LR_CAP", "RESOLUTION",
     "lr_sensitivity", "frontier", "analyze", "predicted_slope", "width_slope",
     "slope_resolution", "read_cell", "WARMUPS", "BETAS", "warm_arms", "arms", "best_loss_gap", "warmup_truth",
@@ -776,6 +776,18 @@ def plan_edges(cells: Sequence[Cell], *, lr_min: float, per_decade: int, cap: fl
     return out
 
 
+def idle_curves(cells: Sequence[Cell], names: Sequence[str], ended: set[str]) -> list[Cell]:
+    """The cells of the curves (scheme, warm-up, width, seed) that the asynchronous edge search may plan now: those
+    none of whose runs is still to come. A run is still to come when it has not finished on disk and has not ended
+    in this invocation (``ended``: the names that ended without finishing, holes from then on): to start, running,
+    or to resume (a run stopped earlier reads ``interrupted`` or ``failed`` until its worker starts it again).
+    ``names`` are the cells' run names, in order. Planning a curve from part of its runs would plan other rates
+    than a search that waits for them."""
+    busy = {(c.scheme, c.warmup, c.width, c.seed) for c, name in zip(cells, names, strict=True)
+            if c.status not in FINISHED and name not in ended}  # fmt: skip
+    return [c for c in cells if (c.scheme, c.warmup, c.width, c.seed) not in busy]
+
+
 def edge_summary(by_seed: dict[int, Edge]) -> dict[str, Any]:
     """The frontier of one curve from its seeds' edges: the interval [min last_stable, max first_unstable) (the
     seeds' spread and each seed's resolution together; ``hi`` None when a seed is censored: a lower bound only),
@@ -1355,11 +1367,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         if name is not None and run_status(out / "runs" / name) not in FINISHED:
             failed.add(name)
         cells = read_all()
-        # busy: a run not finished on disk that has not ended in this invocation (to start, running, or to resume:
-        # a run stopped earlier reads `interrupted` or `failed` until its worker starts it again)
-        busy = {(c.scheme, c.warmup, c.width, c.seed) for c, sp in zip(cells, specs)
-                if c.status not in FINISHED and sp.name not in failed}  # fmt: skip
-        return plan([c for c in cells if (c.scheme, c.warmup, c.width, c.seed) not in busy])[0]
+        return plan(idle_curves(cells, [sp.name for sp in specs], failed))[0]
 
     pending, beyond = 0, 0
     while True:
