@@ -251,7 +251,7 @@ def _width_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def _seed_mean(m: dict[str, Any] | None) -> str:
-    """sweep.width_law's seed_mean: '-0.96 [-1.09, -0.84]; [-1.17, -0.76] (5 seeds)', the t-interval of the seeds'
+    """sweep.width_law's seed_mean: '-0.96 [-1.09, -0.84]; [-1.16, -0.76] (5 seeds)', the t-interval of the seeds'
     centre slopes, then widened by their mean half-range (the resolution, which seeds sharing brackets share and
     the t-interval cannot see); '–' without one (a censored width, < 3 seeds, or a sweep.json before it)."""
     if not m:
