@@ -91,6 +91,11 @@ class Cell:
     l0: float | None
     status: str = "completed"
 
+    @property
+    def curve(self) -> tuple[str, str, int, int]:
+        """The seed's learning-rate curve this run is a point of: (scheme, warm-up, width, seed)."""
+        return self.scheme, self.warmup, self.width, self.seed
+
 
 @dataclasses.dataclass(frozen=True)
 class Curve:

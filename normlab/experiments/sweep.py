@@ -766,7 +766,7 @@ def plan_edges(cells: Sequence[Cell], *, lr_min: float, per_decade: int, cap: fl
     curves: dict[tuple[str, str, int, int], list[Cell]] = {}
     for c in cells:
         if c.status in ("completed", "diverged", "cached"):
-            curves.setdefault((c.scheme, c.warmup, c.width, c.seed), []).append(c)
+            curves.setdefault(c.curve, []).append(c)
     out = []
     for key, members in curves.items():
         failed = curve_failures({c.lr: (c.final, c.l0, c.status) for c in members}, unigram=unigram, margin=margin)
@@ -783,9 +783,8 @@ def idle_curves(cells: Sequence[Cell], names: Sequence[str], ended: set[str]) ->
     or to resume (a run stopped earlier reads ``interrupted`` or ``failed`` until its worker starts it again).
     ``names`` are the cells' run names, in order. Planning a curve from part of its runs would plan other rates
     than a search that waits for them."""
-    busy = {(c.scheme, c.warmup, c.width, c.seed) for c, name in zip(cells, names, strict=True)
-            if c.status not in FINISHED and name not in ended}  # fmt: skip
-    return [c for c in cells if (c.scheme, c.warmup, c.width, c.seed) not in busy]
+    busy = {c.curve for c, name in zip(cells, names, strict=True) if c.status not in FINISHED and name not in ended}
+    return [c for c in cells if c.curve not in busy]
 
 
 def edge_summary(by_seed: dict[int, Edge]) -> dict[str, Any]:
@@ -926,11 +925,10 @@ def width_law(rows: Sequence[dict[str, Any]], scheme: str, warmup: str) -> dict[
             boxes.append((math.log(e["last_stable"]) if e["last_stable"] else -math.inf,
                           math.log(e["first_unstable"]) if e["first_unstable"] else math.inf))
         if len(widths) > 1:
-            xs = [math.log(w) for w in widths]
-            lo, hi = _slope_box(xs, boxes)
-            # the slope through the brackets' geometric centres: None when a width is censored (no centre)
-            centre = (_ls_slope(xs, [(a + b) / 2 for a, b in boxes])
-                      if all(math.isfinite(a) and math.isfinite(b) for a, b in boxes) else None)  # fmt: skip
+            lo, hi = _slope_box([math.log(w) for w in widths], boxes)
+            # the slope through the brackets' geometric centres, the middle of the range (the least-squares slope
+            # is linear in the log-edges): None when a width is censored (no centre)
+            centre = (lo + hi) / 2 if all(math.isfinite(a) and math.isfinite(b) for a, b in boxes) else None
             per_seed.append({"seed": s, "lo": lo if math.isfinite(lo) else None,
                              "hi": hi if math.isfinite(hi) else None, "centre": centre})
     lo = None if not per_seed or any(p["lo"] is None for p in per_seed) else min(p["lo"] for p in per_seed)
@@ -1444,8 +1442,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
             "report_only": not train,
             # the most runs the search added to one curve (its depth: rounds of the search before issue 40's
             # asynchronous search, which runs them as each curve is ready)
-            "edge_rounds": max(Counter((c.scheme, c.warmup, c.width, c.seed) for c, sp in zip(cells, specs)
-                                       if sp.name not in grid_names).values(), default=0),
+            "edge_rounds": max(Counter(c.curve for c, sp in zip(cells, specs) if sp.name not in grid_names).values(),
+                               default=0),
             "edge_runs": len(specs) - len(grid_names),
             # runs the edge search still has to run (--report-only on a partial folder): the edges are provisional
             "edge_pending": pending,
