@@ -15,7 +15,7 @@ from typing import Any
 
 from normlab.metrics import mean_ci
 
-__all__ = ["WARMUPS", "Cell", "Curve", "Edge", "arms", "best_loss_gap", "edge_text", "group_runs", "mean_ci95",
+__all__ = ["WARMUPS", "Cell", "Curve", "Edge", "arms", "best_loss_gap", "edge_text", "group_runs", "lr_name", "mean_ci95",
            "seed_curves", "split_seed", "warm_arms"]  # fmt: skip
 
 # -------------------------------------------------------------------------------------------------------------
@@ -23,6 +23,13 @@ __all__ = ["WARMUPS", "Cell", "Curve", "Edge", "arms", "best_loss_gap", "edge_te
 
 
 _SEEDED = re.compile(r"^(?P<base>.+)-s(?P<seed>\d+)$")
+
+
+def lr_name(x: float) -> str:
+    """A learning rate as run names spell it: 5e-4, 1e-3, 1.8e-3 (the fewest digits that give ``x`` back)."""
+    s = next(t for p in range(17) if float(t := f"{x:.{p}e}") == x)
+    mantissa, exponent = s.split("e")
+    return f"{mantissa}e{int(exponent)}"
 
 
 def split_seed(name: str) -> tuple[str, int | None]:

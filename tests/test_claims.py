@@ -692,3 +692,23 @@ def test_a_union_of_tests_is_read_at_the_corrected_level():
     assert e.low > 0.05 and e.at(0.975).low < 0.05, (e.low, e.at(0.975).low)
     c = claim(results, "C8")
     assert c["verdict"] == INCONCLUSIVE and "97.5% level" in c["evidence"], c["evidence"]
+
+
+def test_c11_c12_read_the_bert_runs_a_scale_names():
+    """A scale that runs Figure 5 at other rates in the paper's ratio (figures.bert_arms: results.json's
+    ``mlm_arms``) is judged on those runs, with the same verdicts, and its rates in the evidence."""
+    paper = paper_like()
+    renamed = {"bert-post-1e-4": "bert-post-6e-4", "bert-pre-3e-4": "bert-pre-1.8e-3",
+               "bert-post-3e-4": "bert-post-1.8e-3"}  # fmt: skip
+
+    def rename(name):
+        return next((new + name[len(old):] for old, new in renamed.items() if name.startswith(old + "-s")), name)
+
+    results = {**paper, "runs": {rename(k): v for k, v in paper["runs"].items()},
+               "finetune": {renamed[k]: v for k, v in paper["finetune"].items()},
+               "mlm_arms": {"post": "bert-post-6e-4", "pre": "bert-pre-1.8e-3", "hot": "bert-post-1.8e-3", "lr": 6e-4,
+                            "hot_lr": 1.8e-3}}  # fmt: skip
+    assert verdicts(results)["C11"] == verdicts(results)["C12"] == HOLDS
+    assert "Post-LN (6e-4, warm-up)" in claim(results, "C11")["evidence"]
+    # without ``mlm_arms`` (a results.json from before it): the paper's names, which this grid does not have
+    assert verdicts({k: v for k, v in results.items() if k != "mlm_arms"})["C11"] == NOT_RUN

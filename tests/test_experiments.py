@@ -8,6 +8,8 @@ import pytest
 
 from normlab.config import ConfigError
 from normlab.experiments.figures import (
+    BertArms,
+    bert_arms,
     Context,
     all_runs,
     fig2_warmup_ablation,
@@ -18,6 +20,7 @@ from normlab.experiments.figures import (
     mappings,
 )
 from normlab.experiments.scales import PAPER, SCALES, get_scale, scaled_updates
+from normlab.results import lr_name
 from normlab.train.schedules import build_schedule
 
 CTX = Context(translation_updates_per_epoch=100)
@@ -142,6 +145,27 @@ def test_fig5_and_fig6():
     assert small.optim.lr == 1e-4 and small.schedule.decay == "constant" and small.schedule.warmup_updates == 0
 
 
+def test_bert_arms_at_a_scale_of_its_own_rates():
+    """MLMScale.lr, beta2 and warmup set Figure 5's three runs in the paper's ratio (the Post-LN reference, Pre-LN
+    and the hot Post-LN arm at 3x), named by their rates; the defaults are the paper's names."""
+    paper = get_scale("paper")
+    assert bert_arms(paper) == BertArms("bert-post-1e-4", "bert-pre-3e-4", "bert-post-3e-4", 1e-4, 3e-4)
+    full = get_scale("full")
+    mine = full.replace(mlm=full.mlm.replace(lr=6e-4, beta2=0.98, warmup=100))
+    arms = bert_arms(mine)
+    assert (arms.post, arms.pre, arms.hot) == ("bert-post-6e-4", "bert-pre-1.8e-3", "bert-post-1.8e-3")
+    runs = {r.name: r.config for r in fig5_bert(mine, CTX)}
+    assert {n: (c.model.placement, c.optim.lr, c.optim.betas, c.schedule.warmup_updates) for n, c in runs.items()} == {
+        "bert-post-6e-4": ("post", 6e-4, (0.9, 0.98), 100), "bert-pre-1.8e-3": ("pre", 1.8e-3, (0.9, 0.98), 0),
+        "bert-post-1.8e-3": ("post", 1.8e-3, (0.9, 0.98), 100)}  # fmt: skip
+    ft = {r.parent for r in all_runs(mine, CTX) if r.kind == "finetune"}
+    assert ft == {f"{p}-s{k}" for p in ("bert-post-6e-4", "bert-pre-1.8e-3") for k in (1, 2, 3)}  # not the hot arm
+    assert [lr_name(x) for x in (5e-4, 1e-3, 1.8e-3, 2.5e-5)] == ["5e-4", "1e-3", "1.8e-3", "2.5e-5"]
+    for bad in (dict(lr=0.0), dict(beta2=1.0), dict(warmup=-2)):
+        with pytest.raises(ConfigError, match="MLMScale"):
+            full.mlm.replace(**bad)
+
+
 def test_all_runs_merges_shared_runs_and_orders_finetuning_last():
     s = get_scale("full")
     runs = all_runs(s, CTX)
@@ -159,10 +183,10 @@ def test_all_runs_merges_shared_runs_and_orders_finetuning_last():
     # fine-tuning seed-major too: both placements' first pre-training seeds are fine-tuned first
     parent_seeds = [int(r.parent.rsplit("-s", 1)[1]) for r in ft]
     assert parent_seeds == sorted(parent_seeds) and {r.parent for r in ft[: len(ft) // s.seeds]} == {
-        "bert-post-1e-4-s1", "bert-pre-3e-4-s1"}
+        "bert-post-6e-4-s1", "bert-pre-1.8e-3-s1"}
     assert len(ft) == 2 * s.seeds * s.finetune.checkpoints * len(s.finetune.tasks) * s.finetune.seeds
     # every seed of each pre-training run is fine-tuned; the diverging 3e-4 run is not
-    assert {r.parent for r in ft} == {f"bert-{p}-s{k}" for p in ("post-1e-4", "pre-3e-4") for k in (1, 2, 3)}
+    assert {r.parent for r in ft} == {f"bert-{p}-s{k}" for p in ("post-6e-4", "pre-1.8e-3") for k in (1, 2, 3)}
     assert all(r.parent_update in finetune_points(s) for r in ft)
     assert all(r.config.data.tokenizer == "en-mono" for r in ft)  # the pre-training vocabulary
 
@@ -216,7 +240,7 @@ def test_full_is_the_quick_grid_and_the_arms_the_other_claims_need():
     """Issue 32: `full` reuses every quick run (same names, same configs: a quick folder is a full folder with those
     runs done), at the quick scale's shape, length and curve, and adds one group per arm of FULL_ARMS, 3 seeds each;
     every translation claim finds the groups it reads."""
-    from normlab.experiments.scales import FULL_ARMS, FULL_BUDGET, QUICK_RUNS
+    from normlab.experiments.scales import FULL_ARMS, FULL_BUDGET, FULL_MLM, QUICK_RUNS
 
     quick, full = get_scale("quick"), get_scale("full")
     q, f = _grid(quick, ("fig2", "fig4")), _grid(full)
@@ -229,6 +253,11 @@ def test_full_is_the_quick_grid_and_the_arms_the_other_claims_need():
     assert all(r.config.max_updates == FULL_BUDGET["updates_per_translation_run"] == 1200 for r in f.values())
     assert full.translation.replace(runs=()) == quick.translation.replace(runs=())  # one shape, length and curve
     assert full.analysis == quick.analysis and "width" not in full.figures  # the sweep only when asked
+    # BERT (C11-C12) only when asked too: the calibrated setting costs more than full's 3-hour target by itself
+    assert "fig5" not in full.figures and full.mlm == FULL_MLM
+    assert (FULL_MLM.d_model, FULL_MLM.layers, FULL_MLM.updates, FULL_MLM.lr, FULL_MLM.beta2) == (128, 4, 10_000, 6e-4,
+                                                                                                  0.98)
+    assert bert_arms(full).hot_lr == 1.8e-3 and fig5_bert(full, CTX)[0].config.schedule.warmup_updates == 100
     arm = {g: f[f"{g}-s1"].config for g in FULL_ARMS}
     assert arm["post-adam-1e-3-nowarm"].optim.lr == 1e-3 and arm["post-adam-1e-3-w4000"].schedule.warmup_updates == 100
     assert {arm[f"post-adam-{lr}-w500"].schedule.warmup_updates for lr in ("5e-4", "1e-3")} == {12}  # 100 / 8

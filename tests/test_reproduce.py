@@ -381,6 +381,7 @@ def test_the_estimate_counts_each_runs_validation_per_epoch_of_its_own_data():
     from normlab.experiments.figures import fig5_bert
 
     full = get_scale("full")
+    full = full.replace(mlm=full.mlm.replace(updates=2000, evals=8))  # the arithmetic below: 8 points of 250
     ctx = Context(translation_updates_per_epoch=7, mlm_updates_per_epoch=10**6)
     [bert] = fig5_bert(full, ctx)[:1]
     c = bert.config

@@ -17,12 +17,14 @@ from normlab.config import CHECKPOINT_AVERAGE, DataConfig, ModelConfig, OptimCon
 from normlab.experiments.finetuning import finetune_config
 from normlab.experiments.scales import FULL_ARMS, PAPER, Scale, scaled_updates
 from normlab.report.claims import LEVEL, _noise_k
-from normlab.results import split_seed
+from normlab.results import lr_name, split_seed
 
 __all__ = [
     "Context",
     "RunSpec",
     "Mapping",
+    "BertArms",
+    "bert_arms",
     "fig2_warmup_ablation",
     "fig4_pre_vs_post",
     "fig5_bert",
@@ -134,10 +136,6 @@ def _translation(scale: Scale, ctx: Context, *, placement: str, optim: OptimConf
                        test_checkpoint=t.test_checkpoint)  # fmt: skip
 
 
-def _lr(x: float) -> str:
-    return f"{x:.0e}".replace("e-0", "e-")
-
-
 def _adam(lr: float) -> OptimConfig:
     return OptimConfig(name="adam", lr=lr, betas=(0.9, 0.98))  # Section 3.2: beta = (0.9, 0.98)
 
@@ -149,8 +147,8 @@ def _post_inverse_sqrt(scale: Scale, ctx: Context, opt: str, lr: float, paper_wa
     cfg = _translation(scale, ctx, placement="post", optim=optim,
                        schedule=ScheduleConfig(warmup_updates=warm, **_decay(scale, "inverse_sqrt")))  # fmt: skip
     w = "w/o warm-up" if paper_warmup <= 1 else f"T_warmup={paper_warmup}" + (f" (here {warm})" if warm != paper_warmup else "")
-    name = f"post-{opt}-{_lr(lr)}-" + ("nowarm" if paper_warmup <= 1 else f"w{paper_warmup}")
-    return RunSpec(name, ("fig2",), f"Post-LN, {opt.capitalize() if opt == 'adam' else 'SGD'}, lr {_lr(lr)}, {w}", cfg)
+    name = f"post-{opt}-{lr_name(lr)}-" + ("nowarm" if paper_warmup <= 1 else f"w{paper_warmup}")
+    return RunSpec(name, ("fig2",), f"Post-LN, {opt.capitalize() if opt == 'adam' else 'SGD'}, lr {lr_name(lr)}, {w}", cfg)
 
 
 def fig2_warmup_ablation(scale: Scale, ctx: Context) -> list[RunSpec]:
@@ -209,9 +207,34 @@ def _mlm_total(scale: Scale) -> int:
 
 
 def bert_warmup_here(scale: Scale) -> int:
+    if scale.mlm.warmup >= 0:
+        return scale.mlm.warmup
     if scale.name == "paper":
         return PAPER["bert_warmup"]
     return scaled_updates(PAPER["bert_warmup"], PAPER["bert_updates"], _mlm_total(scale))
+
+
+HOT = 3  # Section 4: Pre-LN BERT at 3e-4 against Post-LN's 1e-4, and Post-LN at 3e-4 diverged
+
+
+@dataclasses.dataclass(frozen=True)
+class BertArms:
+    """Figure 5(a)'s three pre-training runs (groups) at a scale: the Post-LN reference at ``MLMScale.lr`` with
+    warm-up, Pre-LN without warm-up at HOT x that rate, and Post-LN at HOT x with warm-up (the arm the paper found
+    to diverge). Named by their rates, so ``bert-post-1e-4``, ``bert-pre-3e-4``, ``bert-post-3e-4`` at the paper's;
+    report/claims.py finds them here (results.json's ``mlm_arms``), whatever the scale's rates."""
+
+    post: str
+    pre: str
+    hot: str
+    lr: float
+    hot_lr: float
+
+
+def bert_arms(scale: Scale) -> BertArms:
+    lr = scale.mlm.lr
+    hot = float(f"{HOT * lr:.12g}")  # 3 x 1e-4 is 3.0000000000000003e-4 in binary: the name says 3e-4
+    return BertArms(f"bert-post-{lr_name(lr)}", f"bert-pre-{lr_name(hot)}", f"bert-post-{lr_name(hot)}", lr, hot)
 
 
 def _mlm(scale: Scale, ctx: Context, *, placement: str, lr: float, warmup: int) -> TrainConfig:
@@ -227,7 +250,7 @@ def _mlm(scale: Scale, ctx: Context, *, placement: str, lr: float, warmup: int) 
                       cache_dir=ctx.cache_dir)  # fmt: skip
     every = max(1, m.updates // m.evals)
     # Devlin et al.: Adam with decoupled weight decay 0.01, beta2 = 0.999; the paper keeps their settings
-    optim = OptimConfig(name="adamw", lr=lr, betas=(0.9, 0.999), weight_decay=0.01)
+    optim = OptimConfig(name="adamw", lr=lr, betas=(0.9, m.beta2), weight_decay=0.01)
     return TrainConfig(model=model, data=data, optim=optim, schedule=ScheduleConfig(warmup_updates=warmup,
                        decay="linear"), max_epochs=10_000, max_updates=m.updates, label_smoothing=0.0,
                        eval_every=every, save_every=every, keep_last=1, keep_every=every, device=ctx.device,
@@ -236,15 +259,15 @@ def _mlm(scale: Scale, ctx: Context, *, placement: str, lr: float, warmup: int) 
 
 def fig5_bert(scale: Scale, ctx: Context) -> list[RunSpec]:
     """Figure 5(a): Post-LN BERT (lr 1e-4, 10k warm-up, linear decay) against Pre-LN (3e-4, no warm-up, linear
-    decay), and Post-LN at 3e-4, which the paper found to diverge."""
-    w = bert_warmup_here(scale)
+    decay), and Post-LN at 3e-4, which the paper found to diverge; at the scale's rates (:func:`bert_arms`)."""
+    w, a = bert_warmup_here(scale), bert_arms(scale)
     return [
-        RunSpec("bert-post-1e-4", ("fig5",), "Post-LN BERT, lr 1e-4, warm-up", _mlm(scale, ctx, placement="post",
-                lr=1e-4, warmup=w), kind="mlm"),
-        RunSpec("bert-pre-3e-4", ("fig5",), "Pre-LN BERT, lr 3e-4, w/o warm-up", _mlm(scale, ctx, placement="pre",
-                lr=3e-4, warmup=0), kind="mlm"),
-        RunSpec("bert-post-3e-4", ("fig5",), "Post-LN BERT, lr 3e-4, warm-up", _mlm(scale, ctx, placement="post",
-                lr=3e-4, warmup=w), kind="mlm"),
+        RunSpec(a.post, ("fig5",), f"Post-LN BERT, lr {lr_name(a.lr)}, warm-up", _mlm(scale, ctx, placement="post",
+                lr=a.lr, warmup=w), kind="mlm"),
+        RunSpec(a.pre, ("fig5",), f"Pre-LN BERT, lr {lr_name(a.hot_lr)}, w/o warm-up", _mlm(scale, ctx, placement="pre",
+                lr=a.hot_lr, warmup=0), kind="mlm"),
+        RunSpec(a.hot, ("fig5",), f"Post-LN BERT, lr {lr_name(a.hot_lr)}, warm-up", _mlm(scale, ctx, placement="post",
+                lr=a.hot_lr, warmup=w), kind="mlm"),
     ]  # fmt: skip
 
 
@@ -261,7 +284,7 @@ def finetune_points(scale: Scale) -> list[int]:
 def fig5_finetune(scale: Scale, ctx: Context, parents: list[RunSpec] | None = None) -> list[RunSpec]:
     """Figure 5(b, c): each pre-training run's checkpoints fine-tuned on the two pair tasks, over seeds.
     (The run that the paper found to diverge, Post-LN at 3e-4, is not fine-tuned.)"""
-    parents = parents or [r for r in fig5_bert(scale, ctx) if r.name != "bert-post-3e-4"]
+    parents = parents or [r for r in fig5_bert(scale, ctx) if r.name != bert_arms(scale).hot]
     specs = []
     for parent in parents:
         for update in finetune_points(scale):
@@ -298,7 +321,7 @@ def all_runs(scale: Scale, ctx: Context, figures: tuple[str, ...] = ("fig2", "fi
             else:
                 merged[spec.name] = spec
     runs = [r for r in merged.values() if _selected(scale, r)]
-    parents = [r for r in runs if r.kind == "mlm" and r.name != "bert-post-3e-4"]
+    parents = [r for r in runs if r.kind == "mlm" and r.name != bert_arms(scale).hot]
     # Seed-major (every run's seed 1, then every run's seed 2, ...): the finished runs of a job stopped part-way
     # (it resumes when run again) cover every contrast at one seed, a first look at each curve in runs/, rather
     # than all the seeds of its first run and nothing of the others; the claims still wait for every seed.
@@ -411,11 +434,14 @@ def mappings(scale: Scale, ctx: Context) -> list[Mapping]:
         out.append(Mapping("Pre-LN step decay x0.1", "from epoch 8 (after 7 of ~30 epochs)", at))
     if "fig5" not in scale.figures:
         return out + _model_rows(scale)
-    bw = bert_warmup_here(scale)
+    bw, arms, m = bert_warmup_here(scale), bert_arms(scale), scale.mlm
     out.append(Mapping("BERT run", f"{PAPER['bert_updates']:,} updates, T_warmup={PAPER['bert_warmup']:,} (1%)",
-                       f"{scale.mlm.updates:,} updates, T_warmup={bw:,} ({100 * bw / scale.mlm.updates:.1f}%)"
-                       + ("" if scale.name == "paper" else "; not calibrated: no width and length measured at which "
-                          "the Post-LN reference passes its gate (scales.py); the gate says whether it did")))
+                       f"{m.updates:,} updates, T_warmup={bw:,} ({100 * bw / m.updates:.1f}%)"
+                       + ("" if scale.name == "paper" else "; the calibration runs of docs/results/reproduce-full/"
+                          "bert-calibration (scales.py): the gate says whether the Post-LN reference learned")))
+    out.append(Mapping("BERT rates", "Post-LN 1e-4 with warm-up; Pre-LN 3e-4 without; Post-LN 3e-4 diverged; AdamW "
+                       "beta2 0.999", f"Post-LN {lr_name(arms.lr)} with warm-up; Pre-LN {lr_name(arms.hot_lr)} without; Post-LN "
+                       f"{lr_name(arms.hot_lr)} with warm-up; beta2 {m.beta2:g}; {m.layers} layers, d={m.d_model}"))
     ft = scale.finetune
     out.append(Mapping("fine-tuning", "batch 16/32, lr 1e-5..1e-4, 3-8 epochs searched; 6 seeds, 95% CI",
                        f"batch {ft.batch_sentences}, lr {ft.lr:g}, {ft.epochs} epoch(s), {ft.seeds} seed(s) per "

@@ -18,6 +18,7 @@ first lines name the runs that have not finished.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import math
@@ -38,7 +39,15 @@ from normlab.config import ConfigError, OptimConfig, ScheduleConfig, TrainConfig
 from normlab.data import prepare
 from normlab.device import cpu_name
 from normlab.experiments.budget import estimate, run_updates, updates_per_epoch
-from normlab.experiments.figures import Context, _translation, all_runs, fig5_bert, mappings, seeds_mapping
+from normlab.experiments.figures import (
+    Context,
+    _translation,
+    all_runs,
+    bert_arms,
+    fig5_bert,
+    mappings,
+    seeds_mapping,
+)
 from normlab.experiments.finetuning import finetune_config
 from normlab.experiments.grid import (
     FINISHED,
@@ -308,6 +317,7 @@ def reproduce(
         results["analysis"] = analysis
         results["analysis_summary"] = analysis_text
     results["mappings"] = [m.__dict__ for m in mappings(scale, ctx)]
+    results["mlm_arms"] = dataclasses.asdict(bert_arms(scale))  # C11-C12 and Figure 5 find the BERT runs here
     unfinished = {s.name: st for s in specs if (st := results["runs"][s.name]["status"]) not in FINISHED}
     # what this scale runs but has not finished (a job stopped, --report-only): a claim missing these is
     # inconclusive ("not finished"), not "not run at this scale"

@@ -91,12 +91,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from normlab.metrics import t_quantile
-from normlab.results import group_runs
+from normlab.results import group_runs, lr_name
 
 __all__ = [
     "Claim", "CLAIMS", "evaluate_claims", "HOLDS", "FAILS", "INCONCLUSIVE", "NOT_RUN", "VERDICTS", "FAR_WORSE",
     "SIMILAR", "FASTER", "LEARN_MARGIN", "NOISE_SE", "MIN_ACC_GAP", "LEVEL", "Effect", "group_runs", "seed_group", "at_least", "at_most", "within", "family",
-    "far_worse", "learned", "corrected", "LEARNED", "NOT_LEARNED", "UNDECIDED",
+    "far_worse", "learned", "mlm_arms", "PAPER_MLM_ARMS", "corrected", "LEARNED", "NOT_LEARNED", "UNDECIDED",
 ]  # fmt: skip
 
 HOLDS, FAILS, INCONCLUSIVE, NOT_RUN = "holds", "does not hold", "inconclusive", "not run at this scale"
@@ -929,22 +929,35 @@ def c13_small_lr(results: dict[str, Any]) -> Verdict:
 # C11, C12: BERT (Figure 5)
 
 
+# Figure 5's runs at the paper's rates; a scale with others names them in results.json (figures.bert_arms)
+PAPER_MLM_ARMS = {"post": "bert-post-1e-4", "pre": "bert-pre-3e-4", "hot": "bert-post-3e-4", "lr": 1e-4,
+                  "hot_lr": 3e-4}  # fmt: skip
+
+
+def mlm_arms(results: dict[str, Any]) -> dict[str, Any]:
+    """The names and rates of Figure 5's Post-LN reference (``post``), Pre-LN (``pre``) and hot Post-LN (``hot``)
+    runs: results.json's ``mlm_arms``, or the paper's for a results file written before it had them."""
+    return results.get("mlm_arms") or PAPER_MLM_ARMS
+
+
 @_guard
 def c11_bert(results: dict[str, Any]) -> Verdict:
-    post = seed_group(results, "bert-post-1e-4")
-    pre = seed_group(results, "bert-pre-3e-4")
-    hot = seed_group(results, "bert-post-3e-4")
+    arms = mlm_arms(results)
+    post = seed_group(results, arms["post"])
+    pre = seed_group(results, arms["pre"])
+    hot = seed_group(results, arms["hot"])
+    lr, hot_lr = lr_name(arms["lr"]), lr_name(arms["hot_lr"])
     e_fast, points = _speed(post, pre)
     e_hot, hot_part = far_worse(results, hot, post, kind="mlm")
     verdict, ((v_fast, why_fast), (v_hot, why_hot)) = family([lambda lv: at_least(e_fast.at(lv), FASTER), hot_part])
     target = post.mean_final()
-    evidence = (f"mean valid MLM loss along the run ({len(points)} evaluations): Post-LN (1e-4, warm-up) "
-                f"{_inf_text(e_fast.a)} vs Pre-LN (3e-4, no warm-up) {_inf_text(e_fast.b)}: Post-LN higher by "
+    evidence = (f"mean valid MLM loss along the run ({len(points)} evaluations): Post-LN ({lr}, warm-up) "
+                f"{_inf_text(e_fast.a)} vs Pre-LN ({hot_lr}, no warm-up) {_inf_text(e_fast.b)}: Post-LN higher by "
                 f"{e_fast.text()}, {v_fast} ({why_fast}); Post-LN ends at {_fmt(target)}, the Pre-LN curve reaches "
-                f"it at {_reaches(pre, target)}. Post-LN at 3e-4 {_side(hot)}, worse than at 1e-4 by "
+                f"it at {_reaches(pre, target)}. Post-LN at {hot_lr} {_side(hot)}, worse than at {lr} by "
                 f"{e_hot.text()}: {v_hot} ({why_hot})")  # fmt: skip
     return _gated(learned(results, [post], "mlm"), verdict, evidence,
-                  f"faster: {e_fast.text()}; 3e-4 worse: {e_hot.text()}",
+                  f"faster: {e_fast.text()}; {hot_lr} worse: {e_hot.text()}",
                   {"faster": e_fast.numbers(), "hot": e_hot.numbers(), "points": points})
 
 
@@ -982,8 +995,8 @@ def c12_finetune(results: dict[str, Any]) -> Verdict:
     shares that run, so the points are not independent. Per pre-training seed, the mean accuracy over the points
     both placements have (each point the mean over its fine-tuning seeds); the gap between the placements' seed
     means counts beyond the noise of those per-seed means (Welch, t quantile, as for the other claims)."""
-    curves = results.get("finetune", {})
-    pre, post = curves.get("bert-pre-3e-4"), curves.get("bert-post-1e-4")
+    curves, arms = results.get("finetune", {}), mlm_arms(results)
+    pre, post = curves.get(arms["pre"]), curves.get(arms["post"])
     if not pre or not post:
         raise _Missing("fine-tuning results")
     points, gaps, parts = [], [], []
@@ -1086,7 +1099,8 @@ CLAIMS: list[Claim] = [
           "Section 4, Figure 5(a)", c11_bert,
           f"Pre-LN's mean MLM loss along the run >= {100 * FASTER:g}% below Post-LN's, and Post-LN at 3e-4 diverges or "
           f"ends >= {100 * FAR_WORSE:g}% worse than at 1e-4 ({_FAR}); either part not {_UNION}; {_GATE} (Post-LN "
-          f"at 1e-4); {_NOISE}"),
+          f"at 1e-4); {_NOISE}. A scale may run all three at other rates in the paper's ratio (the evidence names "
+          "them)"),
     Claim("C12", "Pre-LN fine-tunes faster downstream (MRPC, RTE)", "Section 4, Figure 5(b, c)", c12_finetune,
           "fine-tuned from the same pre-training updates, Pre-LN's mean accuracy over the points is higher by more "
           f"than {100 * MIN_ACC_GAP:g} point, the whole 95% t interval across pre-training seeds (Welch), and ahead at "

@@ -8,7 +8,7 @@ from typing import Any
 
 import matplotlib
 
-from normlab.report.claims import LEARN_MARGIN
+from normlab.report.claims import LEARN_MARGIN, mlm_arms
 from normlab.results import seed_curves
 
 matplotlib.use("Agg")
@@ -19,7 +19,8 @@ __all__ = ["plot_all"]
 LN2 = math.log(2)
 
 
-def _style(name: str) -> dict[str, Any]:
+def _style(name: str, hot: str = "bert-post-3e-4") -> dict[str, Any]:
+    """``hot``: Figure 5's Post-LN run at the Pre-LN rate (claims.mlm_arms), drawn red."""
     style: dict[str, Any] = {"linestyle": "--" if "nowarm" in name or "const" in name else "-"}
     style["color"] = ("tab:orange" if name.startswith("pre") else "tab:blue")
     if "radam" in name:
@@ -31,7 +32,7 @@ def _style(name: str) -> dict[str, Any]:
     if "1e-4-const" in name:
         style["color"] = "tab:pink"
     if name.startswith("bert"):  # Figure 5: Pre-LN orange, Post-LN blue, Post-LN at 3e-4 (diverges) red
-        style["color"] = "tab:orange" if "-pre-" in name else "tab:red" if "3e-4" in name else "tab:blue"
+        style["color"] = "tab:orange" if "-pre-" in name else "tab:red" if name == hot else "tab:blue"
         style["linestyle"] = "-"
     style["marker"] = "o" if "1e-3" in name or "5e-3" in name else "s"
     style["markersize"] = 3
@@ -51,7 +52,8 @@ def _groups(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _panel(ax: Any, groups: dict[str, dict[str, Any]], key: str, ylabel: str, title: str) -> bool:
+def _panel(ax: Any, groups: dict[str, dict[str, Any]], key: str, ylabel: str, title: str,
+           hot: str = "bert-post-3e-4") -> bool:
     """Seed-mean curves of ``key`` against updates, with a band of one standard deviation over the seeds."""
     drawn = False
     for name, g in groups.items():
@@ -63,7 +65,7 @@ def _panel(ax: Any, groups: dict[str, dict[str, Any]], key: str, ylabel: str, ti
         n = stats["seeds"]
         label = f"{g['label']} ({n} seed{'s' if n != 1 else ''}" + (f", {stats['diverged']} diverged" if
                                                                     stats["diverged"] else "") + ")"  # fmt: skip
-        style = _style(name)
+        style = _style(name, hot)
         if xs:
             ax.plot(xs, ys, label=label, **style)
             sds = [p["sd"] for p in pts]
@@ -122,15 +124,17 @@ def plot_all(results: dict[str, Any], out: Path) -> dict[str, Path]:
     bert = {k: g for k, g in by_fig("fig5").items() if g["kind"] == "mlm"}
     if bert:
         paths["fig5"] = _fig5(bert, results.get("finetune", {}), out / "fig5.png",
-                              results.get("baselines", {}).get("mlm", {}).get("unigram_entropy"))
+                              results.get("baselines", {}).get("mlm", {}).get("unigram_entropy"),
+                              mlm_arms(results)["hot"])
     return paths
 
 
-def _fig5(bert: dict[str, dict[str, Any]], finetune: dict[str, Any], path: Path, entropy: float | None) -> Path:
+def _fig5(bert: dict[str, dict[str, Any]], finetune: dict[str, Any], path: Path, entropy: float | None,
+          hot: str) -> Path:
     tasks = sorted({t for parent in finetune.values() for t in parent})
     fig, axes = plt.subplots(1, 1 + len(tasks), figsize=(5 * (1 + len(tasks)), 3.8), squeeze=False)
     ax = axes[0][0]
-    _panel(ax, bert, "nll", "validation MLM loss (bits/token)", "(a) pre-training, seed mean ± 1 sd")
+    _panel(ax, bert, "nll", "validation MLM loss (bits/token)", "(a) pre-training, seed mean ± 1 sd", hot)
     if entropy is not None:
         ax.axhline(entropy / LN2, color="grey", linewidth=0.8, linestyle=":", label="unigram loss")
     ax.set_xlabel("pre-training updates")
