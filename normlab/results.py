@@ -27,7 +27,9 @@ _SEEDED = re.compile(r"^(?P<base>.+)-s(?P<seed>\d+)$")
 
 def lr_name(x: float) -> str:
     """A learning rate as run names spell it: 5e-4, 1e-3, 1.8e-3 (the fewest digits that give ``x`` back)."""
-    s = next(t for p in range(17) if float(t := f"{x:.{p}e}") == x)
+    s = next((t for p in range(17) if float(t := f"{x:.{p}e}") == x), None)
+    if s is None:
+        raise ValueError(f"a learning rate must be a finite number, got {x}")
     mantissa, exponent = s.split("e")
     return f"{mantissa}e{int(exponent)}"
 

@@ -9,8 +9,8 @@ import pytest
 from normlab.config import ConfigError
 from normlab.experiments.figures import (
     BertArms,
-    bert_arms,
     Context,
+    bert_arms,
     all_runs,
     fig2_warmup_ablation,
     fig4_pre_vs_post,
@@ -161,9 +161,16 @@ def test_bert_arms_at_a_scale_of_its_own_rates():
     ft = {r.parent for r in all_runs(mine, CTX) if r.kind == "finetune"}
     assert ft == {f"{p}-s{k}" for p in ("bert-post-6e-4", "bert-pre-1.8e-3") for k in (1, 2, 3)}  # not the hot arm
     assert [lr_name(x) for x in (5e-4, 1e-3, 1.8e-3, 2.5e-5)] == ["5e-4", "1e-3", "1.8e-3", "2.5e-5"]
-    for bad in (dict(lr=0.0), dict(beta2=1.0), dict(warmup=-2)):
+    for bad in ({"lr": 0.0}, {"beta2": 1.0}, {"warmup": -2}):
         with pytest.raises(ConfigError, match="MLMScale"):
             full.mlm.replace(**bad)
+    with pytest.raises(ConfigError, match="bert-post-1e-4"):  # a run of another rate selects nothing: an error
+        all_runs(mine.replace(mlm=mine.mlm.replace(runs=("bert-post-1e-4",))), CTX)
+    # the report's mapping table has the BERT rows when fig5 is asked for, though full runs it only then
+    rows = {m.what: m.here for m in mappings(full, CTX, ("fig2", "fig5"))}
+    assert "Post-LN 6e-4 with warm-up" in rows["BERT rates"] and "FULL_MLM" in rows["BERT run"]
+    assert "BERT rates" not in {m.what for m in mappings(full, CTX)}
+    assert "not calibrated" in {m.what: m.here for m in mappings(get_scale("smoke"), CTX)}["BERT run"]
 
 
 def test_all_runs_merges_shared_runs_and_orders_finetuning_last():

@@ -13,9 +13,9 @@ import dataclasses
 import math
 from typing import Literal
 
-from normlab.config import CHECKPOINT_AVERAGE, DataConfig, ModelConfig, OptimConfig, ScheduleConfig, TrainConfig
+from normlab.config import CHECKPOINT_AVERAGE, ConfigError, DataConfig, ModelConfig, OptimConfig, ScheduleConfig, TrainConfig
 from normlab.experiments.finetuning import finetune_config
-from normlab.experiments.scales import FULL_ARMS, PAPER, Scale, scaled_updates
+from normlab.experiments.scales import FULL_ARMS, FULL_MLM, PAPER, Scale, scaled_updates
 from normlab.report.claims import LEVEL, _noise_k
 from normlab.results import lr_name, split_seed
 
@@ -249,7 +249,8 @@ def _mlm(scale: Scale, ctx: Context, *, placement: str, lr: float, warmup: int) 
                       train_subset=m.train_subset, valid_subset=m.valid_subset, max_tokens=m.max_tokens,
                       cache_dir=ctx.cache_dir)  # fmt: skip
     every = max(1, m.updates // m.evals)
-    # Devlin et al.: Adam with decoupled weight decay 0.01, beta2 = 0.999; the paper keeps their settings
+    # Devlin et al.: Adam with decoupled weight decay 0.01, beta2 = 0.999, which the paper keeps; a scale may set
+    # beta2 (MLMScale.beta2: full's 0.98, so that its 100-update warm-up covers Adam's window, scales.py)
     optim = OptimConfig(name="adamw", lr=lr, betas=(0.9, m.beta2), weight_decay=0.01)
     return TrainConfig(model=model, data=data, optim=optim, schedule=ScheduleConfig(warmup_updates=warmup,
                        decay="linear"), max_epochs=10_000, max_updates=m.updates, label_smoothing=0.0,
@@ -320,6 +321,10 @@ def all_runs(scale: Scale, ctx: Context, figures: tuple[str, ...] = ("fig2", "fi
                 merged[spec.name] = dataclasses.replace(old, figures=tuple(dict.fromkeys(old.figures + spec.figures)))
             else:
                 merged[spec.name] = spec
+    if "fig5" in figures and (unknown := set(scale.mlm.runs) - {r.name for r in fig5_bert(scale, ctx)}):
+        # names follow MLMScale.lr (bert_arms): a name of another rate would select nothing, silently
+        raise ConfigError(f"mlm.runs names {sorted(unknown)}, not among this scale's pre-training runs "
+                          f"{[r.name for r in fig5_bert(scale, ctx)]}")
     runs = [r for r in merged.values() if _selected(scale, r)]
     parents = [r for r in runs if r.kind == "mlm" and r.name != bert_arms(scale).hot]
     # Seed-major (every run's seed 1, then every run's seed 2, ...): the finished runs of a job stopped part-way
@@ -366,8 +371,10 @@ def seeds_mapping(seeds: int) -> Mapping:
     return Mapping("seeds", "one run per setting (6 seeds for fine-tuning)", here)
 
 
-def mappings(scale: Scale, ctx: Context) -> list[Mapping]:
-    """How the paper's schedule settings were translated to this scale (the report's table)."""
+def mappings(scale: Scale, ctx: Context, figures: tuple[str, ...] | None = None) -> list[Mapping]:
+    """How the paper's schedule settings were translated to this scale (the report's table), for the figures run
+    (``figures``; None: the scale's own)."""
+    figures = scale.figures if figures is None else figures
     total = _translation_total(scale, ctx)
     paper_total = _paper_iwslt_total()
     t = scale.translation
@@ -432,13 +439,15 @@ def mappings(scale: Scale, ctx: Context) -> list[Mapping]:
         sched = _pre_step_decay(scale, ctx)
         at = f"from epoch {sched.step_epochs[0]}" if sched.step_epochs else f"after update {sched.step_updates[0]:,}"
         out.append(Mapping("Pre-LN step decay x0.1", "from epoch 8 (after 7 of ~30 epochs)", at))
-    if "fig5" not in scale.figures:
+    if "fig5" not in figures:
         return out + _model_rows(scale)
     bw, arms, m = bert_warmup_here(scale), bert_arms(scale), scale.mlm
     out.append(Mapping("BERT run", f"{PAPER['bert_updates']:,} updates, T_warmup={PAPER['bert_warmup']:,} (1%)",
                        f"{m.updates:,} updates, T_warmup={bw:,} ({100 * bw / m.updates:.1f}%)"
-                       + ("" if scale.name == "paper" else "; the calibration runs of docs/results/reproduce-full/"
-                          "bert-calibration (scales.py): the gate says whether the Post-LN reference learned")))
+                       + ("" if scale.name == "paper" else "; the setting the calibration runs of docs/results/"
+                          "reproduce-full/bert-calibration chose (scales.FULL_MLM): the gate says whether the Post-LN "
+                          "reference learned" if m == FULL_MLM else "; not calibrated: no width and length measured "
+                          "at which the Post-LN reference passes its gate (scales.py); the gate says whether it did")))
     out.append(Mapping("BERT rates", "Post-LN 1e-4 with warm-up; Pre-LN 3e-4 without; Post-LN 3e-4 diverged; AdamW "
                        "beta2 0.999", f"Post-LN {lr_name(arms.lr)} with warm-up; Pre-LN {lr_name(arms.hot_lr)} without; Post-LN "
                        f"{lr_name(arms.hot_lr)} with warm-up; beta2 {m.beta2:g}; {m.layers} layers, d={m.d_model}"))

@@ -9,7 +9,8 @@ finished runs and resumes a killed one (see grid.py); a finished run is its smal
 (config.yaml, metrics.jsonl, summary.json: no checkpoint needed), so a grid can be filled from several machines
 by copying or committing those, and ``--scale full`` on a folder of quick runs trains only the arms quick lacks
 (the two scales share those runs: scales.py). A pre-training run of Figure 5 needs its checkpoints until its
-fine-tuning runs have finished. ``--figures`` restricts the work to some figures;
+fine-tuning runs have finished. ``--figures`` chooses the figures (some of the scale's, or one it runs only when
+asked: ``fig5`` at full, ``width``);
 ``--report-only`` trains nothing and writes the report from the runs finished so far (a long job stopped
 half-way, or still running in another process): a claim then counts only its finished seeds, and the report's
 first lines name the runs that have not finished.
@@ -316,7 +317,7 @@ def reproduce(
     if analysis is not None:
         results["analysis"] = analysis
         results["analysis_summary"] = analysis_text
-    results["mappings"] = [m.__dict__ for m in mappings(scale, ctx)]
+    results["mappings"] = [m.__dict__ for m in mappings(scale, ctx, figures)]
     results["mlm_arms"] = dataclasses.asdict(bert_arms(scale))  # C11-C12 and Figure 5 find the BERT runs here
     unfinished = {s.name: st for s in specs if (st := results["runs"][s.name]["status"]) not in FINISHED}
     # what this scale runs but has not finished (a job stopped, --report-only): a claim missing these is

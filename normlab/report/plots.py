@@ -8,8 +8,8 @@ from typing import Any
 
 import matplotlib
 
-from normlab.report.claims import LEARN_MARGIN, mlm_arms
-from normlab.results import seed_curves
+from normlab.report.claims import LEARN_MARGIN, PAPER_MLM_ARMS, mlm_arms
+from normlab.results import seed_curves, split_seed
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -19,7 +19,7 @@ __all__ = ["plot_all"]
 LN2 = math.log(2)
 
 
-def _style(name: str, hot: str = "bert-post-3e-4") -> dict[str, Any]:
+def _style(name: str, hot: str = PAPER_MLM_ARMS["hot"]) -> dict[str, Any]:
     """``hot``: Figure 5's Post-LN run at the Pre-LN rate (claims.mlm_arms), drawn red."""
     style: dict[str, Any] = {"linestyle": "--" if "nowarm" in name or "const" in name else "-"}
     style["color"] = ("tab:orange" if name.startswith("pre") else "tab:blue")
@@ -32,7 +32,7 @@ def _style(name: str, hot: str = "bert-post-3e-4") -> dict[str, Any]:
     if "1e-4-const" in name:
         style["color"] = "tab:pink"
     if name.startswith("bert"):  # Figure 5: Pre-LN orange, Post-LN blue, Post-LN at 3e-4 (diverges) red
-        style["color"] = "tab:orange" if "-pre-" in name else "tab:red" if name == hot else "tab:blue"
+        style["color"] = "tab:orange" if "-pre-" in name else "tab:red" if split_seed(name)[0] == hot else "tab:blue"
         style["linestyle"] = "-"
     style["marker"] = "o" if "1e-3" in name or "5e-3" in name else "s"
     style["markersize"] = 3
@@ -53,7 +53,7 @@ def _groups(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _panel(ax: Any, groups: dict[str, dict[str, Any]], key: str, ylabel: str, title: str,
-           hot: str = "bert-post-3e-4") -> bool:
+           hot: str = PAPER_MLM_ARMS["hot"]) -> bool:
     """Seed-mean curves of ``key`` against updates, with a band of one standard deviation over the seeds."""
     drawn = False
     for name, g in groups.items():
