@@ -364,3 +364,19 @@ def test_run_record_carries_the_test_score(tmp_path):
     cells = dict(zip(columns[1:], run_cells(rec, columns)))
     assert (cells["BLEU"], cells["test BLEU"]) == ("20.50", "21.37")
     assert run_columns([{"name": "no-test"}]) == RUN_COLUMNS  # the other scales' tables as they were
+
+
+def test_the_committed_full_runs_are_runs_of_full():
+    """docs/results/reproduce-full/runs/ holds finished runs of `reproduce --scale full` (issue 32: committed as they
+    end, counted as finished by every later invocation): each must be one of full's runs, with its settings
+    (grid.changed_settings, what the grid's stale check reads), or the grid would refuse the folder."""
+    from pathlib import Path
+
+    from normlab.experiments.grid import changed_settings
+
+    runs = Path(__file__).parents[1] / "docs/results/reproduce-full/runs"
+    specs = {s.name: s for s in all_runs(get_scale("full"), CTX, ("fig2", "fig4", "fig5", "fig6"))}
+    committed = sorted(d for d in runs.iterdir() if d.is_dir()) if runs.is_dir() else []
+    for d in committed:
+        assert d.name in specs, d.name
+        assert changed_settings(specs[d.name], d) == [], d.name
