@@ -13,7 +13,15 @@ import dataclasses
 import math
 from typing import Literal
 
-from normlab.config import CHECKPOINT_AVERAGE, ConfigError, DataConfig, ModelConfig, OptimConfig, ScheduleConfig, TrainConfig
+from normlab.config import (
+    CHECKPOINT_AVERAGE,
+    ConfigError,
+    DataConfig,
+    ModelConfig,
+    OptimConfig,
+    ScheduleConfig,
+    TrainConfig,
+)
 from normlab.experiments.finetuning import finetune_config
 from normlab.experiments.scales import FULL_ARMS, FULL_MLM, PAPER, Scale, scaled_updates
 from normlab.report.claims import LEVEL, _noise_k
