@@ -329,10 +329,10 @@ def all_runs(scale: Scale, ctx: Context, figures: tuple[str, ...] = ("fig2", "fi
                 merged[spec.name] = dataclasses.replace(old, figures=tuple(dict.fromkeys(old.figures + spec.figures)))
             else:
                 merged[spec.name] = spec
-    if "fig5" in figures and (unknown := set(scale.mlm.runs) - {r.name for r in fig5_bert(scale, ctx)}):
+    pretraining = [name for name, r in merged.items() if r.kind == "mlm"]  # fig5_bert's, built just above
+    if pretraining and (unknown := set(scale.mlm.runs) - set(pretraining)):
         # names follow MLMScale.lr (bert_arms): a name of another rate would select nothing, silently
-        raise ConfigError(f"mlm.runs names {sorted(unknown)}, not among this scale's pre-training runs "
-                          f"{[r.name for r in fig5_bert(scale, ctx)]}")
+        raise ConfigError(f"mlm.runs names {sorted(unknown)}, not among this scale's pre-training runs {pretraining}")
     runs = [r for r in merged.values() if _selected(scale, r)]
     parents = [r for r in runs if r.kind == "mlm" and r.name != bert_arms(scale).hot]
     # Seed-major (every run's seed 1, then every run's seed 2, ...): the finished runs of a job stopped part-way
