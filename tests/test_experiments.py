@@ -121,7 +121,7 @@ def test_quick_runs_the_decisive_contrasts_with_seeds_at_a_width_where_the_effec
     assert (m.encoder_layers, m.decoder_layers, m.d_model, m.d_ffn) == (6, 6, 256, 512)  # depth 6-6, FFN = 2d
     assert runs[0].config.data.max_tokens >= 2048
     assert {r.config.optim.lr for r in runs} == {5e-4}
-    # 1,200 updates, shorter than the vendored de-en's epoch (2,731 at 2,048 tokens): a checkpoint at every
+    # 2,000 updates, under an epoch of the test context (2,731 updates at 2,048 tokens): a checkpoint at every
     # evaluation, so that a killed run resumes rather than restarts
     assert all(r.config.save_every == r.config.eval_every == 100 for r in runs)
 
@@ -214,7 +214,7 @@ def test_mappings_state_every_translation():
     quick = {m.what: m for m in mappings(get_scale("quick"), CTX)}
     assert "not a fraction" in quick["T_warmup=4000"].here
     assert "lr_max sqrt(100 / t)" in quick["decay after the warm-up"].here
-    assert "(0.29 x lr_max at update 1,200)" in quick["decay after the warm-up"].here
+    assert "(0.22 x lr_max at update 2,000)" in quick["decay after the warm-up"].here
     assert "3 per training run" in quick["seeds"].here and "only" in quick["runs"].here
     assert "BERT run" not in quick  # Figure 5 is not run at the quick scale
 
@@ -257,7 +257,7 @@ def test_full_is_the_quick_grid_and_the_arms_the_other_claims_need():
     assert {r.group for r in f.values()} == set(QUICK_RUNS) | set(FULL_ARMS)
     assert len(f) == 3 * (len(QUICK_RUNS) + len(FULL_ARMS)) == FULL_BUDGET["translation_runs"]
     assert len(f) - len(q) == FULL_BUDGET["translation_runs_new"]
-    assert all(r.config.max_updates == FULL_BUDGET["updates_per_translation_run"] == 1200 for r in f.values())
+    assert all(r.config.max_updates == FULL_BUDGET["updates_per_translation_run"] == 2000 for r in f.values())
     assert full.translation.replace(runs=()) == quick.translation.replace(runs=())  # one shape, length and curve
     assert full.analysis == quick.analysis and "width" not in full.figures  # the sweep only when asked
     # BERT (C11-C12) only when asked too: the calibrated setting costs more than full's 3-hour target by itself
@@ -286,7 +286,9 @@ def test_full_is_the_quick_grid_and_the_arms_the_other_claims_need():
 def test_the_quick_grid_is_the_committed_quick_reports():
     """The quick runs keep their configs: each is the one docs/results/reproduce-quick was trained with (a setting
     added since counts at its default, as the grid's stale-settings check reads a run's config.yaml), so that
-    report, and any quick folder, stay valid and `full` reuses them."""
+    report, and any quick folder, stay valid and `full` reuses them. One change is allowed, and only it: issue 32
+    lengthened the runs from 1,200 to 2,000 updates (scales.py, *Run length*), and the committed report is of
+    1,200 until its runs at 2,000 have all finished; any other setting that moves is a stale report."""
     import json
     from pathlib import Path
 
@@ -296,7 +298,8 @@ def test_the_quick_grid_is_the_committed_quick_reports():
     q = _grid(get_scale("quick"), ("fig2", "fig4"))
     assert set(q) == set(committed["runs"])
     diffs = {name: settings_diff(spec, committed["runs"][name]["config"]) for name, spec in q.items()}
-    assert diffs == {name: [] for name in q}
+    lengthened = {name: ["max_updates: 1200 -> 2000"] for name in q}
+    assert diffs in ({name: [] for name in q}, lengthened), diffs
 
 
 def test_long_is_the_quick_contrasts_per_epoch_on_the_recipe_shape():

@@ -170,7 +170,7 @@ def fig2_warmup_ablation(scale: Scale, ctx: Context) -> list[RunSpec]:
 def _pre_step_decay(scale: Scale, ctx: Context) -> ScheduleConfig:
     """The paper's Pre-LN IWSLT schedule: constant 5e-4, x 0.1 from epoch 8 (no warm-up). With the short
     schedule, the same curve as the Post-LN runs (:func:`_decay`): the paper's step, compressed into a short run,
-    would fall at 7/30 of it (update 280 of 1,200) and leave 5e-5 for the rest, a schedule no Post-LN arm has, so
+    would fall at 7/30 of it (update 467 of 2,000) and leave 5e-5 for the rest, a schedule no Post-LN arm has, so
     C9 would compare schedules as much as placements (scales.py)."""
     if _short(scale):
         return ScheduleConfig(**_decay(scale, "constant"))

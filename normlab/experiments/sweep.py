@@ -67,7 +67,7 @@ second moment has settled need not show what the paper's warm-up did, so a sweep
 share of a short run could miss the effect it is looking for. The ``adam`` arm's length does not depend on the run
 (it is refused when it is not shorter than the run). After the warm-up the learning rate stays at lr_max: the
 frontier is a statement about lr_max, and in a run of a few hundred updates a decay would have most updates run well
-below the rate the cell is labelled with (the reproduce scales decay over 1,200 updates because there the question
+below the rate the cell is labelled with (the reproduce scales decay over 2,000 updates because there the question
 is whether the reference learns, scales.py). Both arms of every contrast have the same schedule apart from the
 warm-up.
 
