@@ -23,7 +23,8 @@
 * ``paper``: the paper's own settings (Appendix A.1: 6-6, d=512, FFN 1024, 4 heads, 10k joint BPE, 4,096
   tokens per batch, beam 5, length penalty 1.2), for GPUs and the user's own IWSLT14 files.
 
-**Why the quick scale looks as it does** (chosen from theory and measured compute, never from the verdicts):
+**Why the quick scale looks as it does** (chosen from theory and measured compute, never from a contrast's effect;
+the run length from the reference's learning curve alone):
 
 * *Width.* Theorem 1 bounds the Post-LN gradient of the last FFN layer by O(d sqrt(ln d)) whatever the depth,
   against O(d sqrt(ln d / L)) for Pre-LN: the warm-up problem grows with width. At d=64 (the first round's quick
@@ -73,20 +74,21 @@
   false verdict. The ``full`` scale uses the same 100 (its T_warmup=500 arms, C8, 1/8 of it: FULL_ARMS).
 * *Seeds.* 3 per run: with 2 the standard error of a seed mean is itself too noisy to gate on; 3 is the least
   the issue allows.
-* *Run length: 2,000 updates* (1.47 epochs of 1,357 updates at 2,048 tokens), the shortest round length at which
-  the reference (Post-LN with warm-up) passes the gate on the mean of its 3 seeds, read off the reference's
-  measured curve alone (docs/results/reproduce-quick/length-2400: seeds 1-3 run to 2,400 updates on this curve;
-  no arm of a contrast was run to choose it). The gate's interval (t at 2 degrees of freedom) is first below the
-  line at update 1,900 (6.147 [5.998, 6.295] against 6.317) and gains only 0.001 nats from 1,900 to 2,000, 0.02
-  more by 2,400. At 1,200, the first choice (one seed at the gate at update 800 and 0.13 nats below it at 1,200),
-  the 3 seeds' interval tops the line by 0.24 nats (6.278 [5.998, 6.559]; the committed quick report of 1,200
-  updates, another CPU: 6.292 [5.957, 6.626]), so C7 and C9 were inconclusive by construction. What 2,000 does not
-  give, and no length up to 2,400 does: a margin above one seed's spread (0.024 nats against a standard deviation
-  of 0.059 at 2,000; seed 3 lags seeds 1-2 by ~0.1 nats throughout), so another CPU's rounding can still put the
-  interval on the line: the report then says ``inconclusive`` with the numbers. The cost, 9 runs of 2,000 updates,
-  2 at a time: ~2.5 hours on a 2-core Zen 4 with AVX-512 BF16, ~1.6 on an AMX Xeon (QUICK_BUDGET's paces; the
-  issue's 45 minutes there needs an update ~2.3x faster than issue 31's 0.63 s). 30 minutes would buy ~300
-  updates per run, where the gate cannot pass.
+* *Run length: 2,000 updates* (1.47 epochs of 1,357 updates at 2,048 tokens). Read off the reference's (Post-LN
+  with warm-up) measured curve alone (docs/results/reproduce-quick/length-2400: its seeds 1-3 run to 2,400 updates
+  on this curve; no arm of a contrast was run to choose it): the gate's 95% interval of the 3 seeds' mean (t at 2
+  degrees of freedom) is first below the line at update 1,900 (6.147 [5.998, 6.295] against 6.317), rounded up to
+  2,000 (6.146 [5.999, 6.293]); it gains 0.02-0.05 nats more by 2,400. At 1,200, the first choice (one seed at the
+  gate at update 800 and 0.13 nats below it at 1,200), the interval tops the line by 0.24 nats (6.278 [5.998,
+  6.559]; the committed 1,200-update quick report, an AVX2 CPU in fp32: 6.292 [5.957, 6.626]), so C7 and C9 were
+  inconclusive by construction. What no length up to 2,400 gives steadily: a margin above one seed's spread (0.024
+  nats at 2,000 against a standard deviation of 0.059; 0.073 at 2,300 against 0.060, then 0.048 at 2,400: the
+  margin moves by ~0.03 from one evaluation to the next; seed 3 lags seeds 1-2 by ~0.1 nats throughout). Two
+  consequences, stated rather than hidden: on the CPU the length was read on (a 2-core Zen 4, bf16), a re-run
+  gives the same numbers bit for bit, so the gate's pass there is by construction, not new evidence (the
+  contrasts are); on another CPU the rounding differs by more than the margin (at 1,200 the AVX2 fp32 report's
+  interval top was 0.067 above the Zen 4's, ~3x the margin), so the gate can say ``inconclusive`` there, with the
+  numbers. The cost is QUICK_BUDGET's. 30 minutes would buy ~300 updates per run, where the gate cannot pass.
 
 **Why the long scale looks as it does.** The quick scale decides C7 and C9 within its budget by stopping at 2,000
 updates, before any model translates (BLEU ~0.2); the paper's Figures 2 and 4 are BLEU against ~30 epochs. ``long``
@@ -138,9 +140,12 @@ PAPER = {
 # ~0.65 s per update. On an fp32-only CPU (AVX2 EPYC, measured: 60-110 GFLOP/s fp32, 1.3 bf16) the same update
 # takes ~2.7-3.2 s with 2 threads, about 4x longer: `reproduce` measures the machine and says so at the start.
 QUICK_BUDGET = {
-    # estimated (below) for 9 runs of 2,000 updates, 2 at a time, at the Zen 4 pace: 9 x 2,000 / 2 x 0.96 s + ~5
-    # minutes; ~100 at AMX's 0.63 s (neither timed end to end yet). Issue 32 asks for 45 minutes on AMX.
-    "minutes": 150,
+    # estimated for 9 runs of 2,000 updates, 2 at a time, at the Zen 4 pace below: 9 x 2,000 / 2 x 0.96 s = 144
+    # minutes of updates, plus ~16 of validation and greedy BLEU (the length-2400 runs spent 250-260 s each on 25
+    # passes: 21 passes a run here, 9 runs 2 at a time) and ~1 of start-up (tokenizer, binarizing). On AMX at 0.63 s
+    # the same arithmetic gives ~110 minutes; issue 32's end-to-end `make reproduce` there, 138 minutes for runs of
+    # 1,200 updates before issue 31's speed-up, scales to ~230 at 2,000, an upper bound. Issue 32 asks for 45.
+    "minutes": 160,
     # Measured (issue 31, 1 thread per run as the grid runs it, bf16): an Intel Xeon with AMX 0.98 s an update
     # before that issue's work, 0.63 s after (the Trainer's loop; the bare step 0.656 s); a 2-core AMD EPYC Zen 4
     # with AVX-512 BF16 1.045 -> 0.934 s (thread time), and the reproduce probe there, beside a second job,
@@ -148,7 +153,6 @@ QUICK_BUDGET = {
     # 2,000, the length since issue 32: 18,000 updates, ~150 minutes). On the AMX Xeon the same arithmetic gives
     # ~60 and ~100 minutes (not timed end to end).
     "seconds_per_update_bf16": 0.96,  # the Zen 4 probe above; 0.63 with AMX
-    "overhead_s": 300,  # tokenizer + binarizing (~30 s), validation passes and BLEU decoding, process start-up
     # History (before stop 23, when every run kept lr_max after its warm-up). Run length, measured (stop 19, one
     # seed, fp32 on a 2-core EPYC, 1 thread per run; validation NLL on the first 300 validation pairs, whose
     # unigram loss is 6.816, so the gate is 6.316):
@@ -193,16 +197,15 @@ QUICK_BUDGET = {
     # +6.0% [+1.3%, +10.6%], +-4.7 points, because seed 3 of the reference learned slowly (6.443 against 6.186 and
     # 6.246); and the reference's own interval, 6.292 [5.957, 6.626], straddles the gate's line 6.317. Since issue
     # 38 C7 is also decided only where the no-warm-up arm has left the plateau (it had not: 6.666 [6.484, 6.848]),
-    # so at this length C7 and C9 are inconclusive; longer runs decide them (not `full`, which shares this length
-    # since issue 32, so that it reuses the quick runs: a longer quick length, chosen from the measured learning
-    # curves, would lengthen both; issue 32's "power first" item). At d=128 the effect
+    # so at that length C7 and C9 were inconclusive; longer runs were needed (`full` shares quick's length, so that
+    # it reuses the quick runs: a longer quick length, chosen from the reference's learning curve, lengthens both;
+    # issue 32's "power first" item, decided below). At d=128 the effect
     # (+0.3-0.9%) is a tenth of the claimed 5%: no number of seeds makes it `holds`.
     # The reference past 1,200 (docs/results/reproduce-quick/length-2400: seeds 1-3 to 2,400 updates, the same
     # curve, 2-core Zen 4, bf16): the gate (3 seeds, t = 4.30) fails at 1,200 (6.278 [5.998, 6.559] against
-    # 6.317), passes from update 1,900 (6.147 [5.998, 6.295]) to 2,400 (6.111 [5.953, 6.269]), by 0.02-0.05 nats,
-    # less than one seed's sd (0.063): seed 3 lags seeds 1-2 by 0.09-0.23 nats throughout, as in the quick report.
-    # A quick scale of ~2,000 updates: ~2.4 h on the Zen 4, ~1.6 h with AMX. Chosen (issue 32, "power first"): the
-    # module docstring's *Run length*.
+    # 6.317), passes from update 1,900 (6.147 [5.998, 6.295]) to 2,400 (6.111 [5.953, 6.269]), by 0.02-0.07 nats,
+    # about one seed's sd (0.059-0.063) at best: seed 3 lags seeds 1-2 by 0.09-0.23 nats throughout, as in the quick
+    # report. Chosen (issue 32, "power first"): 2,000 updates, the module docstring's *Run length*.
 }
 @dataclasses.dataclass(frozen=True)
 class Arm:
@@ -294,7 +297,7 @@ FULL_BUDGET = {
     #     all 30 runs 5.3 h. (Issue 32 timed `make reproduce` end to end on such a CPU at 138 min for 9 runs of
     #     1,200 updates, the analysis included, before or without issue 31's speed-up.)
     #   * AMD EPYC Zen 4 with AVX-512 BF16, bf16: 0.96 s (the reproduce probe beside a second job): 5.6 h for the
-    #     new runs, 8.0 h for all 30 (this project's 2,000-update runs there took 1.0-1.25 s an update).
+    #     new runs, 8.0 h for all 30 (the length-2400 runs there took 1.23-1.28 s an update, tests beside them).
     #   * AMD EPYC with AVX2 only, fp32: the committed quick job's 9 runs of 1,200 updates summed 713 min of
     #     training (3.7-4.9 s an update with 2 runs sharing the cores; docs/results/reproduce-quick): 21/9 x 713 x
     #     2,000/1,200 / 2 = 23 h for the new runs, 33 h for all 30.
