@@ -493,10 +493,10 @@ def test_the_committed_quick_report_is_what_the_rules_decide(tmp_path):
     assert all(verdicts[f"C{i}"] == "holds" for i in range(1, 7))  # the README's "C1-C6 ... all hold"
     assert all(verdicts[c] == "not run at this scale" for c in ("C8", "C10", "C11", "C12", "C13"))
     effects = {c["id"]: c["effect"] for c in results["claims"]}
-    assert "+6.0% [+1.3%, +10.6%]" in effects["C7"] and "+14.7% [+10.4%, +19.0%]" in effects["C9"], effects
-    for quoted in ("+6.0% [+1.3%, +10.6%]", "+14.7% [+10.4%, +19.0%]", "6.292 [5.957, 6.626]"):
+    assert "+4.7% [+0.9%, +8.5%]" in effects["C7"] and "+20.1% [+16.4%, +23.8%]" in effects["C9"], effects
+    for quoted in ("+4.7% [+0.9%, +8.5%]", "+20.1% [+16.4%, +23.8%]", "6.146 [5.999, 6.293]", "6.435 [6.154, 6.716]"):
         assert quoted in readme, quoted
-    assert "6.292 [5.957, 6.626]" in results["claims"][6]["gate"]
+    assert "6.146 [5.999, 6.293]" in results["claims"][6]["gate"]
 
 
 def _smoke_quick_and_full():

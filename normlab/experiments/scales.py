@@ -140,19 +140,19 @@ PAPER = {
 # ~0.65 s per update. On an fp32-only CPU (AVX2 EPYC, measured: 60-110 GFLOP/s fp32, 1.3 bf16) the same update
 # takes ~2.7-3.2 s with 2 threads, about 4x longer: `reproduce` measures the machine and says so at the start.
 QUICK_BUDGET = {
-    # estimated for 9 runs of 2,000 updates, 2 at a time, at the Zen 4 pace below: 9 x 2,000 / 2 x 0.96 s = 144
-    # minutes of updates, plus ~16 of validation and greedy BLEU (the length-2400 runs spent 250-260 s each on 25
-    # passes: 21 passes a run here, 9 runs 2 at a time) and ~1 of start-up (tokenizer, binarizing). On AMX at 0.63 s
-    # the same arithmetic gives ~110 minutes; issue 32's end-to-end `make reproduce` there, 138 minutes for runs of
-    # 1,200 updates before issue 31's speed-up, scales to ~230 at 2,000, an upper bound. Issue 32 asks for 45.
-    "minutes": 160,
+    # Measured end to end at 2,000 updates (issue 32, 2026-11-27, docs/results/reproduce-quick): 109 minutes for the
+    # 9 runs on a 2-core AMD EPYC Zen 4 with AVX-512 BF16, 2 jobs x 1 thread, bf16 (1,265-1,346 s a run, validation
+    # and greedy BLEU included: 0.63-0.67 s an update; the probe said 0.65 s and ~108 minutes), with the Figure 3
+    # analysis beside it at low priority. An earlier Zen 4 (below) measured 0.93-0.96 s an update, which would give
+    # ~160 minutes: the same CPU class differs by ~1.5x between machines. On AMX (0.63 s an update, issue 31) about
+    # the same ~110 minutes (not timed end to end at this length). Issue 32 asks for 45.
+    "minutes": 110,
     # Measured (issue 31, 1 thread per run as the grid runs it, bf16): an Intel Xeon with AMX 0.98 s an update
     # before that issue's work, 0.63 s after (the Trainer's loop; the bare step 0.656 s); a 2-core AMD EPYC Zen 4
     # with AVX-512 BF16 1.045 -> 0.934 s (thread time), and the reproduce probe there, beside a second job,
-    # 0.96 s: at 1,200 updates a run, 10,800 updates / 2 jobs x 0.96 s + validation = ~96 minutes printed (at
-    # 2,000, the length since issue 32: 18,000 updates, ~150 minutes). On the AMX Xeon the same arithmetic gives
-    # ~60 and ~100 minutes (not timed end to end).
-    "seconds_per_update_bf16": 0.96,  # the Zen 4 probe above; 0.63 with AMX
+    # 0.96 s: at 1,200 updates a run, 10,800 updates / 2 jobs x 0.96 s + validation = ~96 minutes printed. On the
+    # AMX Xeon the same arithmetic gives ~60 minutes (not timed end to end).
+    "seconds_per_update_bf16": 0.65,  # the Zen 4 of the 109-minute job (probe and runs); 0.63 with AMX
     # History (before stop 23, when every run kept lr_max after its warm-up). Run length, measured (stop 19, one
     # seed, fp32 on a 2-core EPYC, 1 thread per run; validation NLL on the first 300 validation pairs, whose
     # unigram loss is 6.816, so the gate is 6.316):
@@ -193,13 +193,13 @@ QUICK_BUDGET = {
     # Seed noise at d=256 (seeds 1 and 2, update 400): with warm-up 6.532 / 6.609 (sd 0.055), without 6.872 /
     # 6.862 (sd 0.007); C7's gap +4.5% (+5.2% and +3.8%). With 3 seeds of that spread, claims.py's 95% Welch
     # interval was forecast at about +-2 points around a gap that reaches +7% by update 600-800 (seed 1). The
-    # forecast was wrong: the committed quick result (docs/results/reproduce-quick, 3 seeds, 1,200 updates) is
-    # +6.0% [+1.3%, +10.6%], +-4.7 points, because seed 3 of the reference learned slowly (6.443 against 6.186 and
-    # 6.246); and the reference's own interval, 6.292 [5.957, 6.626], straddles the gate's line 6.317. Since issue
-    # 38 C7 is also decided only where the no-warm-up arm has left the plateau (it had not: 6.666 [6.484, 6.848]),
-    # so at that length C7 and C9 were inconclusive; longer runs were needed (`full` shares quick's length, so that
-    # it reuses the quick runs: a longer quick length, chosen from the reference's learning curve, lengthens both;
-    # issue 32's "power first" item, decided below). At d=128 the effect
+    # forecast was wrong: the committed quick result (docs/results/reproduce-quick/length-1200, 3 seeds, 1,200
+    # updates) is +6.0% [+1.3%, +10.6%], +-4.7 points, because seed 3 of the reference learned slowly (6.443
+    # against 6.186 and 6.246); and the reference's own interval, 6.292 [5.957, 6.626], straddles the gate's line
+    # 6.317. Since issue 38 C7 is also decided only where the no-warm-up arm has left the plateau (it had not:
+    # 6.666 [6.484, 6.848]), so at that length C7 and C9 were inconclusive; longer runs were needed (`full` shares
+    # quick's length, so that it reuses the quick runs: a longer quick length, chosen from the reference's learning
+    # curve, lengthens both; issue 32's "power first" item, decided below). At d=128 the effect
     # (+0.3-0.9%) is a tenth of the claimed 5%: no number of seeds makes it `holds`.
     # The reference past 1,200 (docs/results/reproduce-quick/length-2400: seeds 1-3 to 2,400 updates, the same
     # curve, 2-core Zen 4, bf16): the gate (3 seeds, t = 4.30) fails at 1,200 (6.278 [5.998, 6.559] against
@@ -296,12 +296,13 @@ FULL_BUDGET = {
     #   * Intel Xeon with AMX, bf16: 0.63 s per update (issue 31): the 21 new runs 42,000 / 2 x 0.63 s = 3.7 h,
     #     all 30 runs 5.3 h. (Issue 32 timed `make reproduce` end to end on such a CPU at 138 min for 9 runs of
     #     1,200 updates, the analysis included, before or without issue 31's speed-up.)
-    #   * AMD EPYC Zen 4 with AVX-512 BF16, bf16: 0.96 s (the reproduce probe beside a second job): 5.6 h for the
-    #     new runs, 8.0 h for all 30 (the length-2400 runs there took 1.23-1.28 s an update, tests beside them).
+    #   * AMD EPYC Zen 4 with AVX-512 BF16, bf16: measured, the quick job's 9 runs of 2,000 updates took 1,265-1,346
+    #     s each, 2 at a time (109 minutes): the 21 new runs ~3.8 h, all 30 ~5.5 h. (Another Zen 4 machine was
+    #     ~1.5x slower: 0.96 s an update in the reproduce probe, 1.23-1.28 s in the length-2400 runs beside tests.)
     #   * AMD EPYC with AVX2 only, fp32: the committed quick job's 9 runs of 1,200 updates summed 713 min of
-    #     training (3.7-4.9 s an update with 2 runs sharing the cores; docs/results/reproduce-quick): 21/9 x 713 x
-    #     2,000/1,200 / 2 = 23 h for the new runs, 33 h for all 30.
-    # Each run alone is 2,000 updates: ~21 min at 0.63 s, ~32 min at 0.96 s: within the issue's 2 hours per piece,
+    #     training (3.7-4.9 s an update with 2 runs sharing the cores; docs/results/reproduce-quick/length-1200):
+    #     21/9 x 713 x 2,000/1,200 / 2 = 23 h for the new runs, 33 h for all 30.
+    # Each run alone is 2,000 updates: ~21-22 min at 0.63-0.67 s: within the issue's 2 hours per piece,
     # so a grid stopped anywhere loses at most one run's part since its last checkpoint, and each finished run can
     # be committed (its small files) as it ends. On the AVX2 CPU two runs sharing its 2 cores take ~2.2 h each
     # (3.96 s an update, the quick runs' mean): there `--jobs 1` (2 threads, ~2.2 s an update at d=256 in fp32,
@@ -317,8 +318,8 @@ FULL_BUDGET = {
     "translation_runs": 30,
     "translation_runs_new": 21,
     "updates_per_translation_run": 2000,
-    "hours_translation": {"amx_bf16": 5.3, "avx512_bf16": 8.0, "avx2_fp32": 33.0},
-    "hours_translation_new": {"amx_bf16": 3.7, "avx512_bf16": 5.6, "avx2_fp32": 23.0},
+    "hours_translation": {"amx_bf16": 5.3, "avx512_bf16": 5.5, "avx2_fp32": 33.0},
+    "hours_translation_new": {"amx_bf16": 3.7, "avx512_bf16": 3.8, "avx2_fp32": 23.0},
 }
 
 
@@ -498,7 +499,7 @@ def with_full_arms(quick: Scale, name: str = "full") -> Scale:
         "paper's 4,000, then lr_max sqrt(100 / t)), so that it reuses every finished quick run: C7 at 1e-3 as well "
         "as 5e-4, C8 (a 12-update warm-up, 1/8 of the reference's as 500 is of 4,000), C10 (RAdam without warm-up "
         "for both placements), C13 (a fixed 1e-4), 3 seeds each: 30 translation runs, 21 beyond quick's 9 (~3.7 h "
-        "on a 2-core CPU with AMX for those 21, ~5.6 h with AVX-512 BF16, ~23 h on 2 AVX2 cores in fp32: "
+        "on a 2-core CPU with AMX for those 21, ~3.8 h with AVX-512 BF16, ~23 h on 2 AVX2 cores in fp32: "
         "FULL_BUDGET); BERT pre-training "
         "and fine-tuning for C11-C12 only when asked (--figures fig2,fig3,fig4,fig5,fig6: 4 layers, d=128, "
         "10,000 updates, the paper's rates x6 by the width law, ~5 h on 2 Zen 4 cores before fine-tuning; "
@@ -524,8 +525,8 @@ _QUICK = Scale(
     "and C9 (Pre-LN without warm-up vs Post-LN with), 3 seeds each, at the paper's depth 6-6 and d=256 "
     "(FFN 512), 2,048 tokens per batch, 2,000 updates per run, one lr curve for every run: lr_max to update 100 "
     "(a warm-up for the runs with one), then the paper's inverse square root lr_max sqrt(100 / t); "
-    "Figure 3 and the lemmas at initialisation; ~2.5 hours on a 2-core CPU with AVX-512 BF16, ~1.6 with AMX "
-    "(estimated)",
+    "Figure 3 and the lemmas at initialisation; 109 minutes measured on a 2-core CPU with AVX-512 BF16 (an AMD "
+    "EPYC Zen 4), about as long with AMX (estimated)",
 )  # fmt: skip
 
 

@@ -3,7 +3,7 @@ learning gate at every validation point: seed mean, 95% interval as claims.py co
 import json, sys
 from pathlib import Path
 from normlab.report.claims import LEARN_MARGIN, _seed_interval
-U = 6.817095399401195  # docs/results/reproduce-quick/results.json baselines.translation.unigram_entropy
+U = 6.817095399401195  # docs/results/reproduce-quick/length-1200/results.json (and the 2,000-update one) baselines.translation.unigram_entropy
 line = U - LEARN_MARGIN
 root = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "runs")
 curves = {}
