@@ -18,6 +18,7 @@ from normlab.experiments.progress import (
     ProgressSettings,
     duration,
     eta,
+    lanes_left,
     pace,
     progress_from_args,
 )
@@ -305,3 +306,38 @@ def test_a_smoke_grid_on_a_terminal_shows_its_progress_and_trains_the_same(tmp_p
         assert len(ours) == 18
         torch.testing.assert_close(torch.tensor(ours, dtype=torch.float64), torch.tensor(alone, dtype=torch.float64),
                                    rtol=0, atol=0)  # fmt: skip
+
+
+def test_the_eta_counts_the_lanes_at_the_tail(tmp_path):
+    """With ``jobs`` lanes the ETA is the busiest lane's updates at one run's pace (pace x lanes): the updates left
+    at the grid's pace while every lane is busy, longer once fewer runs than lanes are left. Measured before: the
+    quick scale's 9th run alone showed "ETA 4 min" with 769 of its updates left at 0.66 s each (~8.5 min)."""
+    assert lanes_left([], [100, 100, 100], 2) == 200  # the third run waits for a lane
+    assert lanes_left([30], [100, 100], 2) == 130  # the first free lane takes the next run
+    assert lanes_left([769], [], 2) == 769 and lanes_left([], [], 2) == 0
+    assert lanes_left([5, 7], [50], 0) == 50  # no lane limit: the longest run
+    clock = [0.0]
+    watch = GridWatch(lambda line: None, ProgressSettings(mode="off"), clock=lambda: clock[0], jobs=2)
+    for k in range(1, 10):
+        watch.add(f"r{k}", tmp_path / f"r{k}", 2000, finished=k <= 2)  # two of them finished in an earlier session
+    for k in range(3, 9):
+        watch.started(f"r{k}")
+        write_train(tmp_path / f"r{k}", list(range(1, 2001)))
+        watch.ended(f"r{k}")
+    watch.started("r9")
+    write_train(tmp_path / "r9", list(range(1, 1232)))
+    clock[0] = 6 * 2000 * 0.66 / 2 + 1231 * 0.66  # six runs two at a time, then the ninth alone
+    watch.tick()  # mode off: reads nothing
+    watch._read_all()
+    s = watch.snapshot()
+    assert s.done == 2000 * 8 + 1231 and s.running[0][1] == 1231
+    torch.testing.assert_close(s.eta, 769 * s.pace * 2, rtol=1e-12, atol=0)  # one run's pace: the grid's x 2
+    assert s.eta > (s.total - s.done) * s.pace  # the updates left at the grid's pace, as before: too short
+    # the estimate printed at the start is the same lane arithmetic with the probe's pace
+    est = Estimate(seconds_per_update=0.66, updates=6000, pace=0.33, jobs=2, fp32_gflops=50.0, bf16_gflops=90.0,
+                   native_bf16=True, lengths=(2000, 2000, 2000))  # fmt: skip
+    torch.testing.assert_close(est.seconds, 4000 * 0.66, rtol=1e-12, atol=0)
+    first = GridWatch(lambda line: None, ProgressSettings(mode="off"), prior=0.33, clock=lambda: 0.0, jobs=2)
+    for k in range(3):
+        first.add(f"r{k}", tmp_path / f"q{k}", 2000)
+    torch.testing.assert_close(first.snapshot().eta, est.seconds, rtol=1e-12, atol=0)

@@ -28,7 +28,7 @@ import torch
 from normlab.config import TrainConfig
 from normlab.device import autocast, autocast_dtype
 from normlab.experiments.figures import Context, RunSpec
-from normlab.experiments.progress import eta
+from normlab.experiments.progress import eta, lanes_left
 from normlab.model import build_model, set_attention
 from normlab.train.kernels import choose_attention
 from normlab.train.losses import translation_loss
@@ -167,12 +167,14 @@ class Estimate:
     native_bf16: bool
     warning: str = ""
     per_core: bool = False  # the matmul rates are one core's (CPU), not the device's (CUDA)
+    lengths: tuple[int, ...] = ()  # each run's updates, in grid order (empty: not known; no lanes)
 
     @property
     def seconds(self) -> float:
-        """The estimated wall time of the grid: progress.eta with nothing measured yet, the formula of the ETA that
-        the grid shows while it runs."""
-        return eta(self.updates, prior=self.pace) or 0.0
+        """The estimated wall time of the grid: the ETA the grid shows before its first update (progress.GridWatch:
+        the busiest of min(jobs, runs) lanes, :func:`progress.lanes_left`, at one run's pace, ``pace x lanes``; the
+        updates at the pace when the lengths are not known)."""
+        return _wall(self.updates, self.lengths, self.jobs, self.pace)
 
     @property
     def _per(self) -> str:
@@ -187,6 +189,13 @@ class Estimate:
                 f"+ validation = ~{self.seconds / 60:.0f} min on this machine (matmul{self._per} fp32 "
                 f"{self.fp32_gflops:.0f} GFLOP/s, bf16 {self.bf16_gflops:.0f} GFLOP/s)")  # fmt: skip
         return line + (f"\nWARNING: {self.warning}" if self.warning else "")
+
+
+def _wall(updates: int, lengths: Sequence[int], jobs: int, pace: float) -> float:
+    lanes = min(jobs, len(lengths))
+    if lanes > 0 and pace:
+        return lanes_left((), lengths, lanes) * pace * lanes
+    return eta(updates, prior=pace) or 0.0
 
 
 def _measured_epoch(spec: RunSpec, ctx: Context) -> int:
@@ -289,9 +298,11 @@ def estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int,
     competitors = jobs - 1 if compete and cpu else 0
     per_update = probe_update_seconds(ref, threads=threads, competitors=competitors) if trans else 0.0
     updates, work = grid_work(specs, ctx, ref)
-    # the grid's work (in updates of the probed run) at the probe's time each, shared by the jobs, per grid update
-    grid_pace = work * per_update / max(1, jobs) / max(1, updates)
-    seconds = eta(updates, prior=grid_pace) or 0.0
+    # the grid's work (in updates of the probed run) at the probe's time each, shared by the jobs (no more of them
+    # than there are runs), per grid update
+    grid_pace = work * per_update / max(1, min(jobs, len(specs))) / max(1, updates)
+    lengths = tuple(run_updates(s, ctx) for s in specs)
+    seconds = _wall(updates, lengths, jobs, grid_pace)
     native = native_bf16(device)
     warning = ""
     if device.type == "cpu" and not native:
@@ -304,4 +315,5 @@ def estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int,
     if load > (os.cpu_count() or 1) + 0.5:
         warning += (f" The load average is {load:.1f} on {os.cpu_count()} cores: other processes share them, so this "
                     "probe (and the grid) run slower than on an idle machine.")
-    return Estimate(per_update, updates, grid_pace, jobs, fp32, bf16, native, warning.strip(), per_core=cpu)
+    return Estimate(per_update, updates, grid_pace, jobs, fp32, bf16, native, warning.strip(), per_core=cpu,
+                    lengths=lengths)

@@ -331,7 +331,7 @@ def run_grid(
             join(c)
 
     # the live display or the progress lines, from here to the end of the grid (closed in the finally below)
-    watch = GridWatch(say, progress, prior=pace)
+    watch = GridWatch(say, progress, prior=pace, jobs=in_flight if in_flight < sys.maxsize else 0)
     for spec in specs:
         length = (totals or {}).get(spec.name) or spec.config.max_updates
         watch.add(spec.name, out / "runs" / spec.name, length, finished=spec.name in outcomes)
