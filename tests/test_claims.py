@@ -584,7 +584,8 @@ def test_a_claim_whose_runs_have_not_finished_is_inconclusive_not_unrun():
 # ---------------------------------------------------------------------------------------------------------------
 # issue 38: one symmetric rule, the gate with its noise, final quality, the ratio's interval, edge cases, unions
 
-QUICK_C7 = ([6.6018, 6.6508, 6.7459], [6.1861, 6.2457, 6.4435])  # the committed quick report's C7 seeds (3 d.p.)
+# the C7 seeds (3 d.p.) of the 1,200-update quick report (docs/results/reproduce-quick/length-1200)
+QUICK_C7 = ([6.6018, 6.6508, 6.7459], [6.1861, 6.2457, 6.4435])
 
 
 def test_an_interval_that_straddles_the_claimed_size_is_inconclusive():
@@ -598,8 +599,8 @@ def test_an_interval_that_straddles_the_claimed_size_is_inconclusive():
 
 def test_both_verdicts_err_equally_when_the_effect_is_the_claimed_size():
     """The rule's error rates, measured: 3 seeds a side (the quick scale), the true gap exactly delta = 5%, the
-    seeds' spread of the quick report's C7 arms (sd 0.07 and 0.13 nats around ~6.3). A symmetric 95% rule says
-    holds and does not hold each ~2.5% of the time (measured here: 1.9% and 2.2% over 4,000 draws; this test
+    seeds' spread of the 1,200-update quick report's C7 arms (sd 0.07 and 0.13 nats around ~6.3). A symmetric 95%
+    rule says holds and does not hold each ~2.5% of the time (measured here: 1.9% and 2.2% over 4,000 draws; this test
     draws 1,000, whose binomial sd at 2% is 0.44 points). The rule it replaced (holds: low > 0 and size >= delta)
     said holds 39% of the time on the same draws."""
     gen = torch.Generator().manual_seed(38)
@@ -631,8 +632,8 @@ def test_edge_cases_of_the_rules():
 
 
 def test_the_gate_reads_its_own_noise():
-    """The quick report's reference: 6.186, 6.246, 6.443 (mean 6.292 [5.957, 6.626]) against a line at 6.317. A
-    pass by 0.025 nats of a mean whose standard error is 0.078 is no pass: C7 and C9 are inconclusive."""
+    """The 1,200-update quick report's reference: 6.186, 6.246, 6.443 (mean 6.292 [5.957, 6.626]) against a line at
+    6.317. A pass by 0.025 nats of a mean whose standard error is 0.078 is no pass: C7 and C9 are inconclusive."""
     results = paper_like()
     line = ENTROPY - 0.5
     put(results["runs"], "post-adam-5e-4-w4000", {f"-s{k}": curve(5.6, 4.6, x) for k, x in

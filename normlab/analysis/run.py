@@ -168,8 +168,9 @@ def quick() -> AnalysisConfig:
     beside the grid): per seed, the decoder's last/first ratio has sd 0.29 (Post-LN) and 0.18 (Pre-LN) in log,
     and Pre-LN's delta at d = 512 (``concentration_d``) sd 0.035. Half of C5's Pre-LN range is 0.35 in log
     (ln 2 / 2), half of C6's 0.0625; the t quantile, large at few seeds, binds: 8 seeds give half-widths of
-    0.24 and 0.15 in log (Post-LN, Pre-LN) and 0.029 for delta (the quick job then measured C5 at 7.28 [5.64,
-    9.39] and 0.73 [0.64, 0.84], Pre-LN's delta at 0.082 [0.050, 0.115]). Measured at d = 128, Pre-LN's delta was
+    0.24 and 0.15 in log (Post-LN, Pre-LN) and 0.029 for delta (the 1,200-update quick job then measured C5 at 7.28
+    [5.64, 9.39], the 2,000-update one at 7.40 [5.73, 9.55], and 0.73 [0.64, 0.84], Pre-LN's delta at 0.082
+    [0.050, 0.115]). Measured at d = 128, Pre-LN's delta was
     0.157 [0.134, 0.180] (10 seeds): above the paper's 0.125, as a narrower model's must be, which is why C6 is
     measured at the paper's width."""
     return AnalysisConfig(

@@ -84,11 +84,12 @@ the run length from the reference's learning curve alone):
   inconclusive by construction. What no length up to 2,400 gives steadily: a margin above one seed's spread (0.024
   nats at 2,000 against a standard deviation of 0.059; 0.073 at 2,300 against 0.060, then 0.048 at 2,400: the
   margin moves by ~0.03 from one evaluation to the next; seed 3 lags seeds 1-2 by ~0.1 nats throughout). Two
-  consequences, stated rather than hidden: on the CPU the length was read on (a 2-core Zen 4, bf16), a re-run
-  gives the same numbers bit for bit, so the gate's pass there is by construction, not new evidence (the
-  contrasts are); on another CPU the rounding differs by more than the margin (at 1,200 the AVX2 fp32 report's
-  interval top was 0.067 above the Zen 4's, ~3x the margin), so the gate can say ``inconclusive`` there, with the
-  numbers. The cost is QUICK_BUDGET's. 30 minutes would buy ~300 updates per run, where the gate cannot pass.
+  consequences, stated rather than hidden: the length was read on a 2-core Zen 4 in bf16, and the quick job re-run
+  on a 2-core Zen 5 (issue 32) gave the reference the same numbers bit for bit, so on AVX-512 BF16 CPUs the
+  gate's pass is by construction, not new evidence (the contrasts are); on another CPU the rounding differs by
+  more than the margin (at 1,200 the AVX2 fp32 report's interval top was 0.067 above the Zen 4's, ~3x the
+  margin), so the gate can say ``inconclusive`` there, with the numbers. The cost is QUICK_BUDGET's. 30 minutes
+  would buy ~300 updates per run, where the gate cannot pass.
 
 **Why the long scale looks as it does.** The quick scale decides C7 and C9 within its budget by stopping at 2,000
 updates, before any model translates (BLEU ~0.2); the paper's Figures 2 and 4 are BLEU against ~30 epochs. ``long``
@@ -140,19 +141,21 @@ PAPER = {
 # ~0.65 s per update. On an fp32-only CPU (AVX2 EPYC, measured: 60-110 GFLOP/s fp32, 1.3 bf16) the same update
 # takes ~2.7-3.2 s with 2 threads, about 4x longer: `reproduce` measures the machine and says so at the start.
 QUICK_BUDGET = {
-    # Measured end to end at 2,000 updates (issue 32, 2026-11-27, docs/results/reproduce-quick): 109 minutes for the
-    # 9 runs on a 2-core AMD EPYC Zen 4 with AVX-512 BF16, 2 jobs x 1 thread, bf16 (1,265-1,346 s a run, validation
-    # and greedy BLEU included: 0.63-0.67 s an update; the probe said 0.65 s and ~108 minutes), with the Figure 3
-    # analysis beside it at low priority. An earlier Zen 4 (below) measured 0.93-0.96 s an update, which would give
-    # ~160 minutes: the same CPU class differs by ~1.5x between machines. On AMX (0.63 s an update, issue 31) about
-    # the same ~110 minutes (not timed end to end at this length). Issue 32 asks for 45.
-    "minutes": 110,
+    # Measured at 2,000 updates (issue 32, 2026-11-27, docs/results/reproduce-quick): the grid of 9 runs took 109
+    # minutes on a 2-core AMD EPYC Zen 5 (family 26; AVX-512 BF16, no AMX), 2 jobs x 1 thread, bf16 (1,261-1,341 s a
+    # run, validation and greedy BLEU included: 0.63-0.67 s an update, 0.58-0.62 s of training steps; the probe said
+    # 0.65 s), the Figure 3 analysis beside it at nice 19 ending 4 minutes later: ~113 minutes for the job. A Zen 4
+    # (below) measured 0.93-0.96 s an update, ~1.5x slower: ~160 minutes. On AMX (0.63 s an update of training
+    # steps, issue 31; validation on top) ~115-120 minutes, estimated; the one end-to-end AMX timing, `make
+    # reproduce` at 138 minutes for runs of 1,200 updates before or without issue 31's speed-up, scales to ~230 at
+    # 2,000, an upper bound. Issue 32 asks for 45.
+    "minutes": 115,
     # Measured (issue 31, 1 thread per run as the grid runs it, bf16): an Intel Xeon with AMX 0.98 s an update
     # before that issue's work, 0.63 s after (the Trainer's loop; the bare step 0.656 s); a 2-core AMD EPYC Zen 4
     # with AVX-512 BF16 1.045 -> 0.934 s (thread time), and the reproduce probe there, beside a second job,
     # 0.96 s: at 1,200 updates a run, 10,800 updates / 2 jobs x 0.96 s + validation = ~96 minutes printed. On the
     # AMX Xeon the same arithmetic gives ~60 minutes (not timed end to end).
-    "seconds_per_update_bf16": 0.65,  # the Zen 4 of the 109-minute job (probe and runs); 0.63 with AMX
+    "seconds_per_update_bf16": 0.65,  # the Zen 5 of the 109-minute grid (probe and runs); 0.63 with AMX
     # History (before stop 23, when every run kept lr_max after its warm-up). Run length, measured (stop 19, one
     # seed, fp32 on a 2-core EPYC, 1 thread per run; validation NLL on the first 300 validation pairs, whose
     # unigram loss is 6.816, so the gate is 6.316):
@@ -293,12 +296,14 @@ FULL_BUDGET = {
     # `full` = the quick scale's 9 translation runs + FULL_ARMS' 7 groups x 3 seeds = 30 runs of 2,000 updates
     # (60,000 updates; the 21 new runs 42,000), at the quick scale's measured cost per update (2 runs at a time on
     # 2 cores, 1 thread each; validation and BLEU passes on top, as at quick):
-    #   * Intel Xeon with AMX, bf16: 0.63 s per update (issue 31): the 21 new runs 42,000 / 2 x 0.63 s = 3.7 h,
-    #     all 30 runs 5.3 h. (Issue 32 timed `make reproduce` end to end on such a CPU at 138 min for 9 runs of
-    #     1,200 updates, the analysis included, before or without issue 31's speed-up.)
-    #   * AMD EPYC Zen 4 with AVX-512 BF16, bf16: measured, the quick job's 9 runs of 2,000 updates took 1,265-1,346
-    #     s each, 2 at a time (109 minutes): the 21 new runs ~3.8 h, all 30 ~5.5 h. (Another Zen 4 machine was
-    #     ~1.5x slower: 0.96 s an update in the reproduce probe, 1.23-1.28 s in the length-2400 runs beside tests.)
+    #   * Intel Xeon with AMX, bf16: 0.63 s per update of training steps (issue 31): the 21 new runs 42,000 / 2 x
+    #     0.63 s = 3.7 h, all 30 runs 5.3 h, ~4.0 h and ~5.6 h with validation and BLEU (~100 s a run). (Issue 32
+    #     timed `make reproduce` end to end on such a CPU at 138 min for 9 runs of 1,200 updates, the analysis
+    #     included, before or without issue 31's speed-up.)
+    #   * AMD EPYC Zen 5 with AVX-512 BF16, bf16: measured, the quick job's 9 runs of 2,000 updates took 1,261-1,341
+    #     s each (mean 1,297, validation included), 2 at a time: the 21 new runs 21 x 1,297 s / 2 = 3.8 h, all 30
+    #     5.4 h. A Zen 4 was ~1.5x slower: 0.96 s an update in the reproduce probe, 1.23-1.28 s in the length-2400
+    #     runs beside tests: ~5.6 h and ~8 h.
     #   * AMD EPYC with AVX2 only, fp32: the committed quick job's 9 runs of 1,200 updates summed 713 min of
     #     training (3.7-4.9 s an update with 2 runs sharing the cores; docs/results/reproduce-quick/length-1200):
     #     21/9 x 713 x 2,000/1,200 / 2 = 23 h for the new runs, 33 h for all 30.
@@ -318,8 +323,8 @@ FULL_BUDGET = {
     "translation_runs": 30,
     "translation_runs_new": 21,
     "updates_per_translation_run": 2000,
-    "hours_translation": {"amx_bf16": 5.3, "avx512_bf16": 5.5, "avx2_fp32": 33.0},
-    "hours_translation_new": {"amx_bf16": 3.7, "avx512_bf16": 3.8, "avx2_fp32": 23.0},
+    "hours_translation": {"amx_bf16": 5.6, "zen5_avx512_bf16": 5.4, "zen4_avx512_bf16": 8.0, "avx2_fp32": 33.0},
+    "hours_translation_new": {"amx_bf16": 4.0, "zen5_avx512_bf16": 3.8, "zen4_avx512_bf16": 5.6, "avx2_fp32": 23.0},
 }
 
 
@@ -498,9 +503,9 @@ def with_full_arms(quick: Scale, name: str = "full") -> Scale:
         "512, 2,048 tokens per batch, 2,000 updates, lr_max to update 100 with a 100-update warm-up standing for the "
         "paper's 4,000, then lr_max sqrt(100 / t)), so that it reuses every finished quick run: C7 at 1e-3 as well "
         "as 5e-4, C8 (a 12-update warm-up, 1/8 of the reference's as 500 is of 4,000), C10 (RAdam without warm-up "
-        "for both placements), C13 (a fixed 1e-4), 3 seeds each: 30 translation runs, 21 beyond quick's 9 (~3.7 h "
-        "on a 2-core CPU with AMX for those 21, ~3.8 h with AVX-512 BF16, ~23 h on 2 AVX2 cores in fp32: "
-        "FULL_BUDGET); BERT pre-training "
+        "for both placements), C13 (a fixed 1e-4), 3 seeds each: 30 translation runs, 21 beyond quick's 9 (~4 h "
+        "on a 2-core CPU with AMX for those 21, ~3.8 h on a Zen 5 with AVX-512 BF16, ~5.6 h on a Zen 4, ~23 h on 2 "
+        "AVX2 cores in fp32: FULL_BUDGET); BERT pre-training "
         "and fine-tuning for C11-C12 only when asked (--figures fig2,fig3,fig4,fig5,fig6: 4 layers, d=128, "
         "10,000 updates, the paper's rates x6 by the width law, ~5 h on 2 Zen 4 cores before fine-tuning; "
         "docs/results/reproduce-full/bert-calibration); the width sweep only when asked",
@@ -525,8 +530,8 @@ _QUICK = Scale(
     "and C9 (Pre-LN without warm-up vs Post-LN with), 3 seeds each, at the paper's depth 6-6 and d=256 "
     "(FFN 512), 2,048 tokens per batch, 2,000 updates per run, one lr curve for every run: lr_max to update 100 "
     "(a warm-up for the runs with one), then the paper's inverse square root lr_max sqrt(100 / t); "
-    "Figure 3 and the lemmas at initialisation; 109 minutes measured on a 2-core CPU with AVX-512 BF16 (an AMD "
-    "EPYC Zen 4), about as long with AMX (estimated)",
+    "Figure 3 and the lemmas at initialisation; ~113 minutes measured on a 2-core AMD EPYC Zen 5 (AVX-512 BF16), "
+    "~2 hours with AMX (estimated), ~2.7 on a Zen 4",
 )  # fmt: skip
 
 

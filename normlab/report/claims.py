@@ -34,8 +34,9 @@ uses the context goes below the loss that frequencies alone give. So a training 
 reference runs (the ones the paper says train well, e.g. Post-LN *with* warm-up for C7) have learned: the 95% t
 interval of their seed-mean final loss lies at or below the line ``LEARN_MARGIN`` nats under the unigram loss of
 the validation targets. It did not learn when the interval lies above the line; between, the claim is
-``inconclusive`` with the numbers (the gate has its own noise: the quick report's reference, 6.292 [5.957, 6.626]
-against the line 6.317, is such a case). The unigram loss is the validation targets' cross-entropy under the
+``inconclusive`` with the numbers (the gate has its own noise: the 1,200-update quick report's reference
+(docs/results/reproduce-quick/length-1200), 6.292 [5.957, 6.626] against the line 6.317, is such a case). The
+unigram loss is the validation targets' cross-entropy under the
 training targets' token frequencies (metrics.unigram_entropy, computed from the data by ``normlab reproduce``:
 ``results["baselines"]``, beside the plug-in entropy of the validation targets, which a small validation set biases
 low). Fine-tuning's reference must beat the majority-class share of the validation labels beyond its 95% interval.
@@ -61,8 +62,9 @@ Thresholds, and why each is what it is (none was chosen from the verdicts it giv
 * ``LEARN_MARGIN = 0.5`` nats: a model 0.5 nats below the unigram loss gives the right token e^0.5 = 1.65x the
   probability that the frequencies give it on average, so it uses the source and the prefix beyond doubt; models
   on the plateau sit within ~0.1-0.3 nats of the unigram loss (issue 13's calibration: 6.82-6.91 against 6.82 at
-  d=256; the quick report's no-warm-up arm 0.07-0.22 below it). Seeds move a final loss by more than hundredths
-  (the quick report's reference: 6.186-6.443), which is why the gate reads an interval, not the seed mean.
+  d=256; the 1,200-update quick report's no-warm-up arm 0.07-0.22 below it). Seeds move a final loss by more than
+  hundredths (the 1,200-update quick report's reference: 6.186-6.443), which is why the gate reads an interval, not
+  the seed mean.
 * ``NOISE_SE = 2``: the least multiple of the standard error an effect must clear (the issue's rule); the t
   quantile above is larger with few seeds, and is what is used.
 * ``FAR_WORSE = 0.05``: "far worse" / "sensitive" means a final validation loss at least 5% higher (the paper's
