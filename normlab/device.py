@@ -21,23 +21,78 @@ import torch
 
 from normlab.config import ConfigError
 
-__all__ = ["cpu_name", "pick_device", "autocast_dtype", "autocast", "attention_upcast", "compute_dtype",
+__all__ = ["cpu_name", "describe_cpuinfo", "machine_text", "pick_device", "autocast_dtype", "autocast", "attention_upcast", "compute_dtype",
            "LOW_PRECISION"]
 
 
 @functools.lru_cache(maxsize=1)
 def cpu_name() -> str:
-    """The CPU's model name: Linux's /proc/cpuinfo ``model name`` (platform.processor() is empty there), else
-    platform.processor(), else the architecture. Read once per process."""
+    """The CPU in words: Linux's /proc/cpuinfo ``model name`` (platform.processor() is empty there) with its family,
+    model and widest matmul instruction set, e.g. ``AMD EPYC (family 26, model 2; AVX-512 BF16)``; else
+    platform.processor(), else the architecture. Read once per process.
+
+    Why more than the model name: cloud VMs report bare names (``AMD EPYC``) for CPUs whose training speed differs
+    several-fold (AVX2 only, AVX-512 BF16 on Zen 4 and Zen 5, AMX on Intel), and the name is what a report says of
+    the machine that trained each run (experiments/results.machine_of). The family and model tell AMD's
+    generations apart (family 25: Zen 3 and Zen 4; 26: Zen 5); the instruction set says whether bf16 is native."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and value.strip():
-                    return " ".join(value.split())
+            text = f.read()
     except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
+        text = ""
+    return describe_cpuinfo(text) or platform.processor() or platform.machine() or "unknown CPU"
+
+
+def machine_text() -> str:
+    """This machine in full, for a run's copy that outlives it (``cpu.txt`` beside a committed run's small files):
+    ``lscpu``'s output (model, family, caches, every flag) where it exists, else /proc/cpuinfo's first processor,
+    else :func:`cpu_name`; and the GPU's name when CUDA is there."""
+    import os
+    import shutil
+    import subprocess
+
+    text = ""
+    if lscpu := shutil.which("lscpu"):
+        try:
+            text = subprocess.run([lscpu], capture_output=True, text=True, timeout=30,
+                                  env=dict(os.environ, LC_ALL="C")).stdout  # fmt: skip
+        except (OSError, subprocess.SubprocessError):
+            text = ""
+    if not text:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                text = f.read().split("\n\n")[0] + "\n"
+        except OSError:
+            text = cpu_name() + "\n"
+    if torch.cuda.is_available():
+        text += f"GPU: {torch.cuda.get_device_name(0)} (x{torch.cuda.device_count()})\n"
+    return text
+
+
+# The widest matrix instruction set first: the one that sets a CPU's bf16 and fp32 matmul rates (README, "The
+# quick scale's update"); /proc/cpuinfo's flag names.
+_ISA = (("amx_bf16", "AMX"), ("avx512_bf16", "AVX-512 BF16"), ("avx512f", "AVX-512"), ("avx2", "AVX2"),
+        ("sve", "SVE"), ("asimd", "NEON"))
+
+
+def describe_cpuinfo(text: str) -> str:
+    """:func:`cpu_name` from the text of /proc/cpuinfo (its first processor's block); "" when it names no model."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break  # the first processor's block is enough: a VM's vCPUs are one model
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), " ".join(value.split()))
+    name = fields.get("model name", "")
+    if not name:
+        return ""
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    isa = next((label for flag, label in _ISA if flag in flags), "")
+    ids = [f"{k} {fields[c]}" for k, c in (("family", "cpu family"), ("model", "model")) if fields.get(c)]
+    detail = "; ".join(x for x in (", ".join(ids), isa) if x)
+    return f"{name} ({detail})" if detail else name
 
 
 def pick_device(preference: str = "auto", local_rank: int = 0) -> torch.device:

@@ -110,6 +110,12 @@ class RunDir:
     CHECKPOINTS = "checkpoints"
     TENSORBOARD = "tb"
     LOCK = ".lock"
+    # What a finished run is without its weights: enough for a grid to count it as finished and for a report to
+    # read its curve and result (issue 32: grids filled in pieces on several machines, their runs committed).
+    # The summary last, so that a reader who finds it finished finds the rest there too.
+    SMALL_FILES = (CONFIG, DATA, METRICS, SUMMARY)
+    LOG = "train.log"  # the grid's log of the run (experiments/grid.py keeps it in OUT/logs/NAME.log)
+    MACHINE = "cpu.txt"  # the machine it trained on (device.machine_text: lscpu), beside the summary's CPU name
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -162,6 +168,21 @@ class RunDir:
             raise ConfigError(f"--out {self.path}: exists and is not a directory")
         if not self.is_empty():
             raise ConfigError(f"{self.path} already holds a run; pass --resume to continue it or choose another --out")
+
+    def copy_small_files(self, dest: str | Path, *, log: Path | None = None, machine: str = "") -> RunDir:
+        """Copy this run's :attr:`SMALL_FILES` (those it has) into ``dest``, with ``log`` as :attr:`LOG` and
+        ``machine`` as :attr:`MACHINE` when given; no tokenizer, TensorBoard or checkpoint. Each file is written
+        atomically and the summary last. Returns the copy."""
+        out = RunDir(dest)
+        out.path.mkdir(parents=True, exist_ok=True)
+        if log is not None and log.is_file():
+            out.write_file(self.LOG, log.read_bytes())
+        if machine:
+            out.write_file(self.MACHINE, machine.encode("utf-8"))
+        for name in self.SMALL_FILES:
+            if (self.path / name).is_file():
+                out.write_file(name, (self.path / name).read_bytes())
+        return out
 
     # ----------------------------------------------------------------------------------------- config
 

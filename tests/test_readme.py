@@ -52,6 +52,8 @@ COVERED: dict[str, str] = {
     ".venv/bin/normlab reproduce --scale full --out reproduce/quick":
         "tests/test_reproduce.py::test_full_on_a_folder_of_finished_quick_runs_trains_only_the_new_arms",
     ".venv/bin/normlab reproduce --scale full --out reproduce/full": "tests/test_reproduce.py::test_smoke_reproduce_writes_the_report",
+    ".venv/bin/normlab reproduce --scale full --out reproduce/full --sync docs/results/reproduce-full/runs":
+        "tests/test_reproduce.py::test_full_on_a_folder_of_finished_quick_runs_trains_only_the_new_arms",
     ".venv/bin/normlab reproduce --scale paper --corpus ~/iwslt14-de-en":
         "tests/test_reproduce.py::test_figure_subset_on_a_users_own_files",
     ".venv/bin/normlab reproduce --scale quick --figures fig3": "tests/test_reproduce.py::test_figure_subset_on_a_users_own_files",

@@ -275,6 +275,52 @@ def test_the_grid_refuses_a_run_trained_with_other_settings(tmp_path):
     assert changed_settings(wanted, run) == []
 
 
+def test_sync_fills_one_grid_from_several_machines(tmp_path):
+    """--sync (issue 32's grid in pieces): machine A's finished run is copied into the shared folder as it ends,
+    small files only, with the grid's log and the machine's lscpu; machine B takes it as finished (never trained
+    again: the same metrics), trains the rest and copies them there; a run saved there with other settings is not
+    taken, and a killed run's leftovers give way to a finished copy."""
+    import yaml
+
+    from normlab.experiments.grid import sync_in, sync_out
+
+    specs = fig6_small_lr(get_scale("smoke"), Context(translation_updates_per_epoch=9))
+    store, lines = tmp_path / "store", []
+    a, b = tmp_path / "machine-a", tmp_path / "machine-b"
+    out_a = run_grid(specs[:1], a, jobs=1, threads=1, say=lambda line: None,
+                     on_end=lambda n, o: sync_out(n, a, store, lines.append))  # fmt: skip
+    first = specs[0].name
+    assert out_a[first].status == "completed" and lines == [f"sync: {first} copied to {store / first}"]
+    assert sorted(p.name for p in (store / first).iterdir()) == sorted(
+        ["config.yaml", "data.json", "metrics.jsonl", "summary.json", "train.log", "cpu.txt"])
+    assert (store / first / "metrics.jsonl").read_bytes() == (a / "runs" / first / "metrics.jsonl").read_bytes()
+    assert "=== " in (store / first / "train.log").read_text() and (store / first / "cpu.txt").read_text().strip()
+    assert not sync_out(first, a, store)  # a finished copy there is kept as it is
+
+    assert sync_in(specs, b, store, lines.append) == [first]
+    out_b = run_grid(specs, b, jobs=1, threads=1, say=lambda line: None,
+                     on_end=lambda n, o: sync_out(n, b, store))  # fmt: skip
+    assert [out_b[s.name].status for s in specs] == ["cached"] + ["completed"] * (len(specs) - 1)
+    assert (b / "runs" / first / "metrics.jsonl").read_bytes() == (a / "runs" / first / "metrics.jsonl").read_bytes()
+    assert all(run_status(store / s.name) == "completed" for s in specs)
+    assert not any((store / s.name / "checkpoints").exists() or (store / s.name / "tokenizer.model").exists()
+                   for s in specs)  # fmt: skip
+
+    # machine C: a killed run of its own gives way to the finished copy; a copy with other settings is not taken
+    c = tmp_path / "machine-c"
+    (c / "runs" / first / "checkpoints" / "update_00000002").mkdir(parents=True)
+    (c / "runs" / first / "summary.json").write_text(json.dumps({"status": "running"}))
+    other = specs[1].name
+    saved = yaml.safe_load((store / other / "config.yaml").read_text())
+    saved["optim"]["lr"] *= 2
+    (store / other / "config.yaml").write_text(yaml.safe_dump(saved))
+    lines.clear()
+    taken = sync_in(specs, c, store, lines.append)
+    assert first in taken and other not in taken and run_status(c / "runs" / other) is None
+    assert not (c / "runs" / first / "checkpoints").exists() and run_status(c / "runs" / first) == "completed"
+    assert any("other settings" in line and other in line for line in lines), lines
+
+
 def test_a_failing_run_is_recorded_and_the_grid_goes_on(tmp_path):
     specs = fig6_small_lr(get_scale("smoke"), Context(translation_updates_per_epoch=9))
     bad = specs[0].config.replace(data=specs[0].config.data.replace(corpus=str(tmp_path / "no-such-corpus")))
@@ -520,7 +566,8 @@ def test_full_on_a_folder_of_finished_quick_runs_trains_only_the_new_arms(tmp_pa
     """Issue 32's check, on the smoke scale's equivalent: the quick runs' small files alone (no checkpoints, as
     committed from another machine) count as finished for --report-only and for `reproduce --scale full`, which
     trains only the arms quick lacks and leaves the quick runs untouched; each run's summary names its CPU and torch,
-    and the report says where the runs trained."""
+    and the report says where the runs trained. With --sync every finished run lands in a shared folder, from
+    which a third machine's --report-only writes the same verdicts."""
     import torch
 
     from normlab.device import cpu_name
@@ -548,7 +595,8 @@ def test_full_on_a_folder_of_finished_quick_runs_trains_only_the_new_arms(tmp_pa
     partial = reproduce("full", out, figures=figures, probe=False, train=False)
     assert set(partial["meta"]["unfinished"]) == set(partial["runs"]) - set(names)
     assert len(partial["runs"]) == 10 and all(partial["runs"][n]["status"] == "completed" for n in names)
-    done = reproduce("full", out, figures=figures, jobs=2, threads=1, probe=False)
+    store = tmp_path / "committed"  # --sync: what a user commits, filled as the runs end
+    done = reproduce("full", out, figures=figures, jobs=2, threads=1, probe=False, sync=store)
     outcomes = done["meta"]["outcomes"]
     assert (outcomes["cached"], outcomes["completed"], outcomes["failed"]) == (3, 7, 0), outcomes
     assert not done["meta"]["unfinished"]
@@ -558,6 +606,11 @@ def test_full_on_a_folder_of_finished_quick_runs_trains_only_the_new_arms(tmp_pa
     md = (out / "report" / "REPORT.md").read_text()
     assert "## Where the runs trained" in md and f"- {cpu_name()}, " in md and "10 run(s)" in md
     assert all(r["machine"].startswith(cpu_name()) for r in done["runs"].values())
+    # a third machine reports from the shared folder alone: every run there, none trained
+    assert sorted(p.name for p in store.iterdir()) == sorted(done["runs"])
+    third = reproduce("full", tmp_path / "machine-c", figures=figures, probe=False, train=False, sync=store)
+    assert not third["meta"]["unfinished"] and [c["verdict"] for c in third["claims"]] == [
+        c["verdict"] for c in done["claims"]]
 
 
 def test_the_report_says_where_each_run_trained():
@@ -581,6 +634,26 @@ def test_the_report_says_where_each_run_trained():
         "AMD EPYC 9R14, bf16, torch 2.13.0+cpu: 1 run(s): a-s2",
         "not recorded (trained before normlab recorded the CPU): 1 run(s): b-s2"]
     assert machine_lines({"runs": {"b-s2": {"status": "completed"}}}) == []
+
+
+def test_the_cpu_name_tells_cpus_with_one_model_name_apart():
+    """Cloud VMs name Zen 4, Zen 5 and AVX2-only EPYCs alike ("AMD EPYC"); the summary's CPU adds the family, the
+    model and the widest matmul instruction set, which set the speed a report's machine line stands for."""
+    from normlab.device import describe_cpuinfo
+
+    def block(name: str, family: str, model: str, flags: str) -> str:
+        return (f"processor\t: 0\nvendor_id\t: x\ncpu family\t: {family}\nmodel\t\t: {model}\nmodel name\t: {name}\n"
+                f"flags\t\t: fpu sse2 {flags}\n\nprocessor\t: 1\nmodel name\t: other\n")
+
+    assert describe_cpuinfo(block("AMD EPYC", "26", "2", "avx2 avx512f avx512_bf16")) == (
+        "AMD EPYC (family 26, model 2; AVX-512 BF16)")
+    assert describe_cpuinfo(block("AMD EPYC", "25", "17", "avx2 avx512f avx512_bf16")) == (
+        "AMD EPYC (family 25, model 17; AVX-512 BF16)")
+    assert describe_cpuinfo(block("AMD EPYC", "23", "49", "avx2")) == "AMD EPYC (family 23, model 49; AVX2)"
+    assert describe_cpuinfo(block("Intel(R) Xeon(R) Platinum 8480+", "6", "143",
+                                  "avx2 avx512f avx512_bf16 amx_bf16 amx_tile")).endswith("; AMX)")
+    assert describe_cpuinfo(block("Some CPU", "6", "1", "sse4_2")) == "Some CPU (family 6, model 1)"
+    assert describe_cpuinfo("processor\t: 0\nflags\t\t: avx2\n") == ""  # no model name: cpu_name falls back
 
 
 @pytest.mark.slow

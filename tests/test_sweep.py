@@ -635,6 +635,17 @@ def test_smoke_sweep_cli(tmp_path):
     again = normlab("sweep", "--scale", "smoke", "--out", str(out), "--no-estimate")
     assert again.returncode == 0 and f"{n} of {n} runs already finished" in again.stderr
     assert " start " not in again.stderr  # finished runs, the edge search's included, are never trained again
+    # --sync: the runs finished before go to the shared folder (the edge search's too), and a second machine's
+    # --report-only reads every one from it
+    store = tmp_path / "committed"
+    synced = normlab("sweep", "--scale", "smoke", "--out", str(out), "--no-estimate", "--no-diagnose", "--sync",
+                     str(store))  # fmt: skip
+    assert synced.returncode == 0 and " start " not in synced.stderr, synced.stderr[-2000:]
+    assert len(list(store.glob("*/summary.json"))) == n and len(list(store.glob("*/cpu.txt"))) == n
+    other = normlab("sweep", "--scale", "smoke", "--out", str(tmp_path / "machine-b"), "--report-only",
+                    "--no-diagnose", "--sync", str(store))  # fmt: skip
+    assert other.returncode == 0 and f"sync: {n} run(s) finished in {store}" in other.stderr, other.stderr[-2000:]
+    assert len(json.loads((tmp_path / "machine-b" / "report" / "sweep.json").read_text())["cells"]) == n
     # --report-only trains nothing: a run that is gone stays gone and is a missing grid point of its curve
     gone = data["cells"][0]
     shutil.move(out / "runs" / gone["name"], out / "runs" / "post-none-d16-lr5.00e-02-s1")  # as if another grid's

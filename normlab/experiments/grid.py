@@ -53,7 +53,7 @@ from normlab.train.run import train
 from normlab.train.trainer import EXIT_DIVERGED
 
 __all__ = ["RunOutcome", "run_grid", "run_status", "changed_settings", "settings_diff", "failure_line", "FINISHED",
-           "child_preexec"]
+           "child_preexec", "add_sync_argument", "sync_in", "sync_out"]
 
 # What a run's result does not depend on: checkpoint and log cadence; the device (`auto` on one invocation and
 # `cpu` on the next are the same run; precision, which changes the numbers, does count); the attention kernel
@@ -92,6 +92,73 @@ def check_not_stale(specs: list[RunSpec], out: Path) -> None:
 
 
 FINISHED = ("completed", "diverged")
+
+
+def add_sync_argument(p: Any) -> None:
+    """``--sync DIR`` of ``normlab reproduce`` and ``normlab sweep``."""
+    p.add_argument("--sync", metavar="DIR", default="", help="a folder of finished runs shared between machines, "
+                   "e.g. docs/results/reproduce-full/runs in a git checkout: its runs of this grid count as finished "
+                   "and are never trained again, and each run that finishes here is copied into it as it ends (its "
+                   "small files: config, data record, metrics, summary, log, and this machine's lscpu as cpu.txt; no "
+                   "checkpoint), ready to commit, so that a grid fills up over several machines and sessions")
+
+
+def sync_in(specs: Sequence[RunSpec], out: Path, store: Path, say: Callable[[str], None]) -> list[str]:
+    """``--sync STORE``, before a grid: copy into ``out/runs`` each run finished in ``store`` (a folder of finished
+    runs' small files shared between machines, e.g. a git checkout's docs/results/reproduce-full/runs) and not
+    finished in ``out``; the grid then counts it as finished and never trains it. A run of ``specs`` saved there
+    with other settings is left where it is, with a line. A run in ``out`` that a killed session left unfinished
+    gives way to the finished copy, unless a trainer holds it now. Returns the names copied."""
+    wanted = {s.name: s for s in specs}
+    copied, other = [], []
+    for summary in sorted(store.rglob(RunDir.SUMMARY)) if store.is_dir() else []:
+        src = summary.parent
+        name = src.relative_to(store).as_posix()  # a fine-tuning run's name holds a "/"
+        here = out / "runs" / name
+        if run_status(src) not in FINISHED or run_status(here) in FINISHED:
+            continue
+        if name in wanted and changed_settings(wanted[name], src):
+            other.append(name)
+            continue
+        if RunDir(here).holder() is not None:
+            continue  # trained now by another process: its own end decides
+        if here.exists():
+            shutil.rmtree(here)
+        log = RunDir(src) / RunDir.LOG
+        RunDir(src).copy_small_files(here, machine=(RunDir(src) / RunDir.MACHINE).read_text(encoding="utf-8")
+                                     if (RunDir(src) / RunDir.MACHINE).is_file() else "")  # fmt: skip
+        if log.is_file():  # the log where the grid keeps it, with the run's earlier sessions
+            (out / "logs" / f"{name}.log").parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(log, out / "logs" / f"{name}.log")
+        copied.append(name)
+    if copied:
+        say(f"sync: {len(copied)} run(s) finished in {store} taken into {out / 'runs'}: "
+            + ", ".join(copied[:6]) + (f" and {len(copied) - 6} more" if len(copied) > 6 else ""))
+    if other:
+        say(f"sync: {len(other)} run(s) in {store} were trained with other settings than this grid's and are not "
+            f"taken: {', '.join(other[:6])}" + (" ..." if len(other) > 6 else ""))
+    return copied
+
+
+def sync_out(name: str, out: Path, store: Path, say: Callable[[str], None] | None = None) -> bool:
+    """``--sync STORE``: copy the run ``name``, finished in ``out``, into ``store`` (its small files, the grid's log
+    of it as train.log and the lscpu of the machine it trained on as cpu.txt), ready to commit; a copy already
+    finished there is kept as it is. Returns whether it copied."""
+    from normlab.device import cpu_name, machine_text
+
+    here, there = out / "runs" / name, store / name
+    if run_status(here) not in FINISHED or run_status(there) in FINISHED:
+        return False
+    # the machine that trained it: the cpu.txt that came with it (sync_in), else this one's if the summary says it
+    # trained here; a run copied in from elsewhere by hand has only its summary's CPU name
+    own = RunDir(here) / RunDir.MACHINE
+    cpus = RunDir(here).summary().get("cpus") or [RunDir(here).summary().get("cpu")]
+    machine = (own.read_text(encoding="utf-8") if own.is_file()
+               else machine_text() if cpus[-1] == cpu_name() else "")  # fmt: skip
+    RunDir(here).copy_small_files(there, log=out / "logs" / f"{name}.log", machine=machine)
+    if say is not None:
+        say(f"sync: {name} copied to {there}")
+    return True
 
 
 def others_note(specs: list[RunSpec], runs: Path) -> str:
@@ -179,6 +246,7 @@ def run_grid(
     totals: Mapping[str, int] | None = None,
     pace: float | None = None,
     more: Callable[[str | None], Sequence[RunSpec]] | None = None,
+    on_end: Callable[[str, RunOutcome], None] | None = None,
 ) -> dict[str, RunOutcome]:
     """Run ``specs`` (see the module docstring) with ``launcher`` (a LauncherConfig, or its kind with ``nproc``);
     returns each run's outcome. ``jobs``: runs in flight at once (0 with ray or slurm: every run that is ready);
@@ -194,7 +262,8 @@ def run_grid(
     None) and after each run ends (with its name); the runs it returns join the grid ahead of those not yet
     started, a name already in the grid is ignored, and one already finished on disk is counted as cached (and
     ``more`` is called with it in turn). The stability sweep's edge search uses it to start a curve's next run
-    as soon as that curve's last one ends, instead of waiting for every curve between rounds."""
+    as soon as that curve's last one ends, instead of waiting for every curve between rounds. ``on_end``: called
+    with each run's name and outcome as it ends (``--sync``: :func:`sync_out` copies a finished one out)."""
     task = task or train_run
     task_kwargs = task_kwargs or {}
     cfg = as_config(launcher, nproc)
@@ -300,6 +369,8 @@ def run_grid(
         elapsed = time.perf_counter() - t_grid
         why = f": {outcome.error} (log: {log_path})" if outcome.status == "failed" else ""
         say(f"[{done:>3}/{total}] {outcome.status:<9} {name} ({seconds:.0f} s; grid {elapsed / 60:.1f} min){why}")
+        if on_end is not None:
+            on_end(name, outcome)
         join(name)
 
     def join(name: str | None) -> None:

@@ -58,6 +58,9 @@ from normlab.experiments.grid import (
     others_note,
     run_grid,
     run_status,
+    add_sync_argument,
+    sync_in,
+    sync_out,
 )
 from normlab.experiments.launchers import LauncherConfig, add_launcher_arguments, as_config, launcher_from_args
 from normlab.experiments.progress import ProgressSettings, add_progress_arguments, progress_from_args
@@ -90,6 +93,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(and index.html if there is one) in place")
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA; "
                    "with --launcher ray or slurm, every run that is ready: the cluster queues them)")
+    add_sync_argument(p)
     p.add_argument("--threads", type=int, default=0, help="CPU threads per run (default: cores / jobs; with ray or "
                    "slurm, 1): what each run requests from Ray or SLURM")
     add_launcher_arguments(p)
@@ -237,13 +241,17 @@ def reproduce(
     probe: bool = True,
     train: bool = True,
     progress: ProgressSettings | None = None,
+    sync: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run the grid of ``figures`` (default: the scale's) at ``scale_name`` into ``out`` and write the report;
     returns results.json's content. ``probe``: print the estimated wall time first (see budget.py). ``train``
     False (``--report-only``): run nothing (neither the grid, nor the analysis, nor the width sweep) and write the
     report from what has finished in ``out``; a run that has not finished (killed, still running in another
     process, never started) counts as missing, and ``meta["unfinished"]`` names it. ``launcher``: where the
-    grid's runs go (a kind or a LauncherConfig, launchers.py), the width sweep's too; the analysis of Figure 3
+    grid's runs go (a kind or a LauncherConfig, launchers.py), the width sweep's too; ``sync``: a folder of
+    finished runs' small files shared between machines (``--sync``, grid.sync_in / sync_out): its runs of this
+    grid are taken as finished, and each run finished here is copied into it as it ends (not with
+    ``--report-only``, which writes nothing there); the analysis of Figure 3
     (minutes, no training) runs in a process of this machine whatever the launcher. ``progress``: the grid's live
     display or progress lines (progress.py), whose ETA starts from the estimate's pace."""
     t0 = time.perf_counter()
@@ -258,7 +266,8 @@ def reproduce(
         raise ConfigError(f"--figures: unknown {unknown}; expected some of {list(ALL_FIGURES)}")
     out = Path(out or f"reproduce/{scale.name}")
     if not train and not (any_finished(out / "runs") or (out / "analysis" / "analysis.json").exists()
-                          or any_finished(out / "width" / "runs")):  # before any data is prepared  # fmt: skip
+                          or any_finished(out / "width" / "runs")
+                          or (sync and any_finished(Path(sync)))):  # before any data is prepared  # fmt: skip
         raise ConfigError(f"--report-only: nothing has finished in {out} yet; run it without --report-only first")
     out.mkdir(parents=True, exist_ok=True)
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
@@ -276,6 +285,12 @@ def reproduce(
     try:
         ctx = make_context(scale, figures, corpus=corpus, device=device, precision=precision)
         specs = all_runs(scale, ctx, tuple(f for f in figures if f not in NOT_TRAINED_HERE))
+        store = Path(sync) if sync else None
+        if store is not None:
+            sync_in(specs, out, store, _say)
+            if train:  # what an earlier session finished here without --sync goes there too
+                for spec in specs:
+                    sync_out(spec.name, out, store, _say)
         todo = [s for s in specs if run_status(out / "runs" / s.name) not in FINISHED]
         sweep_started = "width" in figures and any_finished(out / "width" / "runs")
         if not train:
@@ -295,7 +310,8 @@ def reproduce(
             pace = est.pace or None
         base = baselines(scale, ctx, figures)
         outcomes = (run_grid(specs, out, jobs=jobs, threads=threads, launcher=launch, cuda=cuda, say=_say,
-                             progress=progress, totals={s.name: run_updates(s, ctx) for s in specs}, pace=pace)
+                             progress=progress, totals={s.name: run_updates(s, ctx) for s in specs}, pace=pace,
+                             on_end=(lambda name, _o: sync_out(name, out, store, _say)) if store else None)
                     if train else {})  # fmt: skip
         # After the paper's runs, so that a stopped job has decided the paper's claims first. With --report-only,
         # from the sweep's finished runs, if any.
@@ -455,5 +471,6 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--figures {args.figures!r} names no figure; expected some of {list(ALL_FIGURES)}")
     reproduce(args.scale, args.out, figures=figures, jobs=args.jobs, threads=args.threads,
               launcher=launcher_from_args(args), corpus=args.corpus, device=args.device, precision=args.precision,
-              probe=not args.no_estimate, train=not args.report_only, progress=progress_from_args(args))  # fmt: skip
+              probe=not args.no_estimate, train=not args.report_only, progress=progress_from_args(args),
+              sync=args.sync or None)  # fmt: skip
     return 0

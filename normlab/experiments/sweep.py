@@ -116,7 +116,17 @@ from normlab.data import prepare
 from normlab.device import cpu_name
 from normlab.experiments.budget import estimate, updates_per_epoch
 from normlab.experiments.figures import Context, RunSpec
-from normlab.experiments.grid import FINISHED, any_finished, check_not_stale, others_note, run_grid, run_status
+from normlab.experiments.grid import (
+    FINISHED,
+    add_sync_argument,
+    any_finished,
+    check_not_stale,
+    others_note,
+    run_grid,
+    run_status,
+    sync_in,
+    sync_out,
+)
 from normlab.experiments.launchers import add_launcher_arguments, as_config, launcher_from_args
 from normlab.experiments.progress import ProgressSettings, add_progress_arguments, eta, progress_from_args
 from normlab.experiments.scales import PAPER
@@ -1245,13 +1255,16 @@ def unigram_baseline(data: Any, task: str) -> dict[str, Any]:
 def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int = 0, corpus: str = "",
               device: str = "auto", precision: str = "auto", probe: bool = True, diagnose: bool = True,
               say: Any = _say, train: bool = True, launcher: Any = "local",
-              progress: ProgressSettings | None = None) -> dict[str, Any]:  # fmt: skip
+              progress: ProgressSettings | None = None, sync: str | Path | None = None) -> dict[str, Any]:  # fmt: skip
     """Run the sweep's grid into ``out`` (resumable: finished runs are kept), then write ``out/report/``:
     sweep.json, loss_vs_lr.png, frontier.png, index.html and SWEEP.md. Returns sweep.json's content. ``train``
     False (``--report-only``): run nothing and write the report from the runs finished so far; a cell that has not
     finished is a missing grid point (:func:`analyze`), and ``meta["unfinished"]`` counts them. ``launcher``: where
     the runs go (a kind or a LauncherConfig, launchers.py); diagnose and the report run here. ``progress``: the
-    grid's live display or progress lines (progress.py), whose ETA starts from the estimate's pace."""
+    grid's live display or progress lines (progress.py), whose ETA starts from the estimate's pace. ``sync``: a
+    folder of finished runs' small files shared between machines (``--sync``; grid.sync_in / sync_out): every
+    finished run there is taken (the edge search's runs too), and each run finished here is copied there as it
+    ends (not with ``--report-only``)."""
     import os
     import platform
     import time
@@ -1263,7 +1276,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     if train:
         launch.require_engine()  # one line naming the extra to install, before any data is prepared
     out = Path(out)
-    if not train and not any_finished(out / "runs"):  # before any data is prepared
+    store = Path(sync) if sync else None
+    if not train and not (any_finished(out / "runs") or (store and any_finished(store))):  # before data is prepared
         raise ConfigError(f"--report-only: no run of this sweep has finished in {out} yet; run it without "
                           "--report-only first")
     out.mkdir(parents=True, exist_ok=True)
@@ -1286,6 +1300,12 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
                               if s.group.startswith(f"{sc.replace('/', '+')}-{w}-d"))  # fmt: skip
         where[s.name] = (scheme, warmup)
     grid_names = {s.name for s in specs}
+    if store is not None:  # before anything counts what has finished
+        sync_in(specs, out, store, say)
+        if train:  # what an earlier session finished here without --sync goes there too
+            for name in sorted(d.relative_to(out / "runs").as_posix() for d in (out / "runs").glob("*")
+                               if d.is_dir()) if (out / "runs").is_dir() else []:  # fmt: skip
+                sync_out(name, out, store, say)
     say(f"normlab sweep --scale {cfg.scale} -> {out}: {len(specs)} runs ({len(cfg.schemes)} schemes x "
         f"{len(cfg.warmups)} warm-ups x {len(cfg.widths)} widths x {len(cfg.lrs)} learning rates x {cfg.seeds} "
         f"seed(s)); {shape}")  # fmt: skip
@@ -1371,7 +1391,9 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     while True:
         if train:
             for name, o in run_grid(specs, out, jobs=jobs, threads=threads, launcher=launch, cuda=cuda,
-                                    say=say, progress=progress, pace=pace, more=more).items():  # fmt: skip
+                                    say=say, progress=progress, pace=pace, more=more,
+                                    on_end=(lambda n, _o: sync_out(n, out, store, say)) if store else None
+                                    ).items():  # fmt: skip
                 if o.status != "cached" or name not in outcomes:  # a run of an earlier pass keeps its outcome
                     outcomes[name] = o
         cells = read_all()
@@ -1547,6 +1569,7 @@ def add_arguments(p: Any) -> None:
                    "finished so far in OUT (an unfinished cell is a missing grid point)")
     p.add_argument("--from-json", metavar="SWEEP_JSON", help="train nothing and read no runs: re-read a written "
                    "sweep.json (its cells) under the present definitions and rewrite the report beside it")
+    add_sync_argument(p)
     p.add_argument("--corpus", default="", help="a directory of your own files (default: the vendored de-en / en-mono)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"])
@@ -1561,5 +1584,5 @@ def run(args: Any) -> int:
     run_sweep(cfg, args.out or f"sweep/{cfg.scale}", jobs=args.jobs, threads=args.threads, corpus=args.corpus,
               device=args.device, precision=args.precision, probe=not args.no_estimate,
               diagnose=not args.no_diagnose, train=not args.report_only, launcher=launcher_from_args(args),
-              progress=progress_from_args(args))  # fmt: skip
+              progress=progress_from_args(args), sync=args.sync or None)  # fmt: skip
     return 0
