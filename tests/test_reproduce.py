@@ -505,6 +505,30 @@ def test_an_analysis_with_other_settings_is_run_again(tmp_path):
     assert _Analysis(get_scale("smoke"), tmp_path, threads=1, device="cpu", start=False).stale == "seeds: 1 -> 2"
 
 
+def test_the_analysis_beside_the_grid_runs_at_the_lowest_priority(tmp_path, monkeypatch):
+    """Figure 3's analysis gives way to the training runs beside it (nice 19), not when it runs alone."""
+    import functools
+
+    from normlab.experiments import reproduce as rep
+
+    started = []
+
+    class Proc:
+        def __init__(self, cmd, **kw):
+            started.append(kw["preexec_fn"])
+
+    monkeypatch.setattr(rep.subprocess, "Popen", Proc)
+    rep._Analysis(get_scale("smoke"), tmp_path / "beside", threads=1, device="cpu")
+    rep._Analysis(get_scale("smoke"), tmp_path / "alone", threads=2, device="cpu", alone=True)
+    beside, alone = started
+    assert isinstance(beside, functools.partial) and beside.func is rep._lowest_priority
+    assert not isinstance(alone, functools.partial)
+    monkeypatch.undo()
+    out = subprocess.run([sys.executable, "-c", "import os; print(os.nice(0))"], capture_output=True, text=True,
+                         preexec_fn=functools.partial(rep._lowest_priority, None), check=True)  # fmt: skip
+    assert out.stdout.strip() == "19"
+
+
 def test_time_phrase_says_whose_wall_time_it_is():
     """A job run again after every run finished took seconds: the header must not call that the job's wall time."""
     from normlab.report.html import time_phrase

@@ -163,12 +163,20 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def _lowest_priority(then: Any) -> None:
+    """``preexec_fn``: nice 19, then ``then`` (the parent-death signal), in the child before it execs."""
+    os.nice(19)
+    if then is not None:
+        then()
+
+
 class _Analysis:
     """Figure 3 and the lemmas through ``normlab analyze``, in a process of its own beside the training grid;
     skipped when its analysis.json exists (written atomically). ``threads``: 1 beside a grid (it time-shares
-    the cores with the grid's jobs), all cores when it runs alone (``--figures fig3``)."""
+    the cores with the grid's jobs, at nice 19), all cores when it runs ``alone`` (``--figures fig3``)."""
 
-    def __init__(self, scale: Scale, out: Path, *, threads: int, device: str, start: bool = True) -> None:
+    def __init__(self, scale: Scale, out: Path, *, threads: int, device: str, start: bool = True,
+                 alone: bool = False) -> None:
         self.target = out / "analysis"
         self.log = out / "logs" / "analysis.log"
         self.proc: subprocess.Popen | None = None
@@ -181,9 +189,18 @@ class _Analysis:
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
         cmd = [sys.executable, "-m", "normlab", "analyze", "--scale", scale.analysis, "--out", str(self.target),
                "--threads", str(threads), "--set", f"device={device}"]  # fmt: skip
+        # Beside the grid at the lowest priority: the training runs are the job's long path (their claims are
+        # decided first, and their update times stay what the probe estimated), and the analysis (~6 minutes on 2
+        # idle cores) fills what they leave idle: validations, and the grid's tail when fewer runs than cores are
+        # left. At normal priority it took a third of the CPU from the runs for 10-20 minutes. At nice 19 beside
+        # the quick grid (2026-11-27, 2-core Zen 5) it ended 6.5 minutes after the grid's 109; the job's wall
+        # time is about the same either way (the same work on the same cores).
+        preexec = child_preexec()
+        if not alone and hasattr(os, "nice"):
+            preexec = functools.partial(_lowest_priority, preexec)
         with open(self.log, "w", encoding="utf-8") as f:
             self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
-                                         preexec_fn=child_preexec())  # fmt: skip
+                                         preexec_fn=preexec)  # fmt: skip
 
     def stop(self) -> None:
         """Stop the analysis (the grid failed or was interrupted); a rerun starts it again."""
@@ -280,7 +297,7 @@ def reproduce(
          else "(--report-only: from the runs finished so far, training nothing)"))  # fmt: skip
     # The analysis needs no data: it starts first and overlaps the tokenizer training as well as the grid.
     alone = set(figures) <= {"fig3"}
-    analysis_job = (_Analysis(scale, out, threads=cores if alone else 1, device=device, start=train)
+    analysis_job = (_Analysis(scale, out, threads=cores if alone else 1, device=device, start=train, alone=alone)
                     if "fig3" in figures else None)  # fmt: skip
     try:
         ctx = make_context(scale, figures, corpus=corpus, device=device, precision=precision)
