@@ -21,7 +21,7 @@ import torch
 
 from normlab.config import ConfigError
 
-__all__ = ["cpu_name", "describe_cpuinfo", "machine_text", "pick_device", "autocast_dtype", "autocast", "attention_upcast", "compute_dtype",
+__all__ = ["cpu_name", "describe_cpuinfo", "machine_text", "same_cpu", "pick_device", "autocast_dtype", "autocast", "attention_upcast", "compute_dtype",
            "LOW_PRECISION"]
 
 
@@ -41,6 +41,12 @@ def cpu_name() -> str:
     except OSError:
         text = ""
     return describe_cpuinfo(text) or platform.processor() or platform.machine() or "unknown CPU"
+
+
+def same_cpu(before: str, now: str) -> bool:
+    """Whether two :func:`cpu_name` values name one CPU: equal, or ``before`` the bare model name an older normlab
+    recorded (``AMD EPYC``) and ``now`` the same with its family, model and instruction set added."""
+    return before == now or now.startswith(before + " (")
 
 
 def machine_text() -> str:

@@ -177,8 +177,12 @@ class RunDir:
         out.path.mkdir(parents=True, exist_ok=True)
         if log is not None and log.is_file():
             out.write_file(self.LOG, log.read_bytes())
+        else:  # an earlier partial copy's must not pass for this run's
+            (out / self.LOG).unlink(missing_ok=True)
         if machine:
             out.write_file(self.MACHINE, machine.encode("utf-8"))
+        else:
+            (out / self.MACHINE).unlink(missing_ok=True)
         for name in self.SMALL_FILES:
             if (self.path / name).is_file():
                 out.write_file(name, (self.path / name).read_bytes())

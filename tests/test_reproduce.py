@@ -278,8 +278,12 @@ def test_the_grid_refuses_a_run_trained_with_other_settings(tmp_path):
 def test_sync_fills_one_grid_from_several_machines(tmp_path):
     """--sync (issue 32's grid in pieces): machine A's finished run is copied into the shared folder as it ends,
     small files only, with the grid's log and the machine's lscpu; machine B takes it as finished (never trained
-    again: the same metrics), trains the rest and copies them there; a run saved there with other settings is not
-    taken, and a killed run's leftovers give way to a finished copy."""
+    again: the same metrics), trains the rest and copies them there. Not taken: a run saved there with other
+    settings, another grid's run, a pre-training run whose fine-tuning runs need its checkpoints; not copied out: a
+    run trained with other settings. A killed run's leftovers give way to a finished copy, except with
+    --report-only (train=False), which deletes nothing."""
+    import dataclasses
+
     import yaml
 
     from normlab.experiments.grid import sync_in, sync_out
@@ -287,38 +291,54 @@ def test_sync_fills_one_grid_from_several_machines(tmp_path):
     specs = fig6_small_lr(get_scale("smoke"), Context(translation_updates_per_epoch=9))
     store, lines = tmp_path / "store", []
     a, b = tmp_path / "machine-a", tmp_path / "machine-b"
+    by_name = {s.name: s for s in specs}
     out_a = run_grid(specs[:1], a, jobs=1, threads=1, say=lambda line: None,
-                     on_end=lambda n, o: sync_out(n, a, store, lines.append))  # fmt: skip
+                     on_end=lambda n, o: sync_out(by_name[n], a, store, lines.append))  # fmt: skip
     first = specs[0].name
     assert out_a[first].status == "completed" and lines == [f"sync: {first} copied to {store / first}"]
     assert sorted(p.name for p in (store / first).iterdir()) == sorted(
         ["config.yaml", "data.json", "metrics.jsonl", "summary.json", "train.log", "cpu.txt"])
     assert (store / first / "metrics.jsonl").read_bytes() == (a / "runs" / first / "metrics.jsonl").read_bytes()
     assert "=== " in (store / first / "train.log").read_text() and (store / first / "cpu.txt").read_text().strip()
-    assert not sync_out(first, a, store)  # a finished copy there is kept as it is
+    assert not sync_out(specs[0], a, store)  # a finished copy there is kept as it is
+    lines.clear()  # ... and one with other settings is named, not replaced
+    assert not sync_out(dataclasses.replace(specs[0], config=specs[0].config.replace(seed=7)), a, store, lines.append)
+    assert "trained with other settings (seed: 1 -> 7)" in lines[0], lines
 
     assert sync_in(specs, b, store, lines.append) == [first]
     out_b = run_grid(specs, b, jobs=1, threads=1, say=lambda line: None,
-                     on_end=lambda n, o: sync_out(n, b, store))  # fmt: skip
+                     on_end=lambda n, o: sync_out(by_name[n], b, store))  # fmt: skip
     assert [out_b[s.name].status for s in specs] == ["cached"] + ["completed"] * (len(specs) - 1)
     assert (b / "runs" / first / "metrics.jsonl").read_bytes() == (a / "runs" / first / "metrics.jsonl").read_bytes()
     assert all(run_status(store / s.name) == "completed" for s in specs)
     assert not any((store / s.name / "checkpoints").exists() or (store / s.name / "tokenizer.model").exists()
                    for s in specs)  # fmt: skip
 
-    # machine C: a killed run of its own gives way to the finished copy; a copy with other settings is not taken
+    # machine C: --report-only keeps a killed run of its own; a grid run lets it give way to the finished copy.
+    # A copy with other settings, another grid's run and a parent whose fine-tuning runs wait are not taken.
     c = tmp_path / "machine-c"
     (c / "runs" / first / "checkpoints" / "update_00000002").mkdir(parents=True)
     (c / "runs" / first / "summary.json").write_text(json.dumps({"status": "running"}))
-    other = specs[1].name
+    other, parent = specs[1].name, specs[2].name
     saved = yaml.safe_load((store / other / "config.yaml").read_text())
     saved["optim"]["lr"] *= 2
     (store / other / "config.yaml").write_text(yaml.safe_dump(saved))
+    shutil.copytree(store / parent, store / "another-grids-run")
+    child = dataclasses.replace(specs[0], name=f"{parent}/child", parent=parent, kind="finetune")
+    grid = [*specs, child]
     lines.clear()
-    taken = sync_in(specs, c, store, lines.append)
-    assert first in taken and other not in taken and run_status(c / "runs" / other) is None
+    assert sync_in(grid, c, store, lines.append, train=False) == []
+    assert (c / "runs" / first / "checkpoints").is_dir() and "reported as unfinished" in lines[-1]
+    lines.clear()
+    assert sync_in(grid, c, store, lines.append) == [first]
     assert not (c / "runs" / first / "checkpoints").exists() and run_status(c / "runs" / first) == "completed"
+    assert run_status(c / "runs" / other) is None and run_status(c / "runs" / parent) is None
+    assert not (c / "runs" / "another-grids-run").exists()
     assert any("other settings" in line and other in line for line in lines), lines
+    assert any("pre-training" in line and parent in line for line in lines), lines
+    # a run trained here with other settings is not copied out
+    shutil.copytree(store / other, c / "runs" / other)
+    assert not sync_out(specs[1], c, tmp_path / "elsewhere", lines.append) and "other settings" in lines[-1]
 
 
 def test_a_failing_run_is_recorded_and_the_grid_goes_on(tmp_path):

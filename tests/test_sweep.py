@@ -565,6 +565,29 @@ def test_frontier_plot_marks_the_lower_bounds(tmp_path, monkeypatch):
     assert len(fig.axes[0].containers) == 2  # Post-LN's two arms: their bracketed edges drawn with error bars
 
 
+def test_spec_of_name_finds_the_sweeps_runs_the_edge_search_included(tmp_path):
+    """--sync reads a shared folder's runs as this sweep's by name: every grid point, a rate the edge search
+    bisected to (its name keeps 3 digits; the saved config has the rate), nothing of another grid or seed range."""
+    import dataclasses
+
+    import yaml
+
+    from normlab.experiments.figures import Context
+    from normlab.experiments.sweep import run_spec, spec_of_name
+
+    cfg = dataclasses.replace(sweep_scale("quick"), seeds=2)
+    ctx = Context(translation_updates_per_epoch=1)
+    assert all(spec_of_name(cfg, ctx, s.name) == s for s in sweep_runs(cfg, ctx))
+    bisected = run_spec(cfg, ctx, "pre", "adam", 128, 0.0123456, 2)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(bisected.config.to_dict()))
+    assert spec_of_name(cfg, ctx, bisected.name, tmp_path / "run") == bisected
+    assert spec_of_name(cfg, ctx, bisected.name).config.optim.lr == 0.0123  # without the saved run: the name's rate
+    assert spec_of_name(cfg, ctx, bisected.name.replace("-s2", "-s3")) is None  # seeds 1-2 only
+    assert spec_of_name(cfg, ctx, "post-adam-5e-4-w4000-s1") is None
+    assert spec_of_name(cfg, ctx, "post-none-d96-lr1.00e-03-s1") is None  # no such width
+
+
 # ---- the CLI, end to end ----
 
 

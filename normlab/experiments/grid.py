@@ -97,64 +97,110 @@ FINISHED = ("completed", "diverged")
 def add_sync_argument(p: Any) -> None:
     """``--sync DIR`` of ``normlab reproduce`` and ``normlab sweep``."""
     p.add_argument("--sync", metavar="DIR", default="", help="a folder of finished runs shared between machines, "
-                   "e.g. docs/results/reproduce-full/runs in a git checkout: its runs of this grid count as finished "
-                   "and are never trained again, and each run that finishes here is copied into it as it ends (its "
-                   "small files: config, data record, metrics, summary, log, and this machine's lscpu as cpu.txt; no "
-                   "checkpoint), ready to commit, so that a grid fills up over several machines and sessions")
+                   "e.g. docs/results/reproduce-full/runs in a git checkout: the runs of this grid finished there "
+                   "when the job starts count as finished and are not trained, and each run that finishes here is "
+                   "copied into it as it ends (its small files: config, data record, metrics, summary, log, and the "
+                   "machine's lscpu as cpu.txt; no checkpoint), ready to commit, so that a grid fills up over "
+                   "several machines and sessions")
 
 
-def sync_in(specs: Sequence[RunSpec], out: Path, store: Path, say: Callable[[str], None]) -> list[str]:
-    """``--sync STORE``, before a grid: copy into ``out/runs`` each run finished in ``store`` (a folder of finished
-    runs' small files shared between machines, e.g. a git checkout's docs/results/reproduce-full/runs) and not
-    finished in ``out``; the grid then counts it as finished and never trains it. A run of ``specs`` saved there
-    with other settings is left where it is, with a line. A run in ``out`` that a killed session left unfinished
-    gives way to the finished copy, unless a trainer holds it now. Returns the names copied."""
+def sync_in(specs: Sequence[RunSpec], out: Path, store: Path, say: Callable[[str], None], *,
+            lookup: Callable[[str, Path], RunSpec | None] | None = None, train: bool = True) -> list[str]:  # fmt: skip
+    """``--sync STORE``, before a grid: copy into ``out/runs`` each run of this grid finished in ``store`` (a folder of
+    finished runs' small files shared between machines, e.g. a git checkout's docs/results/reproduce-full/runs) and
+    not finished in ``out``; the grid then counts it as finished and does not train it. This grid's runs are
+    ``specs``, and the runs ``lookup`` (a name and the folder of its saved run) turns into a spec (the stability
+    sweep's edge search: learning rates planned from the runs themselves); anything else in ``store`` is another
+    grid's and stays there.
+
+    Left where it is, with a line: a run saved there with other settings than this grid's; a pre-training run
+    whose fine-tuning runs have not all finished there (they start from its checkpoints, which are not copied).
+    A run in ``out`` that a killed session left unfinished gives way to the finished copy (its checkpoints are
+    deleted), unless a trainer holds it now, or ``train`` is False (``--report-only`` deletes nothing: it reads
+    the run as unfinished). Returns the names copied."""
     wanted = {s.name: s for s in specs}
-    copied, other = [], []
-    for summary in sorted(store.rglob(RunDir.SUMMARY)) if store.is_dir() else []:
+    children: dict[str, list[str]] = {}
+    for s in specs:
+        if s.parent is not None:
+            children.setdefault(str(s.parent), []).append(s.name)
+    copied, other, parents, kept = [], [], [], []
+    # parents before the runs nested in their folders (a fine-tuning run's name holds a "/")
+    found = sorted(store.rglob(RunDir.SUMMARY), key=lambda p: (len(p.parts), p)) if store.is_dir() else []
+    for summary in found:
         src = summary.parent
-        name = src.relative_to(store).as_posix()  # a fine-tuning run's name holds a "/"
+        name = src.relative_to(store).as_posix()
         here = out / "runs" / name
         if run_status(src) not in FINISHED or run_status(here) in FINISHED:
             continue
-        if name in wanted and changed_settings(wanted[name], src):
+        spec = wanted.get(name) or (lookup(name, src) if lookup is not None else None)
+        if spec is None:
+            continue  # another grid's run
+        if changed_settings(spec, src):
             other.append(name)
+            continue
+        if any(run_status(store / c) not in FINISHED and run_status(out / "runs" / c) not in FINISHED
+               for c in children.get(name, [])):  # fmt: skip
+            parents.append(name)
             continue
         if RunDir(here).holder() is not None:
             continue  # trained now by another process: its own end decides
         if here.exists():
+            if not train:
+                kept.append(name)
+                continue
             shutil.rmtree(here)
+        machine = RunDir(src) / RunDir.MACHINE
+        RunDir(src).copy_small_files(here, machine=machine.read_text(encoding="utf-8") if machine.is_file() else "")
         log = RunDir(src) / RunDir.LOG
-        RunDir(src).copy_small_files(here, machine=(RunDir(src) / RunDir.MACHINE).read_text(encoding="utf-8")
-                                     if (RunDir(src) / RunDir.MACHINE).is_file() else "")  # fmt: skip
         if log.is_file():  # the log where the grid keeps it, with the run's earlier sessions
             (out / "logs" / f"{name}.log").parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(log, out / "logs" / f"{name}.log")
         copied.append(name)
+
+    def some(names: list[str]) -> str:
+        return ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+
     if copied:
-        say(f"sync: {len(copied)} run(s) finished in {store} taken into {out / 'runs'}: "
-            + ", ".join(copied[:6]) + (f" and {len(copied) - 6} more" if len(copied) > 6 else ""))
+        say(f"sync: {len(copied)} run(s) finished in {store} taken into {out / 'runs'}: {some(copied)}")
     if other:
         say(f"sync: {len(other)} run(s) in {store} were trained with other settings than this grid's and are not "
-            f"taken: {', '.join(other[:6])}" + (" ..." if len(other) > 6 else ""))
+            f"taken: {some(other)}")
+    if parents:
+        say(f"sync: {len(parents)} pre-training run(s) in {store} are not taken: their fine-tuning runs have not all "
+            f"finished and need their checkpoints, which only a run trained here has: {some(parents)}")
+    if kept:
+        say(f"sync: {len(kept)} run(s) finished in {store} are unfinished in {out / 'runs'} (a stopped run's "
+            f"checkpoints, which --report-only does not delete): reported as unfinished: {some(kept)}")
     return copied
 
 
-def sync_out(name: str, out: Path, store: Path, say: Callable[[str], None] | None = None) -> bool:
-    """``--sync STORE``: copy the run ``name``, finished in ``out``, into ``store`` (its small files, the grid's log
-    of it as train.log and the lscpu of the machine it trained on as cpu.txt), ready to commit; a copy already
-    finished there is kept as it is. Returns whether it copied."""
-    from normlab.device import cpu_name, machine_text
+def sync_out(spec: RunSpec, out: Path, store: Path, say: Callable[[str], None] | None = None) -> bool:
+    """``--sync STORE``: copy the run of ``spec``, finished in ``out``, into ``store`` (its small files, the grid's
+    log of it as train.log, and as cpu.txt the ``lscpu`` that came with it or, for a run this CPU trained last,
+    this machine's), ready to commit. Not copied, with a line: a run in ``out`` trained with other settings than
+    ``spec`` (the grid refuses it too), and a run whose finished copy there has other settings (remove it there to
+    replace it); a finished copy with the grid's settings is kept as it is. Returns whether it copied."""
+    from normlab.device import cpu_name, machine_text, same_cpu
 
+    name = spec.name
     here, there = out / "runs" / name, store / name
-    if run_status(here) not in FINISHED or run_status(there) in FINISHED:
+    if run_status(here) not in FINISHED:
         return False
-    # the machine that trained it: the cpu.txt that came with it (sync_in), else this one's if the summary says it
-    # trained here; a run copied in from elsewhere by hand has only its summary's CPU name
+    if changed := changed_settings(spec, here):
+        if say is not None:
+            say(f"sync: {name} in {out / 'runs'} was trained with other settings ({', '.join(changed[:3])}): not "
+                f"copied to {store}")
+        return False
+    if run_status(there) in FINISHED:
+        if (changed := changed_settings(spec, there)) and say is not None:
+            say(f"sync: {there} holds {name} trained with other settings ({', '.join(changed[:3])}): left as it "
+                "is; remove it to put this grid's run there")
+        return False
     own = RunDir(here) / RunDir.MACHINE
-    cpus = RunDir(here).summary().get("cpus") or [RunDir(here).summary().get("cpu")]
+    summary = RunDir(here).summary()
+    last = (summary.get("cpus") or [summary.get("cpu") or ""])[-1]
     machine = (own.read_text(encoding="utf-8") if own.is_file()
-               else machine_text() if cpus[-1] == cpu_name() else "")  # fmt: skip
+               else machine_text() if same_cpu(last, cpu_name()) else "")  # fmt: skip
     RunDir(here).copy_small_files(there, log=out / "logs" / f"{name}.log", machine=machine)
     if say is not None:
         say(f"sync: {name} copied to {there}")
@@ -370,7 +416,10 @@ def run_grid(
         why = f": {outcome.error} (log: {log_path})" if outcome.status == "failed" else ""
         say(f"[{done:>3}/{total}] {outcome.status:<9} {name} ({seconds:.0f} s; grid {elapsed / 60:.1f} min){why}")
         if on_end is not None:
-            on_end(name, outcome)
+            try:
+                on_end(name, outcome)
+            except Exception as e:  # noqa: BLE001 - a hook (--sync's copy: a full disk) must not stop the runs in flight
+                say(f"grid: after {name}: {type(e).__name__}: {e}")
         join(name)
 
     def join(name: str | None) -> None:

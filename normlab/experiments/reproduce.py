@@ -266,9 +266,9 @@ def reproduce(
     report from what has finished in ``out``; a run that has not finished (killed, still running in another
     process, never started) counts as missing, and ``meta["unfinished"]`` names it. ``launcher``: where the
     grid's runs go (a kind or a LauncherConfig, launchers.py), the width sweep's too; ``sync``: a folder of
-    finished runs' small files shared between machines (``--sync``, grid.sync_in / sync_out): its runs of this
-    grid are taken as finished, and each run finished here is copied into it as it ends (not with
-    ``--report-only``, which writes nothing there); the analysis of Figure 3
+    finished runs' small files shared between machines (``--sync``, grid.sync_in / sync_out): the runs of this
+    grid finished there when the job starts are taken as finished, and each run finished here is copied into it
+    as it ends (not with ``--report-only``, which writes nothing there); the width sweep's runs are not synced; the analysis of Figure 3
     (minutes, no training) runs in a process of this machine whatever the launcher. ``progress``: the grid's live
     display or progress lines (progress.py), whose ETA starts from the estimate's pace."""
     t0 = time.perf_counter()
@@ -304,10 +304,11 @@ def reproduce(
         specs = all_runs(scale, ctx, tuple(f for f in figures if f not in NOT_TRAINED_HERE))
         store = Path(sync) if sync else None
         if store is not None:
-            sync_in(specs, out, store, _say)
-            if train:  # what an earlier session finished here without --sync goes there too
+            sync_in(specs, out, store, _say, train=train)
+            if train:  # what an earlier session finished here without --sync goes there too (the grid's own only)
+                check_not_stale(specs, out)
                 for spec in specs:
-                    sync_out(spec.name, out, store, _say)
+                    sync_out(spec, out, store, _say)
         todo = [s for s in specs if run_status(out / "runs" / s.name) not in FINISHED]
         sweep_started = "width" in figures and any_finished(out / "width" / "runs")
         if not train:
@@ -326,9 +327,10 @@ def reproduce(
             _say(est.text())
             pace = est.pace or None
         base = baselines(scale, ctx, figures)
+        by_name = {spec.name: spec for spec in specs}
         outcomes = (run_grid(specs, out, jobs=jobs, threads=threads, launcher=launch, cuda=cuda, say=_say,
                              progress=progress, totals={s.name: run_updates(s, ctx) for s in specs}, pace=pace,
-                             on_end=(lambda name, _o: sync_out(name, out, store, _say)) if store else None)
+                             on_end=(lambda name, _o: sync_out(by_name[name], out, store, _say)) if store else None)
                     if train else {})  # fmt: skip
         # After the paper's runs, so that a stopped job has decided the paper's claims first. With --report-only,
         # from the sweep's finished runs, if any.

@@ -84,6 +84,7 @@ the sweep measures.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import statistics
@@ -526,6 +527,31 @@ def run_spec(cfg: SweepConfig, ctx: Context, scheme: str, warmup: str, width: in
     tc = _train_config(cfg, ctx, scheme=scheme, warmup=warmup, width=width, lr=lr, seed=seed)
     return RunSpec(f"{group}-s{seed}", ("sweep",), f"{scheme}, {w}, d={width}, lr {lr:.3g}", tc, kind=cfg.task,
                    group=group)  # fmt: skip
+
+
+def spec_of_name(cfg: SweepConfig, ctx: Context, name: str, run_dir: Path | None = None) -> RunSpec | None:
+    """The run of this sweep named ``name`` (a grid point, or a learning rate the edge search planned: any rate of
+    a curve of ``cfg``, seeds 1..cfg.seeds), or None for another grid's name; for ``--sync``, whose shared folder
+    may hold the edge runs of another machine. A name keeps 3 digits of its rate (a bisection's rate has more):
+    the rate is the one saved in ``run_dir``'s config when that rounds to the name's."""
+    for scheme in cfg.schemes:
+        for warmup in cfg.warmups:
+            for width in cfg.widths:
+                prefix = group_name(scheme, warmup, width, 1.0).rsplit("-lr", 1)[0] + "-lr"
+                if not name.startswith(prefix):
+                    continue
+                tag, _, seed = name[len(prefix):].rpartition("-s")
+                try:
+                    lr, k = float(tag), int(seed)
+                except ValueError:
+                    continue
+                saved = RunDir(run_dir).read_config_dict() if run_dir is not None else None
+                exact = ((saved or {}).get("optim") or {}).get("lr")
+                if isinstance(exact, float) and _lr_tag(exact) == tag:
+                    lr = exact
+                if 1 <= k <= cfg.seeds and (spec := run_spec(cfg, ctx, scheme, warmup, width, lr, k)).name == name:
+                    return spec
+    return None
 
 
 def sweep_runs(cfg: SweepConfig, ctx: Context) -> list[RunSpec]:
@@ -1262,9 +1288,9 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     finished is a missing grid point (:func:`analyze`), and ``meta["unfinished"]`` counts them. ``launcher``: where
     the runs go (a kind or a LauncherConfig, launchers.py); diagnose and the report run here. ``progress``: the
     grid's live display or progress lines (progress.py), whose ETA starts from the estimate's pace. ``sync``: a
-    folder of finished runs' small files shared between machines (``--sync``; grid.sync_in / sync_out): every
-    finished run there is taken (the edge search's runs too), and each run finished here is copied there as it
-    ends (not with ``--report-only``)."""
+    folder of finished runs' small files shared between machines (``--sync``; grid.sync_in / sync_out): this
+    sweep's runs finished there when it starts are taken (the edge search's too: :func:`spec_of_name`), and each
+    run finished here is copied there as it ends (not with ``--report-only``)."""
     import os
     import platform
     import time
@@ -1300,12 +1326,13 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
                               if s.group.startswith(f"{sc.replace('/', '+')}-{w}-d"))  # fmt: skip
         where[s.name] = (scheme, warmup)
     grid_names = {s.name for s in specs}
+    lookup = functools.partial(spec_of_name, cfg, ctx)  # this sweep's run of a name (the edge search's too), or None
     if store is not None:  # before anything counts what has finished
-        sync_in(specs, out, store, say)
-        if train:  # what an earlier session finished here without --sync goes there too
-            for name in sorted(d.relative_to(out / "runs").as_posix() for d in (out / "runs").glob("*")
-                               if d.is_dir()) if (out / "runs").is_dir() else []:  # fmt: skip
-                sync_out(name, out, store, say)
+        sync_in(specs, out, store, say, lookup=lookup, train=train)
+        if train:  # what an earlier session finished here without --sync goes there too (this sweep's only)
+            for d in sorted((out / "runs").glob("*")) if (out / "runs").is_dir() else []:
+                if (spec := lookup(d.name, d)) is not None:
+                    sync_out(spec, out, store, say)
     say(f"normlab sweep --scale {cfg.scale} -> {out}: {len(specs)} runs ({len(cfg.schemes)} schemes x "
         f"{len(cfg.warmups)} warm-ups x {len(cfg.widths)} widths x {len(cfg.lrs)} learning rates x {cfg.seeds} "
         f"seed(s)); {shape}")  # fmt: skip
@@ -1392,7 +1419,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         if train:
             for name, o in run_grid(specs, out, jobs=jobs, threads=threads, launcher=launch, cuda=cuda,
                                     say=say, progress=progress, pace=pace, more=more,
-                                    on_end=(lambda n, _o: sync_out(n, out, store, say)) if store else None
+                                    on_end=(lambda n, _o: sync_out(next(sp for sp in specs if sp.name == n), out,
+                                                                   store, say)) if store else None
                                     ).items():  # fmt: skip
                 if o.status != "cached" or name not in outcomes:  # a run of an earlier pass keeps its outcome
                     outcomes[name] = o
