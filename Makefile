@@ -58,7 +58,7 @@ test: install-ref
 install-slurm:
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurmctld slurmd slurm-client
 
-# The main job: the decisive contrasts at the quick scale (measured ~113 min on 2 Zen 5 cores with AVX-512 BF16,
+# The main job: the decisive contrasts at the quick scale (measured ~116 min on 2 Zen 5 cores with AVX-512 BF16,
 # ~2 h with AMX and ~2.7 h on a Zen 4, estimated; it prints its own estimate from a probe of this machine first)
 # and the report reproduce/quick/report/index.html. Re-running it skips finished runs and resumes a killed one.
 reproduce: install

@@ -144,12 +144,12 @@ QUICK_BUDGET = {
     # Measured at 2,000 updates (issue 32, 2026-11-27, docs/results/reproduce-quick): the grid of 9 runs took 109
     # minutes on a 2-core AMD EPYC Zen 5 (family 26; AVX-512 BF16, no AMX), 2 jobs x 1 thread, bf16 (1,261-1,341 s a
     # run, validation and greedy BLEU included: 0.63-0.67 s an update, 0.58-0.62 s of training steps; the probe said
-    # 0.65 s), the Figure 3 analysis beside it at nice 19 ending 4 minutes later: ~113 minutes for the job. A Zen 4
+    # 0.65 s), the Figure 3 analysis beside it at nice 19 ending 6.5 minutes later: ~116 minutes for the job. A Zen 4
     # (below) measured 0.93-0.96 s an update, ~1.5x slower: ~160 minutes. On AMX (0.63 s an update of training
     # steps, issue 31; validation on top) ~115-120 minutes, estimated; the one end-to-end AMX timing, `make
     # reproduce` at 138 minutes for runs of 1,200 updates before or without issue 31's speed-up, scales to ~230 at
     # 2,000, an upper bound. Issue 32 asks for 45.
-    "minutes": 115,
+    "minutes": 116,
     # Measured (issue 31, 1 thread per run as the grid runs it, bf16): an Intel Xeon with AMX 0.98 s an update
     # before that issue's work, 0.63 s after (the Trainer's loop; the bare step 0.656 s); a 2-core AMD EPYC Zen 4
     # with AVX-512 BF16 1.045 -> 0.934 s (thread time), and the reproduce probe there, beside a second job,
@@ -530,7 +530,7 @@ _QUICK = Scale(
     "and C9 (Pre-LN without warm-up vs Post-LN with), 3 seeds each, at the paper's depth 6-6 and d=256 "
     "(FFN 512), 2,048 tokens per batch, 2,000 updates per run, one lr curve for every run: lr_max to update 100 "
     "(a warm-up for the runs with one), then the paper's inverse square root lr_max sqrt(100 / t); "
-    "Figure 3 and the lemmas at initialisation; ~113 minutes measured on a 2-core AMD EPYC Zen 5 (AVX-512 BF16), "
+    "Figure 3 and the lemmas at initialisation; ~116 minutes measured on a 2-core AMD EPYC Zen 5 (AVX-512 BF16), "
     "~2 hours with AMX (estimated), ~2.7 on a Zen 4",
 )  # fmt: skip
 
