@@ -628,6 +628,10 @@ def test_full_on_a_folder_of_finished_quick_runs_trains_only_the_new_arms(tmp_pa
     assert len(names) == 3 and ran["meta"]["outcomes"]["completed"] == 3
     summary = json.loads((first / "runs" / names[0] / "summary.json").read_text())
     assert summary["cpu"] == cpu_name() and summary["torch"] == torch.__version__
+    # --seeds 2 on the same folder: seed 1 is kept (the same configs), seed 2 is what is missing
+    more = reproduce("quick", first, seeds=2, probe=False, train=False)
+    assert set(more["meta"]["unfinished"]) == {n.replace("-s1", "-s2") for n in names} and more["meta"]["seeds"] == 2
+    assert all(more["runs"][n]["status"] == "completed" for n in names)
     # another machine's folder: the quick runs' small files, nothing else
     out = tmp_path / "machine-b"
     for name in names:

@@ -93,6 +93,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(and index.html if there is one) in place")
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA; "
                    "with --launcher ray or slurm, every run that is ready: the cluster queues them)")
+    p.add_argument("--seeds", type=int, default=0, help="seeds per training arm (default: the scale's, 3 at quick and "
+                   "full): runs seeds 1..N, so a finished folder keeps its seeds and trains only the new ones; more "
+                   "seeds narrow every claim's interval (decide how many before looking at the verdicts)")
     add_sync_argument(p)
     p.add_argument("--threads", type=int, default=0, help="CPU threads per run (default: cores / jobs; with ray or "
                    "slurm, 1): what each run requests from Ray or SLURM")
@@ -259,6 +262,7 @@ def reproduce(
     train: bool = True,
     progress: ProgressSettings | None = None,
     sync: str | Path | None = None,
+    seeds: int = 0,
 ) -> dict[str, Any]:
     """Run the grid of ``figures`` (default: the scale's) at ``scale_name`` into ``out`` and write the report;
     returns results.json's content. ``probe``: print the estimated wall time first (see budget.py). ``train``
@@ -268,7 +272,9 @@ def reproduce(
     grid's runs go (a kind or a LauncherConfig, launchers.py), the width sweep's too; ``sync``: a folder of
     finished runs' small files shared between machines (``--sync``, grid.sync_in / sync_out): the runs of this
     grid finished there when the job starts are taken as finished, and each run finished here is copied into it
-    as it ends (not with ``--report-only``, which writes nothing there); the width sweep's runs are not synced; the analysis of Figure 3
+    as it ends (not with ``--report-only``, which writes nothing there); the width sweep's runs are not synced; ``seeds``:
+    the training runs' seeds per arm instead of the scale's (``--seeds``: seeds 1..N, so that a folder of the
+    scale's runs gains seeds N+1.. and keeps the others); the analysis of Figure 3
     (minutes, no training) runs in a process of this machine whatever the launcher. ``progress``: the grid's live
     display or progress lines (progress.py), whose ETA starts from the estimate's pace."""
     t0 = time.perf_counter()
@@ -277,6 +283,10 @@ def reproduce(
         launch.require_engine()  # one line naming the extra to install, before any data is prepared
     _prepare.cache_clear()  # the data of this call only (files may have changed since an earlier one)
     scale = get_scale(scale_name)
+    if seeds:
+        if seeds < 1:
+            raise ConfigError(f"--seeds {seeds}: expected at least 1")
+        scale = scale.replace(seeds=seeds)
     figures = tuple(figures) or scale.figures
     unknown = [f for f in figures if f not in ALL_FIGURES]
     if unknown:
@@ -381,6 +391,7 @@ def reproduce(
         "description": scale.description,
         "corpus": str(Path(corpus).resolve()) if corpus else "the vendored corpora (normlab/assets/corpora)",
         "figures": list(figures),
+        "seeds": scale.seeds,  # per training arm (the scale's, or --seeds)
         "normlab_version": __version__,
         "torch": torch.__version__,
         "python": platform.python_version(),
@@ -491,5 +502,5 @@ def run(args: argparse.Namespace) -> int:
     reproduce(args.scale, args.out, figures=figures, jobs=args.jobs, threads=args.threads,
               launcher=launcher_from_args(args), corpus=args.corpus, device=args.device, precision=args.precision,
               probe=not args.no_estimate, train=not args.report_only, progress=progress_from_args(args),
-              sync=args.sync or None)  # fmt: skip
+              sync=args.sync or None, seeds=args.seeds)  # fmt: skip
     return 0
