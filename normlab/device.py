@@ -82,7 +82,8 @@ _ISA = (("amx_bf16", "AMX"), ("avx512_bf16", "AVX-512 BF16"), ("avx512f", "AVX-5
 
 
 def describe_cpuinfo(text: str) -> str:
-    """:func:`cpu_name` from the text of /proc/cpuinfo (its first processor's block); "" when it names no model."""
+    """:func:`cpu_name` from the text of /proc/cpuinfo (its first processor's block) or of ``lscpu`` (a committed
+    run's ``cpu.txt``: the same fields, capitalised); "" when it names no model."""
     fields: dict[str, str] = {}
     for line in text.splitlines():
         if not line.strip():
@@ -90,7 +91,7 @@ def describe_cpuinfo(text: str) -> str:
                 break  # the first processor's block is enough: a VM's vCPUs are one model
             continue
         key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), " ".join(value.split()))
+        fields.setdefault(key.strip().lower(), " ".join(value.split()))
     name = fields.get("model name", "")
     if not name:
         return ""

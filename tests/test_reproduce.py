@@ -682,6 +682,13 @@ def test_the_report_says_where_each_run_trained():
         "AMD EPYC 9R14, bf16, torch 2.13.0+cpu: 1 run(s): a-s2",
         "not recorded (trained before normlab recorded the CPU): 1 run(s): b-s2"]
     assert machine_lines({"runs": {"b-s2": {"status": "completed"}}}) == []
+    # a committed run's cpu.txt (lscpu) completes the bare name an older normlab recorded, for the CPU it ran on last
+    lscpu = "Architecture: x86_64\nModel name:   AMD EPYC\nCPU family:   25\nModel:        17\nFlags: avx2 avx512_bf16\n"
+    bare = {"cpu": "AMD EPYC", "precision": "bf16", "torch": "2.13.0+cpu"}
+    assert machine_of(bare, lscpu) == "AMD EPYC (family 25, model 17; AVX-512 BF16), bf16, torch 2.13.0+cpu"
+    assert machine_of({**bare, "cpus": ["Intel X", "AMD EPYC"]}, lscpu).startswith(
+        "Intel X then AMD EPYC (family 25, model 17; AVX-512 BF16)")
+    assert machine_of({**bare, "cpu": "Intel X"}, lscpu).startswith("Intel X, ")  # another CPU's file: not used
 
 
 def test_the_cpu_name_tells_cpus_with_one_model_name_apart():

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from normlab.device import describe_cpuinfo, same_cpu
 from normlab.experiments.figures import RunSpec
 from normlab.experiments.grid import RunOutcome
 from normlab.results import group_runs, mean_ci95, seed_curves, split_seed
@@ -21,13 +22,17 @@ def _finite(x: Any) -> Any:
     return x if not isinstance(x, float) or math.isfinite(x) else None
 
 
-def machine_of(summary: dict[str, Any]) -> str:
+def machine_of(summary: dict[str, Any], lscpu: str = "") -> str:
     """The machine a run trained on, in words, from its summary.json (the trainer records the CPU's model name, the
     GPU's, the precision and torch's version): e.g. ``Intel(R) Xeon(R) Platinum 8480+, bf16, torch 2.11.0+cpu``;
-    "" when the summary names no CPU (a run trained before it was recorded)."""
-    cpus = summary.get("cpus") or ([summary["cpu"]] if summary.get("cpu") else [])
+    "" when the summary names no CPU (a run trained before it was recorded). ``lscpu``: the run's ``cpu.txt``
+    (committed beside its small files), which completes the bare model name an older normlab recorded (``AMD
+    EPYC``: Zen 4 and Zen 5 alike) with its family, model and instruction set, for the CPU it trained on last."""
+    cpus = list(summary.get("cpus") or ([summary["cpu"]] if summary.get("cpu") else []))
     if not cpus:
         return ""
+    if lscpu and (full := describe_cpuinfo(lscpu)) and full != cpus[-1] and same_cpu(cpus[-1], full):
+        cpus[-1] = full
     parts = [" then ".join(cpus)] + [summary[k] for k in ("gpu", "precision") if summary.get(k)]
     return ", ".join(parts) + (f", torch {summary['torch']}" if summary.get("torch") else "")
 
@@ -65,7 +70,9 @@ def run_record(spec: RunSpec, run_dir: Path, outcome: RunOutcome | None) -> dict
     if test := summary.get("test"):  # test_checkpoint (the long scale): the test split scored once it completed
         rec["test"] = {k: test.get(k) for k in ("checkpoint", "sentences", "bleu", "bleu_tokenized", "nll", "error")
                        if k in test}
-    if machine := machine_of(summary):  # absent for a run trained before normlab recorded its CPU
+    lscpu = rd / RunDir.MACHINE
+    machine = machine_of(summary, lscpu.read_text(encoding="utf-8", errors="replace") if lscpu.is_file() else "")
+    if machine:  # absent for a run trained before normlab recorded its CPU
         rec["machine"] = machine
     if spec.kind == "finetune":
         rec.update(parent=spec.parent, parent_update=spec.parent_update, task=spec.finetune_task)
