@@ -21,8 +21,8 @@ import torch
 
 from normlab.config import ConfigError
 
-__all__ = ["cpu_name", "describe_cpuinfo", "machine_text", "same_cpu", "pick_device", "autocast_dtype", "autocast", "attention_upcast", "compute_dtype",
-           "LOW_PRECISION"]
+__all__ = ["cpu_name", "describe_cpuinfo", "machine_text", "same_cpu", "pick_device", "autocast_dtype", "autocast",
+           "attention_upcast", "compute_dtype", "LOW_PRECISION"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -44,8 +44,9 @@ def cpu_name() -> str:
 
 
 def same_cpu(before: str, now: str) -> bool:
-    """Whether two :func:`cpu_name` values name one CPU: equal, or ``before`` the bare model name an older normlab
-    recorded (``AMD EPYC``) and ``now`` the same with its family, model and instruction set added."""
+    """Whether two :func:`cpu_name` values can name one CPU: equal, or ``before`` the bare model name an older
+    normlab recorded (``AMD EPYC``) and ``now`` the same with its family, model and instruction set added. Only
+    consistent, not proof: a bare name covers several generations (Zen 4 and Zen 5 alike)."""
     return before == now or now.startswith(before + " (")
 
 
@@ -95,7 +96,7 @@ def describe_cpuinfo(text: str) -> str:
     name = fields.get("model name", "")
     if not name:
         return ""
-    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    flags = set((fields.get("flags") or fields.get("features") or "").split())
     isa = next((label for flag, label in _ISA if flag in flags), "")
     ids = [f"{k} {fields[c]}" for k, c in (("family", "cpu family"), ("model", "model")) if fields.get(c)]
     detail = "; ".join(x for x in (", ".join(ids), isa) if x)

@@ -324,8 +324,13 @@ def test_sync_fills_one_grid_from_several_machines(tmp_path):
     saved["optim"]["lr"] *= 2
     (store / other / "config.yaml").write_text(yaml.safe_dump(saved))
     shutil.copytree(store / parent, store / "another-grids-run")
-    child = dataclasses.replace(specs[0], name=f"{parent}/child", parent=parent, kind="finetune")
+    child = dataclasses.replace(specs[0], name=f"ft-{parent}-u6-mrpc-s1", parent=parent, kind="finetune")
     grid = [*specs, child]
+    # its fine-tuning run is there, but trained with other settings: it would have to train here, from the parent
+    shutil.copytree(store / first, store / child.name)
+    saved = yaml.safe_load((store / child.name / "config.yaml").read_text())
+    saved["seed"] = 9
+    (store / child.name / "config.yaml").write_text(yaml.safe_dump(saved))
     lines.clear()
     assert sync_in(grid, c, store, lines.append, train=False) == []
     assert (c / "runs" / first / "checkpoints").is_dir() and "reported as unfinished" in lines[-1]
@@ -523,6 +528,28 @@ def test_an_analysis_with_other_settings_is_run_again(tmp_path):
     assert _Analysis(get_scale("smoke"), tmp_path, threads=1, device="cpu", start=False).stale == ""
     (target / "analysis.json").write_text(json.dumps({"config": dict(config, seeds=1)}))
     assert _Analysis(get_scale("smoke"), tmp_path, threads=1, device="cpu", start=False).stale == "seeds: 1 -> 2"
+
+
+def test_seeds_reach_reproduce_and_a_folder_with_more_seeds_says_so(tmp_path, monkeypatch):
+    """`--seeds N` from the command line to reproduce(); a folder holding finished runs of seeds beyond the job's
+    (trained with --seeds 5, read by a plain reproduce) names the highest one."""
+    from normlab.cli import build_parser
+    from normlab.experiments import reproduce as rep
+
+    seen = {}
+    monkeypatch.setattr(rep, "reproduce", lambda *a, **kw: seen.update(kw))
+    args = build_parser().parse_args(["reproduce", "--scale", "quick", "--seeds", "5", "--report-only"])
+    assert rep.run(args) == 0 and seen["seeds"] == 5 and seen["train"] is False
+    from normlab.experiments.figures import all_runs
+
+    specs = all_runs(get_scale("quick"), Context(translation_updates_per_epoch=1357), ("fig2", "fig4"))
+    runs = tmp_path / "runs"
+    assert rep._more_seeds(specs, runs) == 0
+    for name, status in ((specs[0].group + "-s5", "completed"), (specs[0].group + "-s7", "running"),
+                         ("another-group-s9", "completed")):  # fmt: skip
+        (runs / name).mkdir(parents=True)
+        (runs / name / "summary.json").write_text(json.dumps({"status": status}))
+    assert rep._more_seeds(specs, runs) == 5  # not the unfinished seed 7, nor another grid's run
 
 
 def test_the_analysis_beside_the_grid_runs_at_the_lowest_priority(tmp_path, monkeypatch):

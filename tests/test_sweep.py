@@ -586,6 +586,8 @@ def test_spec_of_name_finds_the_sweeps_runs_the_edge_search_included(tmp_path):
     assert spec_of_name(cfg, ctx, bisected.name.replace("-s2", "-s3")) is None  # seeds 1-2 only
     assert spec_of_name(cfg, ctx, "post-adam-5e-4-w4000-s1") is None
     assert spec_of_name(cfg, ctx, "post-none-d96-lr1.00e-03-s1") is None  # no such width
+    for tag in ("0.00e+00", "-1.00e-03", "inf", "nan", "x"):  # not a rate: None, not an error
+        assert spec_of_name(cfg, ctx, f"post-none-d64-lr{tag}-s1") is None
 
 
 # ---- the CLI, end to end ----

@@ -331,12 +331,13 @@ def test_the_summary_names_the_machine_and_every_cpu_a_resumed_run_trained_on(tm
     prepare_run_dir(tmp_path, longer, resume=True)
     again = Trainer(longer, tmp_path, ReverseTask(n=16), ReverseTask(n=8, seed=1), progress=False).fit(resume=True)
     assert again["cpu"] == "Another CPU" and again["cpus"] == [cpu_name(), "Another CPU"]
-    # the same CPU named by an older normlab (the bare model name) is one CPU, not a second machine
+    # a bare name an older normlab recorded is kept as it was: "AMD EPYC" covered Zen 4 and Zen 5 alike, so the
+    # detailed name of the CPU that resumes it is another entry, not a correction of it
     monkeypatch.setattr(trainer_module, "cpu_name", lambda: "Another CPU (family 26, model 2; AVX-512 BF16)")
     prepare_run_dir(tmp_path, cfg.replace(max_epochs=5), resume=True)
     third = Trainer(cfg.replace(max_epochs=5), tmp_path, ReverseTask(n=16), ReverseTask(n=8, seed=1),
                     progress=False).fit(resume=True)  # fmt: skip
-    assert third["cpus"] == [cpu_name(), "Another CPU (family 26, model 2; AVX-512 BF16)"]
+    assert third["cpus"] == [cpu_name(), "Another CPU", "Another CPU (family 26, model 2; AVX-512 BF16)"]
 
 
 def test_max_hours_stops_at_an_update_with_a_checkpoint_summed_over_resumes(tmp_path, monkeypatch, capsys):

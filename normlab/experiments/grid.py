@@ -119,12 +119,17 @@ def sync_in(specs: Sequence[RunSpec], out: Path, store: Path, say: Callable[[str
     deleted), unless a trainer holds it now, or ``train`` is False (``--report-only`` deletes nothing: it reads
     the run as unfinished). Returns the names copied."""
     wanted = {s.name: s for s in specs}
-    children: dict[str, list[str]] = {}
+    children: dict[str, list[RunSpec]] = {}
     for s in specs:
         if s.parent is not None:
-            children.setdefault(str(s.parent), []).append(s.name)
+            children.setdefault(str(s.parent), []).append(s)
+
+    def child_done(c: RunSpec) -> bool:  # finished with this grid's settings, there or here
+        return any(run_status(d) in FINISHED and not changed_settings(c, d)
+                   for d in (store / c.name, out / "runs" / c.name))  # fmt: skip
+
     copied, other, parents, kept = [], [], [], []
-    # parents before the runs nested in their folders (a fine-tuning run's name holds a "/")
+    # shallower folders first (a name may hold a "/": SETTING/seedK, run_grid's docstring)
     found = sorted(store.rglob(RunDir.SUMMARY), key=lambda p: (len(p.parts), p)) if store.is_dir() else []
     for summary in found:
         src = summary.parent
@@ -138,8 +143,7 @@ def sync_in(specs: Sequence[RunSpec], out: Path, store: Path, say: Callable[[str
         if changed_settings(spec, src):
             other.append(name)
             continue
-        if any(run_status(store / c) not in FINISHED and run_status(out / "runs" / c) not in FINISHED
-               for c in children.get(name, [])):  # fmt: skip
+        if not all(child_done(c) for c in children.get(name, [])):
             parents.append(name)
             continue
         if RunDir(here).holder() is not None:
@@ -176,11 +180,11 @@ def sync_in(specs: Sequence[RunSpec], out: Path, store: Path, say: Callable[[str
 
 def sync_out(spec: RunSpec, out: Path, store: Path, say: Callable[[str], None] | None = None) -> bool:
     """``--sync STORE``: copy the run of ``spec``, finished in ``out``, into ``store`` (its small files, the grid's
-    log of it as train.log, and as cpu.txt the ``lscpu`` that came with it or, for a run this CPU trained last,
-    this machine's), ready to commit. Not copied, with a line: a run in ``out`` trained with other settings than
+    log of it as train.log, and as cpu.txt the ``lscpu`` that came with it or, for a run whose summary names this
+    CPU last, exactly as :func:`~normlab.device.cpu_name` does now, this machine's), ready to commit. Not copied, with a line: a run in ``out`` trained with other settings than
     ``spec`` (the grid refuses it too), and a run whose finished copy there has other settings (remove it there to
     replace it); a finished copy with the grid's settings is kept as it is. Returns whether it copied."""
-    from normlab.device import cpu_name, machine_text, same_cpu
+    from normlab.device import cpu_name, machine_text
 
     name = spec.name
     here, there = out / "runs" / name, store / name
@@ -200,7 +204,7 @@ def sync_out(spec: RunSpec, out: Path, store: Path, say: Callable[[str], None] |
     summary = RunDir(here).summary()
     last = (summary.get("cpus") or [summary.get("cpu") or ""])[-1]
     machine = (own.read_text(encoding="utf-8") if own.is_file()
-               else machine_text() if same_cpu(last, cpu_name()) else "")  # fmt: skip
+               else machine_text() if last == cpu_name() else "")  # fmt: skip
     RunDir(here).copy_small_files(there, log=out / "logs" / f"{name}.log", machine=machine)
     if say is not None:
         say(f"sync: {name} copied to {there}")

@@ -42,6 +42,7 @@ from normlab.device import cpu_name
 from normlab.experiments.budget import estimate, run_updates, updates_per_epoch
 from normlab.experiments.figures import (
     Context,
+    RunSpec,
     _translation,
     all_runs,
     bert_arms,
@@ -93,9 +94,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(and index.html if there is one) in place")
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA; "
                    "with --launcher ray or slurm, every run that is ready: the cluster queues them)")
-    p.add_argument("--seeds", type=int, default=0, help="seeds per training arm (default: the scale's, 3 at quick and "
-                   "full): runs seeds 1..N, so a finished folder keeps its seeds and trains only the new ones; more "
-                   "seeds narrow every claim's interval (decide how many before looking at the verdicts)")
+    p.add_argument("--seeds", type=int, default=0, help="seeds of each training run, translation and BERT "
+                   "pre-training (default: the scale's, 3 at quick and full; fine-tuning keeps its own): runs seeds "
+                   "1..N, so a finished folder keeps its seeds and trains only the new ones; more seeds narrow every "
+                   "claim's interval (decide how many before looking at the verdicts)")
     add_sync_argument(p)
     p.add_argument("--threads", type=int, default=0, help="CPU threads per run (default: cores / jobs; with ray or "
                    "slurm, 1): what each run requests from Ray or SLURM")
@@ -166,6 +168,19 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def _more_seeds(specs: list[RunSpec], runs: Path) -> int:
+    """The highest seed of a finished run in ``runs`` beyond the grid's (``GROUP-sK`` of one of its groups), or 0:
+    a folder trained with ``--seeds 5`` read by a plain ``reproduce`` keeps its seeds 4-5, and says so."""
+    names = {s.name for s in specs}
+    groups = {s.group for s in specs if s.group and s.name.startswith(f"{s.group}-s")}
+    beyond = 0
+    for d in runs.iterdir() if runs.is_dir() else []:
+        group, _, seed = d.name.rpartition("-s")
+        if group in groups and seed.isdigit() and d.name not in names and run_status(d) in FINISHED:
+            beyond = max(beyond, int(seed))
+    return beyond
+
+
 def _lowest_priority(then: Any) -> None:
     """``preexec_fn``: nice 19, then ``then`` (the parent-death signal), in the child before it execs."""
     os.nice(19)
@@ -196,8 +211,8 @@ class _Analysis:
         # decided first, and their update times stay what the probe estimated), and the analysis (~6 minutes on 2
         # idle cores) fills what they leave idle: validations, and the grid's tail when fewer runs than cores are
         # left. At normal priority it took a third of the CPU from the runs for 10-20 minutes. At nice 19 beside
-        # the quick grid (2026-11-27, 2-core Zen 5) it ended 6.5 minutes after the grid's 109; the job's wall
-        # time is about the same either way (the same work on the same cores).
+        # the quick grid (2026-11-27, 2-core Zen 5) it ended 6.5 minutes after the grid's 109 (the two priorities
+        # were not timed against each other on one machine).
         preexec = child_preexec()
         if not alone and hasattr(os, "nice"):
             preexec = functools.partial(_lowest_priority, preexec)
@@ -273,8 +288,8 @@ def reproduce(
     finished runs' small files shared between machines (``--sync``, grid.sync_in / sync_out): the runs of this
     grid finished there when the job starts are taken as finished, and each run finished here is copied into it
     as it ends (not with ``--report-only``, which writes nothing there); the width sweep's runs are not synced; ``seeds``:
-    the training runs' seeds per arm instead of the scale's (``--seeds``: seeds 1..N, so that a folder of the
-    scale's runs gains seeds N+1.. and keeps the others); the analysis of Figure 3
+    the seeds of each training run (translation, BERT pre-training; not fine-tuning's own seeds) instead of the
+    scale's (``--seeds``: seeds 1..N, so that a folder of the scale's 3 gains seeds 4..N and keeps the others); the analysis of Figure 3
     (minutes, no training) runs in a process of this machine whatever the launcher. ``progress``: the grid's live
     display or progress lines (progress.py), whose ETA starts from the estimate's pace."""
     t0 = time.perf_counter()
@@ -283,6 +298,7 @@ def reproduce(
         launch.require_engine()  # one line naming the extra to install, before any data is prepared
     _prepare.cache_clear()  # the data of this call only (files may have changed since an earlier one)
     scale = get_scale(scale_name)
+    scale_seeds = scale.seeds
     if seeds:
         if seeds < 1:
             raise ConfigError(f"--seeds {seeds}: expected at least 1")
@@ -319,6 +335,9 @@ def reproduce(
                 check_not_stale(specs, out)
                 for spec in specs:
                     sync_out(spec, out, store, _say)
+        if beyond := _more_seeds(specs, out / "runs"):
+            _say(f"{out / 'runs'} holds finished runs of seeds up to {beyond} of this grid's runs; this job counts "
+                 f"seeds 1-{scale.seeds} (--seeds {beyond} counts them all)")
         todo = [s for s in specs if run_status(out / "runs" / s.name) not in FINISHED]
         sweep_started = "width" in figures and any_finished(out / "width" / "runs")
         if not train:
@@ -332,7 +351,8 @@ def reproduce(
         if train and probe and todo and launch.remote:
             _say(f"estimate: none with --launcher {launch.kind} (the probe times this machine, not the cluster's)")
         elif train and probe and todo:
-            budget = QUICK_BUDGET["minutes"] if scale.name == "quick" else None
+            # the budget is the scale's grid's; --seeds scales it
+            budget = QUICK_BUDGET["minutes"] * scale.seeds / scale_seeds if scale.name == "quick" else None
             est = estimate(todo, ctx, jobs=jobs, threads=threads, budget_minutes=budget)
             _say(est.text())
             pace = est.pace or None
@@ -388,7 +408,8 @@ def reproduce(
     seconds = [r.get("seconds") for r in results["runs"].values() if r["status"] in FINISHED]
     results["meta"] = {
         "scale": scale.name,
-        "description": scale.description,
+        "description": scale.description + (f" Run here with {scale.seeds} seeds per training run (--seeds), not "
+                                            f"{scale_seeds}." if scale.seeds != scale_seeds else ""),
         "corpus": str(Path(corpus).resolve()) if corpus else "the vendored corpora (normlab/assets/corpora)",
         "figures": list(figures),
         "seeds": scale.seeds,  # per training arm (the scale's, or --seeds)

@@ -545,11 +545,19 @@ def spec_of_name(cfg: SweepConfig, ctx: Context, name: str, run_dir: Path | None
                     lr, k = float(tag), int(seed)
                 except ValueError:
                     continue
+                if not (math.isfinite(lr) and lr > 0):
+                    continue
                 saved = RunDir(run_dir).read_config_dict() if run_dir is not None else None
                 exact = ((saved or {}).get("optim") or {}).get("lr")
                 if isinstance(exact, float) and _lr_tag(exact) == tag:
                     lr = exact
-                if 1 <= k <= cfg.seeds and (spec := run_spec(cfg, ctx, scheme, warmup, width, lr, k)).name == name:
+                if not 1 <= k <= cfg.seeds:
+                    continue
+                try:
+                    spec = run_spec(cfg, ctx, scheme, warmup, width, lr, k)
+                except ConfigError:  # a name no configuration of this sweep can have
+                    continue
+                if spec.name == name:
                     return spec
     return None
 
@@ -1327,11 +1335,12 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         where[s.name] = (scheme, warmup)
     grid_names = {s.name for s in specs}
     lookup = functools.partial(spec_of_name, cfg, ctx)  # this sweep's run of a name (the edge search's too), or None
+    grid_specs = {s.name: s for s in specs}
     if store is not None:  # before anything counts what has finished
         sync_in(specs, out, store, say, lookup=lookup, train=train)
         if train:  # what an earlier session finished here without --sync goes there too (this sweep's only)
             for d in sorted((out / "runs").glob("*")) if (out / "runs").is_dir() else []:
-                if (spec := lookup(d.name, d)) is not None:
+                if (spec := grid_specs.get(d.name) or lookup(d.name, d)) is not None:  # a grid point's own spec
                     sync_out(spec, out, store, say)
     say(f"normlab sweep --scale {cfg.scale} -> {out}: {len(specs)} runs ({len(cfg.schemes)} schemes x "
         f"{len(cfg.warmups)} warm-ups x {len(cfg.widths)} widths x {len(cfg.lrs)} learning rates x {cfg.seeds} "

@@ -43,7 +43,7 @@ from normlab import __version__, allocator
 from normlab.config import ConfigError, TrainConfig, flat_dict
 from normlab.data.batch import Batch
 from normlab.data.corpora import DataError
-from normlab.device import autocast, autocast_dtype, cpu_name, same_cpu
+from normlab.device import autocast, autocast_dtype, cpu_name
 from normlab.faults import collective_timed_out, fault_line
 from normlab.model import Omega, build_model, profile_init, project_weights_, set_attention
 from normlab.rundir import RunDir
@@ -251,8 +251,6 @@ class Trainer:
         self._cpu = cpu_name()
         before = self.rundir.summary() if self.dist.is_main else {}
         self._cpus = [*(before.get("cpus") or [c for c in [before.get("cpu")] if c])]
-        if self._cpus and same_cpu(self._cpus[-1], self._cpu):  # the same CPU, named by an older normlab
-            self._cpus[-1] = self._cpu
         self._cpus += [self._cpu] if self._cpu not in self._cpus else []
         self._gpu = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else None
         self._writer = None
