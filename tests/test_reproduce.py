@@ -736,6 +736,11 @@ def test_the_cpu_name_tells_cpus_with_one_model_name_apart():
                                   "avx2 avx512f avx512_bf16 amx_bf16 amx_tile")).endswith("; AMX)")
     assert describe_cpuinfo(block("Some CPU", "6", "1", "sse4_2")) == "Some CPU (family 6, model 1)"
     assert describe_cpuinfo("processor\t: 0\nflags\t\t: avx2\n") == ""  # no model name: cpu_name falls back
+    # what --sync writes as cpu.txt describes this CPU the way cpu_name does (lscpu's fields, or /proc/cpuinfo's)
+    from normlab.device import cpu_name, machine_text
+
+    text = machine_text()
+    assert describe_cpuinfo(text) in ("", cpu_name()), text[:500]
 
 
 @pytest.mark.slow
