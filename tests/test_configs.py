@@ -40,6 +40,27 @@ def test_de_en_cpu_is_its_measured_run():
     assert measured.replace(data=measured.data.replace(cache_dir=""), **pinned) == cfg
 
 
+@pytest.mark.slow
+def test_the_gpu_ceiling_script_runs_its_smoke_version(tmp_path, data_cache):
+    """Issue 37's device script (docs/results/de-en-cpu/gpu-calibration/device-ceiling.sh) waits for a session with
+    a GPU; its plumbing (the --set keys, the recipe by name, the report of the curve and the test BLEU) is run here
+    on a tiny model, so that a lent GPU's minutes are not lost to a typo."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).parents[1]
+    env = dict(os.environ, OUT=str(tmp_path), DEVICE="cpu", SMOKE="1", OMP_NUM_THREADS="1",
+               NORMLAB_CACHE=str(data_cache),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # its python3: this one
+    out = subprocess.run(["bash", str(root / "docs/results/de-en-cpu/gpu-calibration/device-ceiling.sh")], cwd=root,
+                         env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "status completed update 6" in out.stdout and "epoch 1 update 6: valid nll" in out.stdout, out.stdout
+    assert "test {'checkpoint': " in out.stdout and "'bleu': None" not in out.stdout
+    assert (tmp_path / "train.log").is_file() and (tmp_path / "ceiling-d512" / "summary.json").is_file()
+
+
 @pytest.mark.parametrize("path", BERT, ids=lambda p: p.name)
 def test_config_parses(path):
     cfg = load(path)  # strict: an unknown key or a bad value raises
