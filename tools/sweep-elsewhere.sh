@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Continue a committed sweep on another machine (a many-core CPU, a lent GPU machine) and bring back only the
 # finished runs' small files, so that a grid completes over several machines and no finished run is trained twice.
+# (`normlab sweep --sync DIR` does the taking and the copying itself, run by run as each ends; this script adds the
+# time limit and a tarball to carry back from a machine whose files do not outlive the call.)
 #
 #   tools/sweep-elsewhere.sh DOCS_DIR SECONDS OUT_DIR -- SWEEP_ARGS...
 #
