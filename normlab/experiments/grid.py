@@ -44,6 +44,7 @@ import yaml
 
 from normlab.config import ConfigError, TrainConfig, flat_dict
 from normlab.data.cache import cache_root
+from normlab.device import cpu_name, machine_text
 from normlab.experiments.figures import RunSpec
 from normlab.experiments.launchers import Ended, LauncherConfig, Task, as_config, child_preexec, make_launcher
 from normlab.experiments.progress import GridWatch, ProgressSettings
@@ -184,8 +185,6 @@ def sync_out(spec: RunSpec, out: Path, store: Path, say: Callable[[str], None] |
     CPU last, exactly as :func:`~normlab.device.cpu_name` does now, this machine's), ready to commit. Not copied, with a line: a run in ``out`` trained with other settings than
     ``spec`` (the grid refuses it too), and a run whose finished copy there has other settings (remove it there to
     replace it); a finished copy with the grid's settings is kept as it is. Returns whether it copied."""
-    from normlab.device import cpu_name, machine_text
-
     name = spec.name
     here, there = out / "runs" / name, store / name
     if run_status(here) not in FINISHED:
