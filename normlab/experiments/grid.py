@@ -182,9 +182,10 @@ def sync_in(specs: Sequence[RunSpec], out: Path, store: Path, say: Callable[[str
 def sync_out(spec: RunSpec, out: Path, store: Path, say: Callable[[str], None] | None = None) -> bool:
     """``--sync STORE``: copy the run of ``spec``, finished in ``out``, into ``store`` (its small files, the grid's
     log of it as train.log, and as cpu.txt the ``lscpu`` that came with it or, for a run whose summary names this
-    CPU last, exactly as :func:`~normlab.device.cpu_name` does now, this machine's), ready to commit. Not copied, with a line: a run in ``out`` trained with other settings than
-    ``spec`` (the grid refuses it too), and a run whose finished copy there has other settings (remove it there to
-    replace it); a finished copy with the grid's settings is kept as it is. Returns whether it copied."""
+    CPU last, exactly as :func:`~normlab.device.cpu_name` does now, this machine's), ready to commit. Not copied,
+    with a line: a run in ``out`` trained with other settings than ``spec`` (the grid refuses it too), and a run
+    whose finished copy there has other settings (remove it there to replace it); a finished copy with the grid's
+    settings is kept as it is. Returns whether it copied."""
     name = spec.name
     here, there = out / "runs" / name, store / name
     if run_status(here) not in FINISHED:
