@@ -35,12 +35,16 @@ def cpu_name() -> str:
     several-fold (AVX2 only, AVX-512 BF16 on Zen 4 and Zen 5, AMX on Intel), and the name is what a report says of
     the machine that trained each run (experiments/results.machine_of). The family and model tell AMD's
     generations apart (family 25: Zen 3 and Zen 4; 26: Zen 5); the instruction set says whether bf16 is native."""
+    return describe_cpuinfo(_cpuinfo()) or platform.processor() or platform.machine() or "unknown CPU"
+
+
+def _cpuinfo() -> str:
+    """Linux's /proc/cpuinfo, or "" elsewhere."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            text = f.read()
+            return f.read()
     except OSError:
-        text = ""
-    return describe_cpuinfo(text) or platform.processor() or platform.machine() or "unknown CPU"
+        return ""
 
 
 def same_cpu(before: str, now: str) -> bool:
@@ -66,11 +70,7 @@ def machine_text() -> str:
         except (OSError, subprocess.SubprocessError):
             text = ""
     if not text:
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-                text = f.read().split("\n\n")[0] + "\n"
-        except OSError:
-            text = cpu_name() + "\n"
+        text = (_cpuinfo().split("\n\n")[0] or cpu_name()) + "\n"
     if torch.cuda.is_available():
         text += f"GPU: {torch.cuda.get_device_name(0)} (x{torch.cuda.device_count()})\n"
     return text

@@ -169,16 +169,19 @@ class RunDir:
         if not self.is_empty():
             raise ConfigError(f"{self.path} already holds a run; pass --resume to continue it or choose another --out")
 
-    def copy_small_files(self, dest: str | Path, *, log: Path | None = None, machine: str = "") -> RunDir:
-        """Copy this run's :attr:`SMALL_FILES` (those it has) into ``dest``, with ``log`` as :attr:`LOG` and
-        ``machine`` as :attr:`MACHINE` when given; no tokenizer, TensorBoard or checkpoint. Each file is written
-        atomically and the summary last. Returns the copy."""
+    def copy_small_files(self, dest: str | Path, *, log: Path | None = None, machine: str | None = None) -> RunDir:
+        """Copy this run's :attr:`SMALL_FILES` (those it has) into ``dest``, with ``log`` as :attr:`LOG` when given,
+        and as :attr:`MACHINE` ``machine`` when given, else this run's own (a copy's that came with it); no
+        tokenizer, TensorBoard or checkpoint. Each file is written atomically and the summary last. Returns the
+        copy."""
         out = RunDir(dest)
         out.path.mkdir(parents=True, exist_ok=True)
         if log is not None and log.is_file():
             out.write_file(self.LOG, log.read_bytes())
         else:  # an earlier partial copy's must not pass for this run's
             (out / self.LOG).unlink(missing_ok=True)
+        if machine is None and (self.path / self.MACHINE).is_file():
+            machine = (self.path / self.MACHINE).read_text(encoding="utf-8")
         if machine:
             out.write_file(self.MACHINE, machine.encode("utf-8"))
         else:

@@ -154,8 +154,7 @@ def sync_in(specs: Sequence[RunSpec], out: Path, store: Path, say: Callable[[str
                 kept.append(name)
                 continue
             shutil.rmtree(here)
-        machine = RunDir(src) / RunDir.MACHINE
-        RunDir(src).copy_small_files(here, machine=machine.read_text(encoding="utf-8") if machine.is_file() else "")
+        RunDir(src).copy_small_files(here)  # with its cpu.txt
         log = RunDir(src) / RunDir.LOG
         if log.is_file():  # the log where the grid keeps it, with the run's earlier sessions
             (out / "logs" / f"{name}.log").parent.mkdir(parents=True, exist_ok=True)
@@ -200,12 +199,12 @@ def sync_out(spec: RunSpec, out: Path, store: Path, say: Callable[[str], None] |
             say(f"sync: {there} holds {name} trained with other settings ({', '.join(changed[:3])}): left as it "
                 "is; remove it to put this grid's run there")
         return False
-    own = RunDir(here) / RunDir.MACHINE
     summary = RunDir(here).summary()
     last = (summary.get("cpus") or [summary.get("cpu") or ""])[-1]
-    machine = (own.read_text(encoding="utf-8") if own.is_file()
-               else machine_text() if last == cpu_name() else "")  # fmt: skip
-    RunDir(here).copy_small_files(there, log=out / "logs" / f"{name}.log", machine=machine)
+    # the cpu.txt that came with it (copy_small_files' default), else this machine's if the summary names it
+    trained_here = not (RunDir(here) / RunDir.MACHINE).is_file() and last == cpu_name()
+    RunDir(here).copy_small_files(there, log=out / "logs" / f"{name}.log",
+                                  machine=machine_text() if trained_here else None)
     if say is not None:
         say(f"sync: {name} copied to {there}")
     return True

@@ -56,10 +56,10 @@ from normlab.experiments.grid import (
     any_finished,
     check_not_stale,
     child_preexec,
+    add_sync_argument,
     others_note,
     run_grid,
     run_status,
-    add_sync_argument,
     sync_in,
     sync_out,
 )
@@ -70,6 +70,7 @@ from normlab.experiments.scales import QUICK_BUDGET, Scale, get_scale
 from normlab.experiments.sweep import run_sweep, sweep_scale
 from normlab.metrics import majority_share, unigram_plateau
 from normlab.report.render import evaluate_claims, plot_all, progress_sentence, write_report
+from normlab.results import split_seed
 
 __all__ = ["reproduce", "add_arguments", "run", "make_context", "rerender", "local_shape"]
 
@@ -172,12 +173,12 @@ def _more_seeds(specs: list[RunSpec], runs: Path) -> int:
     """The highest seed of a finished run in ``runs`` beyond the grid's (``GROUP-sK`` of one of its groups), or 0:
     a folder trained with ``--seeds 5`` read by a plain ``reproduce`` keeps its seeds 4-5, and says so."""
     names = {s.name for s in specs}
-    groups = {s.group for s in specs if s.group and s.name.startswith(f"{s.group}-s")}
+    groups = {base for base, seed in map(split_seed, names) if seed is not None}
     beyond = 0
     for d in runs.iterdir() if runs.is_dir() else []:
-        group, _, seed = d.name.rpartition("-s")
-        if group in groups and seed.isdigit() and d.name not in names and run_status(d) in FINISHED:
-            beyond = max(beyond, int(seed))
+        group, seed = split_seed(d.name)
+        if seed is not None and group in groups and d.name not in names and run_status(d) in FINISHED:
+            beyond = max(beyond, seed)
     return beyond
 
 
@@ -284,13 +285,14 @@ def reproduce(
     False (``--report-only``): run nothing (neither the grid, nor the analysis, nor the width sweep) and write the
     report from what has finished in ``out``; a run that has not finished (killed, still running in another
     process, never started) counts as missing, and ``meta["unfinished"]`` names it. ``launcher``: where the
-    grid's runs go (a kind or a LauncherConfig, launchers.py), the width sweep's too; ``sync``: a folder of
-    finished runs' small files shared between machines (``--sync``, grid.sync_in / sync_out): the runs of this
-    grid finished there when the job starts are taken as finished, and each run finished here is copied into it
-    as it ends (not with ``--report-only``, which writes nothing there); the width sweep's runs are not synced; ``seeds``:
-    the seeds of each training run (translation, BERT pre-training; not fine-tuning's own seeds) instead of the
-    scale's (``--seeds``: seeds 1..N, so that a folder of the scale's 3 gains seeds 4..N and keeps the others); the analysis of Figure 3
-    (minutes, no training) runs in a process of this machine whatever the launcher. ``progress``: the grid's live
+    grid's runs go (a kind or a LauncherConfig, launchers.py), the width sweep's too; the analysis of Figure 3
+    (minutes, no training) runs in a process of this machine whatever the launcher. ``sync``: a folder of finished
+    runs' small files shared between machines (``--sync``, grid.sync_in / sync_out): the runs of this grid
+    finished there when the job starts are taken as finished, and each run finished here is copied into it as it
+    ends (not with ``--report-only``, which writes nothing there); the width sweep's runs are not synced.
+    ``seeds``: the seeds of each training run (translation, BERT pre-training; not fine-tuning's own seeds)
+    instead of the scale's (``--seeds``: seeds 1..N, so that a folder of the scale's 3 gains seeds 4..N and keeps
+    the others). ``progress``: the grid's live
     display or progress lines (progress.py), whose ETA starts from the estimate's pace."""
     t0 = time.perf_counter()
     launch = as_config(launcher, nproc)
