@@ -149,9 +149,17 @@ def test_a_resumed_grid_submits_only_the_unfinished_runs(ray_grid, local_grid, m
     assert_same_runs(out, local_grid)
 
 
+def endless(spec: RunSpec, name: str) -> RunSpec:
+    """``spec`` as a run that cannot end by itself while the test looks at it: a million updates at a constant
+    rate (the smoke model trains ~100 a second). A run that ended before the simulated Ctrl-C, as the failing
+    pre-training run of ``grid_specs`` does within seconds on idle cores, would leave nothing to cancel."""
+    config = spec.config.replace(max_updates=1_000_000, schedule=spec.config.schedule.replace(decay="constant"))
+    return dataclasses.replace(spec, name=name, config=config)
+
+
 @pytest.mark.slow
 def test_ctrl_c_cancels_the_submitted_ray_tasks(ray_cluster, missing, tmp_path, monkeypatch):
-    from ray.exceptions import RayError
+    from ray.exceptions import GetTimeoutError, RayError
 
     from normlab.experiments import launchers
 
@@ -159,20 +167,24 @@ def test_ctrl_c_cancels_the_submitted_ray_tasks(ray_cluster, missing, tmp_path, 
     submit = launchers.RayLauncher.submit
     monkeypatch.setattr(launchers.RayLauncher, "submit", lambda self, task: refs.append(submit(self, task)) or refs[-1])
     lines: list[str] = []
+    first, second = "bert-endless-1", "bert-endless-2"
 
     def say(line: str) -> None:
         lines.append(line)
-        if "start" in line and BROKEN in line:  # both pre-training runs submitted: the user presses Ctrl-C
+        if "start" in line and second in line:  # both runs submitted: the user presses Ctrl-C
             raise KeyboardInterrupt
 
+    bert = grid_specs(missing)[0]
     out = tmp_path / "grid"
     with pytest.raises(KeyboardInterrupt):
-        run_grid(grid_specs(missing), out, jobs=0, threads=1, launcher="ray", say=say)
+        run_grid([endless(bert, first), endless(bert, second)], out, jobs=0, threads=1, launcher="ray", say=say)
     assert len(refs) == 2 and lines[-1].startswith("grid: interrupted; cancelled 2 submitted run(s)"), lines
-    for ref in refs:  # the engine says the task was cancelled (or its worker killed), not that it finished
-        with pytest.raises(RayError):
+    for ref in refs:  # the engine says the task was cancelled (or its worker killed): it ended, and not by itself
+        with pytest.raises(RayError) as raised:
             ray_cluster.get(ref, timeout=60)
-    assert RunDir(out / "runs" / PARENT).status() != "completed"
+        assert not isinstance(raised.value, GetTimeoutError), "a cancel was lost: the task still runs"
+    for name in (first, second):
+        assert RunDir(out / "runs" / name).status() != "completed"
 
 
 def slurm_launcher(executor: str) -> LauncherConfig:
@@ -228,20 +240,25 @@ def test_ctrl_c_cancels_the_submitted_submitit_jobs(missing, tmp_path, monkeypat
     monkeypatch.setattr(launchers.SlurmLauncher, "submit", lambda self, task: jobs.append(submit(self, task))
                         or jobs[-1])  # fmt: skip
 
+    first, second = "bert-endless-1", "bert-endless-2"
+
     def say(line: str) -> None:
-        if "start" in line and BROKEN in line:
+        if "start" in line and second in line:
             raise KeyboardInterrupt
 
+    bert, out = grid_specs(missing)[0], tmp_path / "grid"
     with pytest.raises(KeyboardInterrupt):
-        run_grid(grid_specs(missing), tmp_path / "grid", jobs=0, threads=1, launcher=slurm_launcher("local"), say=say)
+        run_grid([endless(bert, first), endless(bert, second)], out, jobs=0, threads=1,
+                 launcher=slurm_launcher("local"), say=say)  # fmt: skip
     assert len(jobs) == 2
     # submitit's local executor cancels with SIGINT (scancel sends SIGTERM): the job stops, at the latest at the
-    # next update boundary, rather than training to the end
+    # next update boundary; runs that cannot end by themselves have ended only if the cancel stopped them
     deadline = time.monotonic() + 60
     while not all(job.done() for job in jobs) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert all(job.done() for job in jobs), [job.state for job in jobs]
-    assert RunDir(tmp_path / "grid" / "runs" / PARENT).status() != "completed"
+    for name in (first, second):
+        assert RunDir(out / "runs" / name).status() != "completed"
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -382,9 +382,19 @@ class RayLauncher(Launcher):
 
     def cancel(self) -> int:
         refs = list(self.refs)
-        for ref in refs:
-            with contextlib.suppress(Exception):  # already finished between the poll and now
-                self.ray.cancel(ref, force=True)  # kills the worker: a training process has no cancel point
+        pending, deadline = refs, time.monotonic() + 30.0
+        # A cancel can be lost: one that reaches a worker after the task was pushed to it and before it started
+        # (ray-project/ray#24359, #46157) leaves the task running, and a training run then trains to its end on the
+        # cluster after the user pressed Ctrl-C (seen here, Ray 2.60: 1 task in ~4 kept running, its ray.get
+        # timing out). So the cancel is sent again to each task that has not ended, until every one has (a
+        # cancelled task ends at once with TaskCancelledError) or the deadline passes.
+        while pending:
+            for ref in pending:
+                with contextlib.suppress(Exception):  # already finished between the poll and now
+                    self.ray.cancel(ref, force=True)  # kills the worker: a training process has no cancel point
+            if time.monotonic() >= deadline:
+                break
+            _, pending = self.ray.wait(pending, num_returns=len(pending), timeout=1.0)
         self.refs.clear()
         return len(refs)
 
