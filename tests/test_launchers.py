@@ -153,38 +153,64 @@ def endless(spec: RunSpec, name: str) -> RunSpec:
     """``spec`` as a run that cannot end by itself while the test looks at it: a million updates at a constant
     rate (the smoke model trains ~100 a second). A run that ended before the simulated Ctrl-C, as the failing
     pre-training run of ``grid_specs`` does within seconds on idle cores, would leave nothing to cancel."""
-    config = spec.config.replace(max_updates=1_000_000, schedule=spec.config.schedule.replace(decay="constant"))
+    config = spec.config.replace(max_updates=1_000_000, keep_every=0,  # a lost cancel does not fill the disk
+                                 schedule=spec.config.schedule.replace(decay="constant"))  # fmt: skip
     return dataclasses.replace(spec, name=name, config=config)
 
 
-@pytest.mark.slow
-def test_ctrl_c_cancels_the_submitted_ray_tasks(ray_cluster, missing, tmp_path, monkeypatch):
-    from ray.exceptions import GetTimeoutError, RayError
-
+def endless_ray_grid(bert: RunSpec, out: Path, monkeypatch) -> tuple[list, list[str]]:
+    """Two endless runs through the Ray launcher, interrupted by a Ctrl-C once both are submitted: the task refs
+    and the grid's lines."""
     from normlab.experiments import launchers
 
     refs = []
     submit = launchers.RayLauncher.submit
     monkeypatch.setattr(launchers.RayLauncher, "submit", lambda self, task: refs.append(submit(self, task)) or refs[-1])
     lines: list[str] = []
-    first, second = "bert-endless-1", "bert-endless-2"
 
     def say(line: str) -> None:
         lines.append(line)
-        if "start" in line and second in line:  # both runs submitted: the user presses Ctrl-C
+        if "start" in line and "bert-endless-2" in line:  # both runs submitted: the user presses Ctrl-C
             raise KeyboardInterrupt
 
-    bert = grid_specs(missing)[0]
-    out = tmp_path / "grid"
     with pytest.raises(KeyboardInterrupt):
-        run_grid([endless(bert, first), endless(bert, second)], out, jobs=0, threads=1, launcher="ray", say=say)
-    assert len(refs) == 2 and lines[-1].startswith("grid: interrupted; cancelled 2 submitted run(s)"), lines
-    for ref in refs:  # the engine says the task was cancelled (or its worker killed): it ended, and not by itself
-        with pytest.raises(RayError) as raised:
-            ray_cluster.get(ref, timeout=60)
-        assert not isinstance(raised.value, GetTimeoutError), "a cancel was lost: the task still runs"
-    for name in (first, second):
-        assert RunDir(out / "runs" / name).status() != "completed"
+        run_grid([endless(bert, "bert-endless-1"), endless(bert, "bert-endless-2")], out, jobs=0, threads=1,
+                 launcher="ray", say=say)  # fmt: skip
+    return refs, lines
+
+
+@pytest.mark.slow
+def test_ctrl_c_cancels_the_submitted_ray_tasks(ray_cluster, missing, tmp_path, monkeypatch):
+    from ray.exceptions import TaskCancelledError, WorkerCrashedError
+
+    refs, lines = endless_ray_grid(grid_specs(missing)[0], tmp_path / "grid", monkeypatch)
+    try:
+        assert len(refs) == 2 and lines[-1].startswith("grid: interrupted; cancelled 2 submitted run(s)"), lines
+        for ref in refs:  # the engine says the task was cancelled or its worker killed: it ended, not by itself
+            with pytest.raises((TaskCancelledError, WorkerCrashedError)):  # a lost cancel: GetTimeoutError
+                ray_cluster.get(ref, timeout=60)
+    finally:  # a failure leaves no endless task to starve the module's later tests
+        for ref in refs:
+            ray_cluster.cancel(ref, force=True)
+
+
+@pytest.mark.slow
+def test_a_cancel_that_does_not_take_is_named(ray_cluster, missing, tmp_path, monkeypatch):
+    """Ray may lose a cancel (ray-project/ray#24359); the launcher sends it again until the task ends, and names
+    the runs it could not stop rather than saying they were cancelled. Here every cancel is lost."""
+    from normlab.experiments import launchers
+
+    monkeypatch.setattr(launchers.RayLauncher, "CANCEL_WAIT_S", 2.0)
+    monkeypatch.setattr(ray_cluster, "cancel", lambda ref, force=False: None)
+    refs, lines = endless_ray_grid(grid_specs(missing)[0], tmp_path / "grid", monkeypatch)
+    monkeypatch.undo()
+    try:
+        assert lines[-1] == ("grid: 2 cancelled run(s) had not stopped when the grid stopped waiting and may still "
+                             "run on the cluster: bert-endless-1, bert-endless-2"), lines  # fmt: skip
+        assert ray_cluster.wait(refs, num_returns=2, timeout=0)[1] == refs  # they do run on
+    finally:
+        for ref in refs:
+            ray_cluster.cancel(ref, force=True)
 
 
 def slurm_launcher(executor: str) -> LauncherConfig:
@@ -240,25 +266,22 @@ def test_ctrl_c_cancels_the_submitted_submitit_jobs(missing, tmp_path, monkeypat
     monkeypatch.setattr(launchers.SlurmLauncher, "submit", lambda self, task: jobs.append(submit(self, task))
                         or jobs[-1])  # fmt: skip
 
-    first, second = "bert-endless-1", "bert-endless-2"
-
     def say(line: str) -> None:
-        if "start" in line and second in line:
+        if "start" in line and "bert-endless-2" in line:
             raise KeyboardInterrupt
 
-    bert, out = grid_specs(missing)[0], tmp_path / "grid"
-    with pytest.raises(KeyboardInterrupt):
-        run_grid([endless(bert, first), endless(bert, second)], out, jobs=0, threads=1,
-                 launcher=slurm_launcher("local"), say=say)  # fmt: skip
+    bert = grid_specs(missing)[0]
+    with pytest.raises(KeyboardInterrupt):  # jobs=2: both in flight whatever the machine's core count
+        run_grid([endless(bert, "bert-endless-1"), endless(bert, "bert-endless-2")], tmp_path / "grid", jobs=2,
+                 threads=1, launcher=slurm_launcher("local"), say=say)  # fmt: skip
     assert len(jobs) == 2
-    # submitit's local executor cancels with SIGINT (scancel sends SIGTERM): the job stops, at the latest at the
-    # next update boundary; runs that cannot end by themselves have ended only if the cancel stopped them
+    # submitit's local executor cancels with SIGINT (scancel sends SIGTERM) to its controller, which stops its
+    # task (a SIGKILL after about a second): runs that cannot end by themselves have ended only if the cancel
+    # reached them
     deadline = time.monotonic() + 60
     while not all(job.done() for job in jobs) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert all(job.done() for job in jobs), [job.state for job in jobs]
-    for name in (first, second):
-        assert RunDir(out / "runs" / name).status() != "completed"
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -501,11 +501,16 @@ def run_grid(
     finally:
         watch.close()
         if engine is not None:
-            if not clean:  # interrupted: what was submitted and has not ended is cancelled (it resumes next time)
-                n = engine.cancel()
-                if n and cfg.remote:
-                    say(f"grid: interrupted; cancelled {n} submitted run(s): {', '.join(sorted(running))}")
-            engine.close()
+            try:
+                if not clean:  # interrupted: what was submitted and has not ended is cancelled (it resumes next time)
+                    n = engine.cancel()
+                    if n and cfg.remote:
+                        say(f"grid: interrupted; cancelled {n} submitted run(s): {', '.join(sorted(running))}")
+                    if engine.not_stopped:
+                        say(f"grid: {len(engine.not_stopped)} cancelled run(s) had not stopped when the grid stopped "
+                            f"waiting and may still run on the cluster: {', '.join(engine.not_stopped)}")
+            finally:
+                engine.close()
     return outcomes
 
 

@@ -214,6 +214,9 @@ class Launcher:
     def poll(self, handle: Any) -> Ended | None:
         raise NotImplementedError
 
+    # the runs whose tasks a cancel() could not confirm as ended (Ray: still running after CANCEL_WAIT_S)
+    not_stopped: tuple[str, ...] = ()
+
     def cancel(self) -> int:
         """Cancel what is in flight; returns how many tasks it cancelled."""
         return 0
@@ -380,21 +383,28 @@ class RayLauncher(Launcher):
         except Exception as e:  # noqa: BLE001 - a worker lost (killed, out of memory, its node gone), a cancel
             return Ended(None, f"Ray: {type(e).__name__}: {_tail(str(e), 4)}")
 
+    # how long Ctrl-C waits for the cancelled tasks to end before the grid says which did not
+    CANCEL_WAIT_S = 30.0
+
     def cancel(self) -> int:
         refs = list(self.refs)
-        pending, deadline = refs, time.monotonic() + 30.0
+        pending, deadline = refs, time.monotonic() + self.CANCEL_WAIT_S
         # A cancel can be lost: one that reaches a worker after the task was pushed to it and before it started
-        # (ray-project/ray#24359, #46157) leaves the task running, and a training run then trains to its end on the
+        # (ray-project/ray#24359) leaves the task running, and a training run then trains to its end on the
         # cluster after the user pressed Ctrl-C (seen here, Ray 2.60: 1 task in ~4 kept running, its ray.get
         # timing out). So the cancel is sent again to each task that has not ended, until every one has (a
-        # cancelled task ends at once with TaskCancelledError) or the deadline passes.
-        while pending:
-            for ref in pending:
-                with contextlib.suppress(Exception):  # already finished between the poll and now
-                    self.ray.cancel(ref, force=True)  # kills the worker: a training process has no cancel point
-            if time.monotonic() >= deadline:
-                break
-            _, pending = self.ray.wait(pending, num_returns=len(pending), timeout=1.0)
+        # cancelled task ends at once, with TaskCancelledError or WorkerCrashedError) or the deadline passes.
+        # a second Ctrl-C, or the cluster gone, stops the waiting: every cancel was sent at least once, and the grid
+        # still closes the engine and names what it could not confirm
+        with contextlib.suppress(KeyboardInterrupt, Exception):
+            while pending:
+                for ref in pending:
+                    with contextlib.suppress(Exception):  # already finished between the poll and now
+                        self.ray.cancel(ref, force=True)  # kills the worker: a training process has no cancel point
+                if time.monotonic() >= deadline:
+                    break
+                _, pending = self.ray.wait(pending, num_returns=len(pending), timeout=1.0, fetch_local=False)
+        self.not_stopped = tuple(sorted(self.refs[ref] for ref in pending))
         self.refs.clear()
         return len(refs)
 
