@@ -620,8 +620,8 @@ def test_the_committed_quick_report_is_what_the_rules_decide(tmp_path):
 def test_the_committed_full_report_is_what_the_rules_decide_from_the_committed_runs(tmp_path):
     """docs/results/reproduce-full (issue 32): its REPORT.md and results.json are what report/claims.py decides
     from its results.json (``--rerender``, byte for byte); every translation run the report read is a run committed
-    under runs/, and the report's final validation loss of each is that run's last validation record there, so no
-    verdict rests on a run that is not committed; every training claim is decided or `inconclusive` with its
+    under runs/, and the report's validation curve of each (every claim reads it: final loss, mean along the run) is
+    that run's validation records there, so no verdict rests on a run that is not committed; every training claim is decided or `inconclusive` with its
     numbers, but C11-C12 (BERT: not in `full` unless asked, and its calibration's Post-LN reference did not learn;
     the folder's README says so); the README's table quotes the report's verdicts."""
     from normlab.experiments.reproduce import rerender
