@@ -393,9 +393,9 @@ class RayLauncher(Launcher):
         # (ray-project/ray#24359) leaves the task running, and a training run then trains to its end on the
         # cluster after the user pressed Ctrl-C (seen here, Ray 2.60: 1 task in ~4 kept running, its ray.get
         # timing out). So the cancel is sent again to each task that has not ended, until every one has (a
-        # cancelled task ends at once, with TaskCancelledError or WorkerCrashedError) or the deadline passes.
-        # a second Ctrl-C, or the cluster gone, stops the waiting: every cancel was sent at least once, and the grid
-        # still closes the engine and names what it could not confirm
+        # cancelled task ends at once, with TaskCancelledError or WorkerCrashedError) or the deadline passes. A
+        # second Ctrl-C, or the cluster gone, stops the waiting: every cancel was sent at least once, and the grid
+        # still closes the engine and names what it could not confirm.
         with contextlib.suppress(KeyboardInterrupt, Exception):
             while pending:
                 for ref in pending:

@@ -53,10 +53,10 @@ from normlab.experiments.figures import (
 from normlab.experiments.finetuning import finetune_config
 from normlab.experiments.grid import (
     FINISHED,
+    add_sync_argument,
     any_finished,
     check_not_stale,
     child_preexec,
-    add_sync_argument,
     others_note,
     run_grid,
     run_status,
