@@ -599,10 +599,12 @@ class ModelConfig(Strict):
     max_positions: int = field(1024, help="longest sequence the position embedding covers")
     layer_norm_eps: float = field(1e-5, help="LayerNorm epsilon")
     num_classes: int = field(2, help="classes of the sentence-pair classification head")
-    init: Literal["xavier", "theory"] = field(
+    init: Literal["xavier", "theory", "bert"] = field(
         "xavier",
         help="xavier: Xavier-normal N(0, 2/(n_in+n_out)) for every projection, zero biases, gamma=1, beta=0 "
-        "(Section 3.3); theory: the same with W^Q = W^K = 0 so attention is uniform, single head",
+        "(Section 3.3); theory: the same with W^Q = W^K = 0 so attention is uniform, single head; bert: every "
+        "projection and embedding N(0, 0.02^2) truncated at 2 standard deviations (Devlin et al.'s "
+        "initializer_range, the configuration the paper's BERT runs follow), zero biases, gamma=1, beta=0",
     )
 
     def validate(self) -> None:
@@ -645,7 +647,8 @@ class ModelConfig(Strict):
                 ("qk_norm", not self.qk_norm, "nGPT puts queries and keys on the sphere itself"),
                 ("norm", self.norm == "layernorm", f"nGPT's only norm is x / ||x||; norm={self.norm!r} would not be "
                  "used (leave it at its default)"),
-                ("init", self.init == "xavier", "'theory' zeroes W^Q and W^K, which have unit rows in nGPT"),
+                ("init", self.init == "xavier", "nGPT projects every matrix onto the unit sphere at initialisation "
+                 "('theory' would zero W^Q and W^K, which have unit rows in nGPT; 'bert''s scale would be undone)"),
             ):
                 if not ok:
                     raise self.error(name, f"placement=ngpt: {why}")

@@ -1460,6 +1460,9 @@ class CausalLM(nn.Module):
 # Initialisation
 
 
+BERT_INIT_STD = 0.02  # BERT's initializer_range (Devlin et al. 2018, bert/modeling.py)
+
+
 @torch.no_grad()
 def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
     """The paper's initialisation (Section 3.3, "Parameter Initialization").
@@ -1477,10 +1480,20 @@ def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
     * nGPT: then every matrix it keeps on the sphere normalised (:func:`project_weights_`), eigen scales at their
       init (:class:`EigenScale`);
     * ``init="theory"``: additionally W^Q = W^K = 0, so attention is uniform at initialisation and
-      Attn(x_i) = (1/n) sum_j x_j W^V W^O (Section 3.3).
+      Attn(x_i) = (1/n) sum_j x_j W^V W^O (Section 3.3);
+    * ``init="bert"``: every projection and embedding weight N(0, 0.02^2) truncated at +-2 standard deviations
+      instead (BERT's ``initializer_range``; Devlin et al.'s code uses ``truncated_normal_initializer(0.02)``),
+      whatever the width: the paper's BERT runs "follow the same hyper-parameter configuration in Devlin et al."
+      (Section 4). Biases, norms, gains and the schemes' rescalings as above.
     """
     for module in model.modules():
-        if isinstance(module, nn.Linear):
+        if cfg.init == "bert" and isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.trunc_normal_(module.weight, 0.0, BERT_INIT_STD, -2 * BERT_INIT_STD, 2 * BERT_INIT_STD)
+            if getattr(module, "bias", None) is not None:
+                module.bias.zero_()
+            if getattr(module, "padding_idx", None) is not None:
+                module.weight[module.padding_idx].zero_()
+        elif isinstance(module, nn.Linear):
             blocks = getattr(module, "xavier_blocks", 1)
             for w in module.weight.chunk(blocks, dim=0):
                 n_out, n_in = w.shape

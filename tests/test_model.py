@@ -256,6 +256,37 @@ def test_xavier_variance():
     assert abs(emb[1:].var().item() * d - 1) < 0.03  # N(0, 1/d)
 
 
+def test_bert_init_is_a_truncated_normal_of_sd_0_02_at_every_width():
+    """init="bert" (Devlin et al.'s initializer_range): every projection and embedding weight N(0, 0.02^2) cut at
+    +-2 sd, whatever d (Xavier's scale would fall with d); biases 0, norms 1 and 0, padding row 0; a scheme's
+    rescaling (DeepNorm's beta) still applies on top."""
+    torch.manual_seed(0)
+    # the variance of N(0, 1) truncated at +-2: 1 - 2 * 2 * phi(2) / (2 Phi(2) - 1)
+    phi2, cdf2 = math.exp(-2) / math.sqrt(2 * math.pi), 0.5 * (1 + math.erf(2 / math.sqrt(2)))
+    want = 0.02**2 * (1 - 4 * phi2 / (2 * cdf2 - 1))
+    for d in (64, 256):
+        cfg = tiny_config(d_model=d, d_ffn=4 * d, n_heads=4, encoder_layers=2, vocab_size=500, type_vocab_size=2,
+                          embedding_norm=True, init="bert")
+        model = MaskedLM(cfg)
+        for name, p in model.named_parameters():
+            if name.endswith("weight") and p.dim() == 2:
+                w = p[1:] if name == "encoder.embed_tokens.weight" else p
+                assert w.abs().max() <= 0.04, name
+                torch.testing.assert_close(w.var().item(), want, rtol=0.06 if w.numel() > 5000 else 0.25, atol=0,
+                                           msg=name)
+            elif name.endswith(".bias") or name == "lm_bias":
+                assert p.abs().sum() == 0, name
+            else:
+                assert torch.all(p == (1.0 if name.endswith("weight") else 0.0)), name
+        assert model.encoder.embed_tokens.weight[cfg.pad_id].abs().sum() == 0
+    base = MaskedLM(tiny_config(placement="post", init="bert", encoder_layers=4))
+    deep = MaskedLM(tiny_config(placement="deepnorm", init="bert", encoder_layers=4))
+    beta = deep.encoder.layers[0].ffn.init_gain
+    assert beta < 1
+    torch.testing.assert_close(deep.encoder.layers[0].ffn.w1.weight.std().item(),
+                               beta * base.encoder.layers[0].ffn.w1.weight.std().item(), rtol=0.15, atol=0)
+
+
 def test_shared_embeddings():
     m = Seq2Seq(tiny_config(share_embeddings="all"))
     assert m.encoder.embed_tokens is m.decoder.embed_tokens
