@@ -66,6 +66,7 @@ from torch.autograd import DeviceType
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from normlab import allocator  # noqa: E402
 from normlab.config import ModelConfig, OptimConfig, TrainConfig  # noqa: E402
 from normlab.device import cpu_name  # noqa: E402
 from normlab.model import ATTENTION_IMPLS, Seq2Seq, set_attention, sinusoidal_table  # noqa: E402
@@ -609,7 +610,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="wall: elapsed time; cpu: the main thread's CPU time with 1 thread, which other "
                     "processes on a shared machine barely disturb (tokens per CPU-second)")
     ap.add_argument("--malloc", default="default", choices=["default", "tuned"],
-                    help="tuned: glibc keeps freed memory (normlab.train.throughput.tune_malloc), for every model")
+                    help="tuned: the allocator keeps freed memory (normlab.train.throughput.tune_malloc: glibc or jemalloc), "
+                    "for every model")
     ap.add_argument("--no-memory", action="store_true", help="skip the (untimed) peak-memory update")
     ap.add_argument("--real-loop", action=argparse.BooleanOptionalAction, default=True,
                     help="also run normlab-post/pre through the Trainer's real loop and print the gap (default on)")
@@ -634,9 +636,13 @@ def main(argv: list[str] | None = None) -> int:
         args.threads = 1
     if args.threads:
         torch.set_num_threads(args.threads)
-    malloc_note = "glibc default"
+    # the allocator this process runs on: the C library's unless one is preloaded (`normlab train` preloads
+    # jemalloc where the machine has it, normlab.allocator; LD_PRELOAD=... runs this benchmark on it)
+    malloc_note = f"{allocator.running()}, default"
     if args.malloc == "tuned":
-        malloc_note = "glibc tuned (mmap off, no trim)" if tune_malloc() else "tuning unavailable (not glibc)"
+        tuned = "glibc: mmap off, no trim" if allocator.running() == "system" else "decay off"
+        malloc_note = (f"{allocator.running()}, tuned ({tuned})" if tune_malloc()
+                       else f"{allocator.running()}: no tuning available")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     quick = args.quick
     w = Workload(**{**shape, "layers": args.layers or (2 if quick else shape["layers"]),

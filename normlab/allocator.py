@@ -4,8 +4,9 @@ A training step allocates and frees tensors whose sizes change with every batch 
 heap fragments under them: a quick-scale run (6-6, d=256, 2,048 tokens, bf16, 1 thread) held ~690 MiB in use
 and ~600 MiB free inside the heap at its peak of resident memory (glibc's ``mallinfo2``), however its tunables
 were set (normlab.train.throughput.tune_malloc, release_memory; issue 31's note lists six variants, none below
-1.37 GB at 20 updates). jemalloc serves each size class from its own slabs and returns idle pages to the OS
-on a timer, so the holes do not accumulate. Measured on a 2-core AMD EPYC Zen 4, the quick scale's Pre-LN run,
+1.37 GB at 20 updates). jemalloc serves each size class from its own slabs, so the holes do not accumulate.
+(Its default, handing idle pages back to the OS on a timer, costs a training step its page faults: a training
+process turns it off and purges every few updates instead, normlab.train.throughput.tune_malloc.) Measured on a 2-core AMD EPYC Zen 4, the quick scale's Pre-LN run,
 peak resident memory (``/usr/bin/time -v``):
 
     20 updates, a validation with BLEU every 10:   glibc (normlab's tunables) 1.445 GB, jemalloc 1.208 GB,

@@ -12,12 +12,14 @@ import torch.nn.functional as F
 from normlab.config import ConfigError
 from normlab.model import (
     NORM_SLOTS,
+    CausalLM,
     CrossAttention,
     MaskedLM,
     PairClassifier,
     SelfAttention,
     Seq2Seq,
     build_model,
+    set_attention,
     sinusoidal_table,
 )
 from tests.conftest import PLACEMENTS, tiny_config
@@ -446,3 +448,22 @@ def test_masked_lm_learns_from_its_context(placement):
         sums = compute_loss(model.eval(), valid.collate(np.arange(len(valid))))
     u = masked_lm_unigram_loss(math.log(V - NUM_SPECIAL))
     assert sums.loss.item() / sums.n_tokens < 0.5 * u, (placement, sums.loss.item() / sums.n_tokens, u)
+
+
+@pytest.mark.parametrize("impl", ["matmul", "sdpa"])
+def test_the_models_trace_whole_under_torch_compile(impl):
+    """``torch.compile`` sees one graph per model, in training (dropout on, padding in the batch): no branch on a
+    tensor's values (the padding check, the attention's all-masked rows) and no in-place random draw (the CPU
+    dropout's mask) is traced; eager mode keeps both (normlab.model._compiling). A graph break would split the
+    compiled model where the compiler could have fused across it."""
+    torch.manual_seed(0)
+    cfg = tiny_config(dropout=0.1, type_vocab_size=2)
+    src = torch.randint(4, 50, (3, 7))
+    src[0, 5:] = cfg.pad_id
+    tgt = torch.randint(4, 50, (3, 6))
+    tgt[1, 4:] = cfg.pad_id
+    for model, args in ((Seq2Seq(cfg), (src, tgt)), (MaskedLM(cfg), (src,)), (CausalLM(cfg), (tgt,))):
+        set_attention(model.train(), impl)
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(model)(*args)
+        assert explained.graph_break_count == 0, [str(b.reason)[:200] for b in explained.break_reasons]
