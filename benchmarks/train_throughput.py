@@ -565,8 +565,9 @@ def report_real_loop(results: dict[tuple[str, str], dict[str, float]], w: Worklo
         return
     print("\n## normlab's Trainer on the same workload: synthetic pairs through its data pipeline (epoch plan, "
           "collate), metrics.jsonl + TensorBoard logging, gradient norm, learning-rate schedule; on the CPU with "
-          "glibc malloc tuned as `normlab train` does. After each logged update one bare update of the same "
-          "model runs (outside the loop's intervals), so that both see the same load: the figure users see")  # fmt: skip
+          f"the allocator tuned as `normlab train` does (here {allocator.running()}; `normlab train` preloads "
+          "jemalloc where the machine has it). After each logged update one bare update of the same model runs "
+          "(outside the loop's intervals), so that both see the same load: the figure users see")  # fmt: skip
     print(f"{'model':18s} {'dtype':5s} {'loop tokens/s':>13s} {'ms/update (min-max)':>24s} {'bare tokens/s':>13s} "
           f"{'gap':>6s} {'trainer log':>12s}")  # fmt: skip
     for (placement, dname), r in results.items():
