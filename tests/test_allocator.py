@@ -226,3 +226,40 @@ def test_malloc_keeps_freed_pages_until_released(which):
     # glibc may serve a repeat from new pages of its heap (seen: one of the two, or both, with 768 MB resident);
     # what holds there is that the pages stay until the release, which returns them
     assert int(kept_mb) >= 200 and int(returned_mb) >= 200, out
+
+
+_KEPT_FOR_A_BLOCK = """
+import torch
+from normlab.train.throughput import kept_pages
+def rss(): return int(open("/proc/self/statm").read().split()[1]) * 4096
+base = rss()
+with kept_pages() as tuned:
+    x = torch.ones(1 << 26); del x  # 256 MB
+    inside = rss() - base
+after_block = rss() - base
+x = torch.ones(1 << 26); del x
+after_free = rss() - base
+print(tuned, inside >> 20, after_block >> 20, after_free >> 20)
+"""
+
+
+@pytest.mark.parametrize("which", ["jemalloc", "system"])
+def test_kept_pages_lasts_for_its_block(which):
+    """kept_pages (the wall-time probe's: it times an update as a worker runs it, in a process that goes on): the
+    freed 256 MB stay resident inside the block, are handed back at its end, and a 256 MB tensor freed after it
+    goes back to the OS as with the allocator's own settings (jemalloc: the arena for large allocations, first
+    used inside the block, takes the default decay again; glibc: mmap and trimming as by default)."""
+    if sys.platform != "linux":
+        pytest.skip("LD_PRELOAD, /proc and both allocators' controls: Linux")
+    env = _env()
+    if which == "jemalloc":
+        if (lib := allocator.find("jemalloc")) is None:
+            if os.environ.get("NORMLAB_REQUIRE_JEMALLOC"):
+                pytest.fail("NORMLAB_REQUIRE_JEMALLOC is set and no libjemalloc.so.2 is found")
+            pytest.skip("no libjemalloc.so.2 on this machine (apt install libjemalloc2)")
+        env = _env(LD_PRELOAD=str(lib))
+    out = subprocess.run([sys.executable, "-c", _KEPT_FOR_A_BLOCK], capture_output=True, text=True, cwd=ROOT,
+                         timeout=300, env=env, check=True).stdout.split()  # fmt: skip
+    tuned, inside, after_block, after_free = out[0], *map(int, out[1:])
+    assert tuned == "True" and inside >= 200, out
+    assert after_block < 50 and after_free < 50, out

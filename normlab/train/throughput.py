@@ -6,6 +6,7 @@ tokens/s and the share of the matmul peak it reaches ("model FLOPs utilisation")
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -14,7 +15,7 @@ import statistics
 import sys
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -25,7 +26,8 @@ from torch.utils._pytree import tree_flatten
 from normlab import allocator
 from normlab.config import ModelConfig
 
-__all__ = ["seq2seq_update_flops", "matmul_peak_flops", "PeakMemory", "synchronize", "tune_malloc", "release_memory", "limit_onednn_cache"]
+__all__ = ["seq2seq_update_flops", "matmul_peak_flops", "PeakMemory", "synchronize", "tune_malloc", "kept_pages", "release_memory",
+           "limit_onednn_cache"]
 
 
 def seq2seq_update_flops(cfg: ModelConfig, batch_size: int, src_len: int, tgt_len: int) -> int:
@@ -76,21 +78,44 @@ def _jemalloc() -> Any:
     return mallctl
 
 
-def _jemalloc_keep_pages(mallctl: Any) -> bool:
-    """Turn jemalloc's decay off (dirty and muzzy pages kept until :func:`release_memory` purges them) in every
-    arena and in those created later; True when every setting took."""
+def _jemalloc_decays(mallctl: Any) -> dict[bytes, int] | None:
+    """jemalloc's decay times (ms; -1: never), the defaults of arenas created later (``arenas.*``) and those of
+    every arena in use; None when jemalloc does not answer. An arena that was never initialised answers an error
+    and is left out: it takes the ``arenas.*`` default when it starts."""
     narenas = ctypes.c_uint()
     size = ctypes.c_size_t(ctypes.sizeof(narenas))
     if mallctl(b"arenas.narenas", ctypes.byref(narenas), ctypes.byref(size), None, 0):
-        return False
-    never = ctypes.c_ssize_t(-1)
+        return None
     names = [b"arenas.dirty_decay_ms", b"arenas.muzzy_decay_ms"]
     names += [f"arena.{i}.{kind}_decay_ms".encode() for i in range(narenas.value) for kind in ("dirty", "muzzy")]
-    # an arena that was never initialised answers EFAULT; it takes the arenas.* default when it starts
-    return all(mallctl(n, None, None, ctypes.byref(never), ctypes.sizeof(never)) in (0, _EFAULT) for n in names)
+    out = {}
+    for name in names:
+        value, size = ctypes.c_ssize_t(), ctypes.c_size_t(ctypes.sizeof(ctypes.c_ssize_t))
+        if mallctl(name, ctypes.byref(value), ctypes.byref(size), None, 0) == 0:
+            out[name] = value.value
+    return out if len(out) >= 2 else None
 
 
-_EFAULT = 14
+def _jemalloc_set_decays(mallctl: Any, values: dict[bytes, int]) -> bool:
+    ok = True
+    for name, ms in values.items():
+        value = ctypes.c_ssize_t(ms)
+        ok = mallctl(name, None, None, ctypes.byref(value), ctypes.sizeof(value)) == 0 and ok
+    return ok
+
+
+def _jemalloc_keep_pages(mallctl: Any) -> dict[bytes, int] | None:
+    """Turn jemalloc's decay off (dirty and muzzy pages kept until :func:`release_memory` purges them) in every
+    arena and in those created later; returns the settings it replaced, None when one did not take."""
+    before = _jemalloc_decays(mallctl)
+    if before is None or not _jemalloc_set_decays(mallctl, {name: -1 for name in before}):
+        return None
+    return before
+
+
+# glibc's own defaults (malloc/malloc.c: DEFAULT_MMAP_MAX, DEFAULT_TRIM_THRESHOLD), which kept_pages restores
+_GLIBC_MMAP_MAX, _GLIBC_TRIM_THRESHOLD = 65536, 128 * 1024
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's malloc.h
 
 
 def tune_malloc() -> bool:
@@ -114,12 +139,41 @@ def tune_malloc() -> bool:
     nothing) where neither glibc nor jemalloc serves this process's malloc.
     """
     if (mallctl := _jemalloc()) is not None:
-        return _jemalloc_keep_pages(mallctl)
+        return _jemalloc_keep_pages(mallctl) is not None
     if (libc := _glibc()) is None:
         return False
-    mallopt = libc.mallopt
-    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's malloc.h
-    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, 1 << 30))
+    return bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30))
+
+
+@contextlib.contextmanager
+def kept_pages() -> Iterator[bool]:
+    """:func:`tune_malloc` for the length of a block, in a process that goes on doing other things after it (the
+    wall-time probe of ``reproduce`` and ``sweep``, which must time an update as the grid's workers will run it):
+    then the allocator's settings as they were (glibc: its defaults; jemalloc: the decay times it had, and the
+    default of new arenas for one first used inside the block) and the kept pages handed back
+    (:func:`release_memory`). Yields what tune_malloc returned."""
+    if (mallctl := _jemalloc()) is not None:
+        before = _jemalloc_keep_pages(mallctl)
+        try:
+            yield before is not None
+        finally:
+            if before is not None:
+                # an arena first used inside the block (the one for allocations over 8 MB, typically) started
+                # with the block's -1: it takes the default that arenas started with before
+                now = _jemalloc_decays(mallctl) or {}
+                default = {kind: before[f"arenas.{kind}_decay_ms".encode()] for kind in ("dirty", "muzzy")}
+                new = {n: default[n.split(b".")[2].split(b"_")[0].decode()] for n in now if n not in before}
+                _jemalloc_set_decays(mallctl, {**before, **new})
+            release_memory()
+        return
+    tuned = tune_malloc()
+    try:
+        yield tuned
+    finally:
+        if tuned and (libc := _glibc()) is not None:
+            release_memory()
+            libc.mallopt(_M_MMAP_MAX, _GLIBC_MMAP_MAX)
+            libc.mallopt(_M_TRIM_THRESHOLD, _GLIBC_TRIM_THRESHOLD)
 
 
 ONEDNN_CACHE_CAPACITY = 64
