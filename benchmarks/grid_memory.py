@@ -18,8 +18,9 @@ machine has it): this process re-executes itself with it preloaded, as the ``nor
 worker inherits it, and so does each run alone (the same ``LD_PRELOAD``; the runs' ``summary.json`` must name the
 same allocator, else the benchmark stops). ``--allocator system`` measures the C library's. One thread per process
 (reproduce's pool setting). The work does not depend on the machine's load, but when memory is handed back does
-(jemalloc returns idle pages on a timer), so read a ratio within a few percent of 1 as no difference until repeats
-measure the spread (the committed result is one measurement).
+(jemalloc returned idle pages on a timer when the committed results were measured; since 2026-11-27 a training
+process keeps them until the trainer's purge every 10 updates), so read a ratio within a few percent of 1 as no
+difference until repeats measure the spread (the committed result is one measurement).
 
     python benchmarks/grid_memory.py                          # quick scale, 2 runs of 120 updates (~20 min)
     python benchmarks/grid_memory.py --allocator system       # the same on glibc

@@ -48,6 +48,7 @@ below a quarter of the fp32 one (a CPU without AVX512-BF16/AMX runs bf16 matmuls
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import math
@@ -75,6 +76,7 @@ from normlab.train.losses import LOSS_IMPLS, translation_loss  # noqa: E402
 from normlab.train.optim import build_optimizer  # noqa: E402
 from normlab.train.throughput import (  # noqa: E402
     PeakMemory,
+    kept_pages,
     matmul_peak_flops,
     seq2seq_update_flops,
     limit_onednn_cache,
@@ -114,7 +116,8 @@ class Workload:
 
 # The workloads: the paper's IWSLT model (4,096 target tokens) and the model `normlab reproduce --scale quick`
 # trains (normlab/experiments/scales.py: 6-6, d=256, FFN 512, 4 heads, an 8k vocabulary, 2,048 target tokens,
-# one thread per run as its 2-job grid runs on 2 cores, glibc tuned as `normlab train` does).
+# one thread per run as its 2-job grid runs on 2 cores, the allocator tuned as `normlab train` does; run it with
+# LD_PRELOAD=/path/to/libjemalloc.so.2 to measure on jemalloc, which `normlab train` preloads where it can).
 SHAPES = {
     "paper": dict(layers=6, batch=128),
     "quick": dict(layers=6, batch=64, d_model=256, d_ffn=512, vocab=8_000),
@@ -509,8 +512,6 @@ def run_real_loop(
     from normlab.config import DataConfig, ScheduleConfig
     from normlab.train.trainer import Trainer
 
-    if device.type == "cpu":
-        tune_malloc()  # as `normlab train` does on the CPU (normlab/train/run.py); process-wide from here on
     n_updates = args.warmup + args.updates + 1
     cfg = TrainConfig(
         model=w.model_config(placement), data=DataConfig(max_tokens=w.batch * max(w.src_len, w.tgt_len)),
@@ -525,7 +526,10 @@ def run_real_loop(
     bare_times: list[float] = []
     trainer_rates: list[float] = []
     last = [0.0]
-    with tempfile.TemporaryDirectory(prefix="normlab-bench-") as tmp:
+    # the allocator tuned as `normlab train` does on the CPU (normlab/train/run.py), for the loop only: the bare
+    # steps keep what --malloc says
+    tuned = kept_pages() if device.type == "cpu" else contextlib.nullcontext()
+    with tuned, tempfile.TemporaryDirectory(prefix="normlab-bench-") as tmp:
         trainer = Trainer(cfg, tmp, data, None, quiet=True)
         log = trainer._log
 
@@ -588,7 +592,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--shape", default="paper", choices=sorted(SHAPES),
                     help="paper: the paper's IWSLT model, 4,096 target tokens; quick: the model `normlab reproduce "
                     "--scale quick` trains (6-6, d=256, FFN 512, 8k vocabulary, 2,048 target tokens), by default "
-                    "on 1 thread with glibc tuned, as reproduce runs it")
+                    "on 1 thread with the allocator tuned, as reproduce runs it")
     ap.add_argument("--normlab-attention", default="auto", choices=["auto", *ATTENTION_IMPLS],
                     help="normlab's attention kernel (default auto: measured at the start, as the Trainer does)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
@@ -624,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     shape = SHAPES[args.shape]
-    if args.shape == "quick":  # as reproduce runs it: one thread per job, glibc tuned, oneDNN's cache capped
+    if args.shape == "quick":  # as reproduce runs it: one thread per job, allocator tuned, oneDNN's cache capped
         args.threads = 1 if args.threads is None else args.threads
         args.malloc = "tuned"
         limit_onednn_cache()  # before the first matmul (normlab/train/run.py does the same)

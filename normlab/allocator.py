@@ -14,7 +14,10 @@ peak resident memory (``/usr/bin/time -v``):
     120 updates, a validation every 100:           glibc 1.837 GB, jemalloc 1.372 GB (-25%); the two side by side,
                                                    1 thread each: user + system CPU 165 + 9 s against 147 + 19 s
                                                    (jemalloc faults pages in again after returning them: 5.4 M
-                                                   minor faults against 3.3 M), i.e. no cost in time measured
+                                                   minor faults against 3.3 M); that comparison did not isolate
+                                                   the faults' cost, which a later one did: ~1.3x an update at
+                                                   the quick shape (normlab.train.throughput.tune_malloc, which
+                                                   now keeps jemalloc's pages in a training process)
 
 PyTorch's own CPU launcher (``torch.backends.xeon.run_cpu``) preloads jemalloc or tcmalloc the same way. An
 allocator can only be chosen before the process starts, through ``LD_PRELOAD``, so ``python -m normlab`` and

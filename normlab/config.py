@@ -604,7 +604,8 @@ class ModelConfig(Strict):
         help="xavier: Xavier-normal N(0, 2/(n_in+n_out)) for every projection, zero biases, gamma=1, beta=0 "
         "(Section 3.3); theory: the same with W^Q = W^K = 0 so attention is uniform, single head; bert: every "
         "projection and embedding N(0, 0.02^2) truncated at 2 standard deviations (Devlin et al.'s "
-        "initializer_range, the configuration the paper's BERT runs follow), zero biases, gamma=1, beta=0",
+        "initializer_range, BERT's own code), zero biases, gamma=1, beta=0; opt-in (set it, and "
+        "scale_embedding=false as BERT has, for a BERT-like model)",
     )
 
     def validate(self) -> None:

@@ -87,6 +87,7 @@ from normlab.pretrained import Pretrained, locate_pretrained
 from normlab.rundir import RunDir
 from normlab.train.checkpoint import read_state
 from normlab.train.trainer import EXIT_DIVERGED, Trainer, prepare_run_dir
+from normlab.train.throughput import limit_onednn_cache, tune_malloc
 
 __all__ = [
     "FinetuneConfig", "SCALES", "PAPER", "Setting", "FinetuneRun", "data_config", "run_config", "grid", "finetune",
@@ -289,6 +290,9 @@ def _train_one(
     # pre-trained encoder in (TrainConfig.init_from) when the run starts, never over a resumed checkpoint.
     trainer = Trainer(run.cfg, run.run_dir, data.splits["train"], data.splits["valid"],
                       progress=None if verbose else False, quiet=not verbose)  # fmt: skip
+    if trainer.device.type == "cpu":  # as `normlab train` does (normlab/train/run.py): this process trains
+        limit_onednn_cache()  # before its first matmul, where this run is it
+        tune_malloc()
     test = data.splits.get("test")
     if test is not None:
         # logged beside each epoch's validation record, for the record: selection never reads it

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -208,8 +209,8 @@ def test_malloc_keeps_freed_pages_until_released(which):
     on jemalloc's default decay), and release_memory hands them back (jemalloc: every arena purged; glibc:
     malloc_trim). Checked with a 256 MB tensor made and freed three times in a fresh process: on jemalloc the
     repeats take (almost) no page faults; on both the pages stay resident until the release, which returns them."""
-    if sys.platform != "linux":
-        pytest.skip("LD_PRELOAD, /proc and both allocators' controls: Linux")
+    if sys.platform != "linux" or (which == "system" and platform.libc_ver()[0] != "glibc"):
+        pytest.skip("LD_PRELOAD, /proc and both allocators' controls: Linux with glibc")
     env = _env()
     if which == "jemalloc":
         if (lib := allocator.find("jemalloc")) is None:
@@ -249,8 +250,8 @@ def test_kept_pages_lasts_for_its_block(which):
     freed 256 MB stay resident inside the block, are handed back at its end, and a 256 MB tensor freed after it
     goes back to the OS as with the allocator's own settings (jemalloc: the arena for large allocations, first
     used inside the block, takes the default decay again; glibc: mmap and trimming as by default)."""
-    if sys.platform != "linux":
-        pytest.skip("LD_PRELOAD, /proc and both allocators' controls: Linux")
+    if sys.platform != "linux" or (which == "system" and platform.libc_ver()[0] != "glibc"):
+        pytest.skip("LD_PRELOAD, /proc and both allocators' controls: Linux with glibc")
     env = _env()
     if which == "jemalloc":
         if (lib := allocator.find("jemalloc")) is None:
@@ -263,3 +264,15 @@ def test_kept_pages_lasts_for_its_block(which):
     tuned, inside, after_block, after_free = out[0], *map(int, out[1:])
     assert tuned == "True" and inside >= 200, out
     assert after_block < 50 and after_free < 50, out
+
+
+def test_the_tunables_stand_aside_on_another_allocator(monkeypatch):
+    """Where neither glibc nor jemalloc serves malloc (tcmalloc preloaded, say), tune_malloc, release_memory and
+    kept_pages touch nothing and say so (False)."""
+    from normlab.train import throughput
+
+    monkeypatch.setattr(allocator, "running", lambda: "tcmalloc")
+    assert throughput._glibc() is None and throughput._jemalloc() is None
+    assert (throughput.tune_malloc(), throughput.release_memory()) == (False, False)
+    with throughput.kept_pages() as tuned:
+        assert tuned is False

@@ -4,6 +4,7 @@ and a tiny end-to-end run of benchmarks/train_throughput.py (so that the benchma
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import math
 import platform
@@ -154,6 +155,7 @@ def _tiny_benchmark(monkeypatch):
     """The benchmark module, a one-layer workload, its arguments and the CPU, for the end-to-end tests."""
     bench = _benchmark_module()
     monkeypatch.setattr(bench, "tune_malloc", lambda: False)  # process-wide: not in the test process
+    monkeypatch.setattr(bench, "kept_pages", contextlib.nullcontext)  # glibc's dynamic mmap threshold: for good
     w = bench.Workload(layers=1, batch=2, src_len=6, tgt_len=5, d_model=32, d_ffn=64, heads=4, vocab=60)
     args = argparse.Namespace(
         normlab_loss="chunked", normlab_adam="trainer", peer_adam="default", warmup=1, updates=2,

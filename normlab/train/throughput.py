@@ -70,8 +70,8 @@ def _jemalloc() -> Any:
         return None
     try:
         mallctl = ctypes.CDLL(None).mallctl
-    except (OSError, AttributeError):  # a build with a symbol prefix (je_mallctl): left alone
-        return None
+    except (OSError, AttributeError):  # no mallctl: a build with a symbol prefix (je_mallctl), which does not
+        return None  # serve malloc at all (and leaves glibc's heap untuned: allocator.running() names jemalloc)
     mallctl.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p,
                         ctypes.c_size_t]
     mallctl.restype = ctypes.c_int
@@ -119,7 +119,8 @@ _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's malloc.h
 
 
 def tune_malloc() -> bool:
-    """Make glibc keep freed memory for reuse instead of returning it to the OS (CPU training only).
+    """Make the allocator (glibc's, or a preloaded jemalloc) keep freed memory for reuse instead of returning it
+    to the OS (CPU training only).
 
     A training step allocates and frees the same large activation tensors every update. glibc serves any
     allocation above its mmap threshold (at most 32 MB) with a fresh ``mmap`` and unmaps it on free, so each
@@ -149,9 +150,12 @@ def tune_malloc() -> bool:
 def kept_pages() -> Iterator[bool]:
     """:func:`tune_malloc` for the length of a block, in a process that goes on doing other things after it (the
     wall-time probe of ``reproduce`` and ``sweep``, which must time an update as the grid's workers will run it):
-    then the allocator's settings as they were (glibc: its defaults; jemalloc: the decay times it had, and the
-    default of new arenas for one first used inside the block) and the kept pages handed back
-    (:func:`release_memory`). Yields what tune_malloc returned."""
+    then the allocator's settings restored and the kept pages handed back (:func:`release_memory`). Yields what
+    tune_malloc returned. Restored as far as the allocators let: jemalloc's decay times as they were, an arena
+    first used inside the block (the one for allocations over 8 MB, typically) at the default of new arenas (10
+    s, where jemalloc would have started that one at 0); glibc's M_MMAP_MAX and M_TRIM_THRESHOLD at glibc's
+    defaults, but its dynamic mmap threshold stays off (any mallopt turns it off) and a user's MALLOC_* settings
+    are not read back."""
     if (mallctl := _jemalloc()) is not None:
         before = _jemalloc_keep_pages(mallctl)
         try:
