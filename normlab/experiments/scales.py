@@ -283,6 +283,10 @@ FULL_ARMS: dict[str, Arm] = {
 #     ~2,500 updates and passes the line at ~3,000 (5.927), Post-LN at 6e-4 with warm-up stays on it (6.334 at
 #     6,000): the reference does not pass its gate at this setting, so C11-C12 stay inconclusive here until a
 #     reference setting that learns is found (the calibration README lists the next points).
+#   * Rounds 4-7 (Zen 5): rates 2e-4-1.2e-3, warm-ups 100-1,000 and 20,000 updates leave the Xavier-initialised
+#     reference on the plateau (6.20-6.40); BERT's own initialisation (ModelConfig.init="bert", Devlin et al.'s
+#     N(0, 0.02^2)) at this setting takes it off at ~5,000 updates, to 5.980 at 10,000 (one seed, 0.011 below the
+#     line: inside the seeds' spread). The 20,000-update point with it decides whether FULL_MLM changes.
 # The setting below translates the paper's BERT rates by the width law measured for Post-LN's stability edge
 # (docs/results/sweep-quick/width-gpu: edge ~ d^-0.96 over d = 64-512, Theorem 1's ||dL/dW|| ~ d): BERT-base's
 # d = 768 over 128 is 6, so Post-LN's 1e-4 (stable with warm-up) and 3e-4 (diverged) become 6e-4 and 1.8e-3, and
