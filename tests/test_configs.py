@@ -88,6 +88,7 @@ def test_bert_base_is_the_papers():
         assert (m.encoder_layers, m.d_model, m.n_heads, m.d_ffn) == (12, 768, 12, 3072)
         assert (cfg.optim.lr, cfg.schedule.warmup_updates, cfg.schedule.decay) == (lr, warmup, "linear")
         assert (m.max_positions, m.layer_norm_eps, m.dropout, m.attention_dropout) == (512, 1e-12, 0.1, 0.1)
+        assert m.init == "bert"  # Devlin et al.'s initializer_range, which the paper's BERT runs follow
         assert cfg.data.max_tokens == 256 * cfg.data.block_size  # 256 blocks a batch: BERT's batch at length 128
 
 

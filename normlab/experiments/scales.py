@@ -285,8 +285,11 @@ FULL_ARMS: dict[str, Arm] = {
 #     reference setting that learns is found (the calibration README lists the next points).
 #   * Rounds 4-7 (Zen 5): rates 2e-4-1.2e-3, warm-ups 100-1,000 and 20,000 updates leave the Xavier-initialised
 #     reference on the plateau (6.20-6.40); BERT's own initialisation (ModelConfig.init="bert", Devlin et al.'s
-#     N(0, 0.02^2)) at this setting takes it off at ~5,000 updates, to 5.980 at 10,000 (one seed, 0.011 below the
-#     line: inside the seeds' spread). The 20,000-update point with it decides whether FULL_MLM changes.
+#     N(0, 0.02^2), which the paper's BERT runs follow; figures._mlm) takes it off at ~5,000 updates: 5.980 at
+#     10,000 (one seed, 0.011 below the line, inside the seeds' spread: three seeds would straddle it), and with
+#     20,000 updates (its rate decaying half as fast) below the line by ~7,000 and 4.282 at the end (1.71 below it). So
+#     FULL_MLM is BERT's initialisation and 20,000 updates, the shortest length measured whose reference passes by
+#     more than the seeds' spread (15,000 not measured); every arm follows (the same init, length and schedule).
 # The setting below translates the paper's BERT rates by the width law measured for Post-LN's stability edge
 # (docs/results/sweep-quick/width-gpu: edge ~ d^-0.96 over d = 64-512, Theorem 1's ||dL/dW|| ~ d): BERT-base's
 # d = 768 over 128 is 6, so Post-LN's 1e-4 (stable with warm-up) and 3e-4 (diverged) become 6e-4 and 1.8e-3, and
@@ -294,7 +297,7 @@ FULL_ARMS: dict[str, Arm] = {
 # covers 5x its 2,000): at 0.999 that is 2,000 updates, 20% of the run (5x of it, BERT's ratio, the whole run),
 # where BERT's share is 1%; so beta2 is the paper's translation value 0.98 (RoBERTa's too) and the warm-up its
 # 2 / (1 - 0.98) = 100 updates, the quick scale's. Figure 5 is in `full` only when asked (--figures
-# fig2,fig3,fig4,fig5,fig6): 9 runs of 10,000 updates cost ~10.5 h of one Zen 4 core (~5 h on 2) before the
+# fig2,fig3,fig4,fig5,fig6): 9 runs of 20,000 updates cost ~9 h of one Zen 5 core (~4.5 h on 2) before the
 # fine-tuning, more than `full`'s 3-hour target by itself. The setting is FULL_MLM, below MLMScale.
 FULL_BUDGET = {
     # `full` = the quick scale's 9 translation runs + FULL_ARMS' 7 groups x 3 seeds = 30 runs of 2,000 updates
@@ -316,9 +319,10 @@ FULL_BUDGET = {
     # be committed (its small files) as it ends. On the AVX2 CPU two runs sharing its 2 cores take ~2.2 h each
     # (3.96 s an update, the quick runs' mean): there `--jobs 1` (2 threads, ~2.2 s an update at d=256 in fp32,
     # QUICK_BUDGET's power study: ~75 minutes a run, not timed at FFN 512) keeps each piece under 2 hours.
-    # Not in these figures, and not in `full` unless asked: Figure 5 (C11, C12): 3 BERT groups x 3 seeds x 10,000
-    # updates of 4,096 tokens at FULL_MLM's d=128 (0.39-0.44 s an update on a Zen 4 core beside a second run, the
-    # calibration's: ~70 min a run, ~5 h for the 9 on 2 cores; AMX not measured) and 96 fine-tuning runs (the probe
+    # Not in these figures, and not in `full` unless asked: Figure 5 (C11, C12): 3 BERT groups x 3 seeds x 20,000
+    # updates of 4,096 tokens at FULL_MLM's d=128 (0.15-0.18 s an update on a Zen 5 core beside a second run after
+    # issue 31's allocator fix, the calibration's round 7: ~55-60 min a run, ~4.5 h for the 9 on 2 cores; 0.39-0.44
+    # s on a Zen 4 core before that fix, not re-measured; AMX not measured) and 96 fine-tuning runs (the probe
     # at the start of `reproduce` estimates them on the machine at hand); the
     # analysis is the quick scale's (already done in a quick folder); the width sweep (`--figures ...,width`, the
     # `standard` preset: 189 runs of 300 updates, ~2 h with AVX-512 BF16, where 126 of them measured 80 min).
@@ -485,7 +489,7 @@ class Scale(Strict):
 
 # the C11-C12 comment above FULL_BUDGET says why
 FULL_MLM = MLMScale(layers=4, d_model=128, d_ffn=512, n_heads=2, vocab_size=8000, block_size=128, train_subset=0,
-                    valid_subset=500, max_tokens=4096, updates=10_000, evals=20, lr=6e-4, beta2=0.98, warmup=100)
+                    valid_subset=500, max_tokens=4096, updates=20_000, evals=20, lr=6e-4, beta2=0.98, warmup=100)
 
 
 def with_full_arms(quick: Scale, name: str = "full") -> Scale:
@@ -512,7 +516,8 @@ def with_full_arms(quick: Scale, name: str = "full") -> Scale:
         "on a 2-core CPU with AMX for those 21, ~3.8 h on a Zen 5 with AVX-512 BF16, ~5.6 h on a Zen 4, ~23 h on 2 "
         "AVX2 cores in fp32: FULL_BUDGET); BERT pre-training "
         "and fine-tuning for C11-C12 only when asked (--figures fig2,fig3,fig4,fig5,fig6: 4 layers, d=128, "
-        "10,000 updates, the paper's rates x6 by the width law, ~5 h on 2 Zen 4 cores before fine-tuning; "
+        "20,000 updates, BERT's initialisation, the paper's rates x6 by the width law, ~4.5 h on 2 Zen 5 cores "
+        "before fine-tuning; "
         "docs/results/reproduce-full/bert-calibration); the width sweep only when asked",
     )  # fmt: skip
 
