@@ -713,3 +713,47 @@ def test_c11_c12_read_the_bert_runs_a_scale_names():
     assert "Post-LN (6e-4, warm-up)" in claim(results, "C11")["evidence"]
     # without ``mlm_arms`` (a results.json from before it): the paper's names, which this grid does not have
     assert verdicts({k: v for k, v in results.items() if k != "mlm_arms"})["C11"] == NOT_RUN
+
+
+def test_c11_hot_arm_that_does_not_learn_is_the_papers_divergence():
+    """Post-LN at 3e-4 with the reference's warm-up and schedule, on the plateau at the end while the reference
+    learned: the optimisation failed (the paper's "diverged"), decided, not "slower" (issue 32's review)."""
+    results = paper_like()
+    put(results["runs"], "bert-post-3e-4", seeds(7.0, 6.98, 6.95))  # above the line 6.5 on every seed
+    c = claim(results, "C11")
+    assert c["verdict"] == HOLDS and "did not learn where the same warm-up" in c["evidence"], c["evidence"]
+    # its interval straddles the line: it may have learned a little, so the failure is not established
+    put(results["runs"], "bert-post-3e-4", seeds(7.0, 6.8, 6.5, spread=(-0.4, 0.0, 0.4)))
+    assert claim(results, "C11")["verdict"] == INCONCLUSIVE
+    # the reference itself did not learn: the gate makes the claim inconclusive whatever the hot arm did
+    put(results["runs"], "bert-post-3e-4", seeds(7.0, 6.98, 6.95))
+    put(results["runs"], "bert-post-1e-4", seeds(7.0, 6.95, 6.9))
+    assert claim(results, "C11")["verdict"] == INCONCLUSIVE
+
+
+def test_c11_with_every_pre_ln_seed_diverged_does_not_hold():
+    """An arm whose every seed diverged has no evaluation point; it is inf along the other's curve: C11's "Pre-LN
+    reaches Post-LN's loss sooner" does not hold, where an empty set of shared points said "not run"."""
+    results = paper_like()
+    put(results["runs"], "bert-pre-3e-4", {f"-s{k}": {"status": "diverged", "evals": [{"epoch": 1, "update": 100,
+                                                                                       "nll": 6.0}]}
+                                           for k in (1, 2, 3)})  # fmt: skip
+    c = claim(results, "C11")
+    assert c["verdict"] == FAILS and "diverged" in c["evidence"], c["evidence"]
+    # C9 shares the rule
+    put(results["runs"], "pre-adam-5e-4-nowarm-step", {f"-s{k}": {"status": "diverged", "evals": []}
+                                                       for k in (1, 2, 3)})  # fmt: skip
+    assert claim(results, "C9")["verdict"] == FAILS
+
+
+def test_c12_gate_interval_is_over_pretraining_seeds():
+    """The fine-tuning gate's seed interval is over the pre-training seeds' means (the unit of replication), not
+    the pooled runs: three pre-training seeds that spread widely leave the reference undecided even where the
+    pooled interval (as if the 6 runs were independent) would be narrow."""
+    results = paper_like()
+    assert verdicts(results)["C12"] == HOLDS
+    for update, cell in results["finetune"]["bert-post-1e-4"]["paraphrase"].items():
+        m = cell["mean"]
+        cell.update(ci95=0.01, parent_seeds={"1": m - 0.2, "2": m, "3": m + 0.2})  # last point 0.75: [0.25, 1.25]
+    c = claim(results, "C12")
+    assert c["verdict"] == INCONCLUSIVE and "cannot tell" in c["evidence"], c["evidence"]

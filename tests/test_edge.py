@@ -167,6 +167,19 @@ def test_seed_sign_needs_disjoint_brackets():
     assert seed_sign(Edge(1e-2, None), Edge(1e-3, 1.2e-3)) == -1
     assert seed_sign(Edge(1e-3, None), Edge(1e-3, 1.2e-3)) is None  # open: the bound could be anywhere above
     assert seed_sign(Edge(None, 1e-4), Edge(1e-4, 1.2e-4)) == 1  # unstable everywhere without warm-up
+    assert seed_sign(Edge(1e-4, 1.2e-4), Edge(None, 1e-4)) == -1
+
+
+def test_seed_sign_leaves_open_what_the_brackets_cannot_see():
+    # both arms unstable from the smallest rate: both edges lie somewhere below it, in any order
+    assert seed_sign(Edge(None, 1e-4), Edge(None, 1e-4)) is None
+    # overlapping brackets decide "no difference" only when both are resolved: a failed bisection run (or one not
+    # yet run) leaves a grid step, x2.15, whose overlap with a resolved bracket says nothing
+    assert seed_sign(Edge(1e-3, 2.15e-3), Edge(1.5e-3, 1.65e-3)) is None
+    assert seed_sign(Edge(1e-3, 2.15e-3), Edge(1.5e-3, 1.65e-3), resolution=None) == 0  # no resolution asked
+    assert seed_sign(Edge(1e-3, 1.2e-3), Edge(1.1e-3, 1.3e-3), resolution=1.2) == 0  # both within 1.2x
+    # disjoint brackets decide whatever their widths
+    assert seed_sign(Edge(1e-3, 2.15e-3), Edge(4.64e-3, 1e-2)) == 1
 
 
 def test_sign_test_verdicts():
@@ -194,9 +207,13 @@ def test_warmup_verdicts_from_rows_seed_by_seed():
     assert warmup_truth(rows) == {("post", 64): True}
     # seeds that disagree: three raise it, two do not
     mixed = [c for s in range(1, 6) for c in curve("none", s, 1e-3) + curve("adam", s, 4.64e-3 if s <= 3 else 1e-3)]
-    v = warmup_verdicts(analyze(mixed, grid=GRID), "adam")[("post", 64)]
+    v = warmup_verdicts(analyze(mixed, grid=GRID), "adam", resolution=None)[("post", 64)]
     assert v["verdict"] == "inconclusive" and v["signs"] == [1, 1, 1, 0, 0]
-    assert warmup_truth(analyze(mixed, grid=GRID)) == {("post", 64): None}
+    assert warmup_truth(analyze(mixed, grid=GRID), resolution=None) == {("post", 64): None}
+    # the same grid-only curves at the edge search's resolution: seeds 4-5's one-step brackets overlap, which
+    # decides nothing, and three seeds are too few for the sign test
+    v = warmup_verdicts(analyze(mixed, grid=GRID), "adam")[("post", 64)]
+    assert v["signs"] == [1, 1, 1, None, None] and v["verdict"] == "inconclusive" and v["undecided_seeds"] == 2
 
 
 # ---- the width law ----
@@ -274,6 +291,12 @@ def test_seed_mean_slope_and_its_interval():
     assert cell["seeds' mean slope (95% t-interval over seeds; widened by the resolution)"] == (
         f"{mean:.2f} [{mean - half:.2f}, {mean + half:.2f}]; [{mean - half - res:.2f}, {mean + half + res:.2f}] (3 seeds)")
     assert cell["-1, Theorem 1 against the widened interval"] == "not excluded, not excluded"
+    # the envelope of the seeds' ranges is not a confidence interval: the table says "outside every seed's range",
+    # never "excluded", of a slope outside it
+    outside = {"width_law": [{**law, "contains": {"-1": False, "theorem_1": True}}]}
+    cell = dict(zip(*(lambda h, r: (h, r[0]))(*_width_rows(outside))))
+    assert cell["-1 against the envelope"] == "outside every seed's range"
+    assert cell["Theorem 1 against the envelope"] == "inside"
     # five seeds that share their brackets (as bisection makes them) and fall as 1/d: the t-interval of the centres
     # is narrow, and a slope just outside it but within the resolution is not excluded by the widened interval
     five = {s: 2.0 * (1.01 if s % 2 else 0.99) for s in range(1, 6)}
@@ -310,8 +333,8 @@ def test_held_out_scoring_beside_the_trivial_baseline():
     assert out["threshold"] == pytest.approx((0.6 + 1.9) / 2) and out["calibration"]["agree"] == 4
     ev_ = out["evaluation"]
     # decided on the held-out cells: peri (0.3 < t: no, right), deepnorm (1.5 > t: yes, wrong), pre d=6 (right),
-    # admin (0.8 < t: no, wrong); rezero has no S, post d=6 no truth: undecided
-    assert (ev_["decided"], ev_["undecided"], ev_["agree"]) == (4, 2, 2)
+    # admin (0.8 < t: no, wrong); post d=6 has no truth (undecided); rezero has no S (counted apart)
+    assert (ev_["decided"], ev_["undecided"], ev_["no_score"], ev_["agree"]) == (4, 1, 1, 2)
     # the baseline "Post-LN needs warm-up": peri, deepnorm, pre right; admin wrong
     assert ev_["baseline_agree"] == 3 and ev_["schemes"] == ["admin", "deepnorm", "peri", "pre"]
     with pytest.raises(ValueError, match="both"):
@@ -327,6 +350,9 @@ def test_held_out_threshold_is_the_median_of_equally_good_cuts():
     # cuts -1, 0.5, 2, 4, 6: errors 2, 3, 2, 3, 2 -> three tie at 2; the median of them is 2
     out = held_out_agreement(scores, truth, list(scores), [])
     assert out["threshold"] == 2.0
+    # positive scores (S is a ratio): the outer cuts halve and double the extremes instead of stepping by 1
+    pos = {k: v + 0.5 for k, v in scores.items()}  # 3.5, 1.5, 5.5, 0.5 -> cuts 0.25, 1, 2.5, 4.5, 11
+    assert held_out_agreement(pos, truth, list(pos), [])["threshold"] == 2.5
 
 
 def test_a_curve_with_no_finished_run_reads_not_finished_not_never_trains():
@@ -364,3 +390,77 @@ def test_the_asynchronous_search_waits_for_every_run_of_a_curve():
     stable = {lr: False for lr in GRID[:3]} | {lr: True for lr in GRID[4:]}
     assert plan_edge(stable, lr_min=GRID[0], per_decade=3) != plan_edge(stable | {GRID[3]: True}, lr_min=GRID[0],
                                                                          per_decade=3)
+
+
+def _sweep_json(path, *, task, layers, truths, scores):
+    """A sweep.json of synthetic cells (5 seeds, the grid only): per scheme, warm-up needed (the warm-up arm stable
+    a decade above the no-warm-up arm's edge: disjoint brackets, +1 on every seed) or not (the reverse: -1 on
+    every seed); diagnose's table with the S given (threshold 1.0)."""
+    import json
+
+    from normlab.experiments.sweep import SweepConfig
+
+    schemes = tuple(truths)
+    cfg = SweepConfig(task=task, layers=layers, schemes=schemes, warmups=("none", "adam"), widths=(64,), seeds=5,
+                      find_edge=False)  # fmt: skip
+    cells = []
+    for scheme, needed in truths.items():
+        tops = {"none": 1e-3, "adam": 1e-2} if needed else {"none": 1e-2, "adam": 1e-3}
+        for warm, top in tops.items():
+            for seed in range(1, 6):
+                for lr in GRID:
+                    ok = lr <= top
+                    cells.append({"scheme": scheme, "warmup": warm, "width": 64, "lr": lr, "seed": seed,
+                                  "final": 6.0 if ok else None, "l0": L0, "status": "completed" if ok else "diverged"})
+    table = [{"scheme": s, "width": 64, "score": scores[s], "threshold": 1.0, "diagnose": scores[s] > 1.0}
+             for s in schemes]  # fmt: skip
+    path.mkdir(parents=True)
+    (path / "sweep.json").write_text(json.dumps({"config": cfg.to_dict(), "cells": cells,
+                                                  "baseline": {"unigram_loss": U}, "diagnose": {"table": table}}))
+    return path
+
+
+def test_held_out_report_over_sweeps(tmp_path, capsys):
+    """`normlab sweep --held-out`: the shipped verdicts on every decided cell of every sweep beside the baseline,
+    the truth recomputed from the cells under today's rules, and the refitted splits (post/pre -> other schemes,
+    one task -> the other), each scored on cells its threshold never saw."""
+    from normlab.experiments.heldout import held_out, held_out_markdown, write_held_out
+    from normlab.experiments.sweep import held_out_cells
+
+    def cells(*paths):
+        return [c for p in paths for c in held_out_cells(p)]
+
+    a = _sweep_json(tmp_path / "results" / "sweep-a", task="translation", layers=3,
+                    truths={"post": True, "pre": True, "peri": False}, scores={"post": 2.0, "pre": 0.6, "peri": 0.3})
+    b = _sweep_json(tmp_path / "results" / "sweep-b", task="lm", layers=6,
+                    truths={"post": True, "pre": False, "mixln": True, "output": False},
+                    scores={"post": 0.4, "pre": 0.1, "mixln": 0.3, "output": 0.05})  # fmt: skip
+    r = held_out(cells(a, b / "sweep.json"))
+    assert r["sweeps"] == ["sweep-a", "sweep-b"] and len(r["cells"]) == 7
+    sh = r["shipped"]  # diagnose says warm-up only for sweep-a's post (S > 1): right there and at every "not needed"
+    assert (sh["decided"], sh["agree"], sh["undecided"], sh["no_score"]) == (7, 4, 0, 0)
+    # the baseline: post needed (2 right), pre (a: needed, wrong; b: right), peri right, mixln wrong, output right
+    assert sh["baseline_agree"] == 5 and sorted(map(tuple, sh["baseline_wrong"])) == [
+        ("sweep-a", "pre", 3, 64), ("sweep-b", "mixln", 6, 64)]
+    assert sh["schemes"] == ["mixln", "output", "peri", "post", "pre"]
+    splits = {s["split"]: s for s in r["splits"]}
+    assert set(splits) == {"post and pre -> the other schemes", "the other tasks -> lm", "the other tasks -> translation"}
+    # post/pre cells: S 2.0, 0.6 (needed), 0.4 (needed), 0.1 (not): the cut 0.25 errs nowhere; held out on peri
+    # (0.3 > 0.25: said needed, wrong), mixln (0.3: right), output (0.05: right)
+    p = splits["post and pre -> the other schemes"]
+    assert p["threshold"] == pytest.approx(0.25) and p["calibration"]["agree"] == 4
+    assert (p["evaluation"]["decided"], p["evaluation"]["agree"], p["evaluation"]["baseline_agree"]) == (3, 2, 2)
+    md = held_out_markdown(r)
+    assert "| 7 | 7 | 0 | 0 | 4/7 | 5/7 |" in md and "sweep-b | lm | mixln | 6 | 64 | 5 | needed" in md
+    files = write_held_out(r, tmp_path / "out")
+    assert files["md"].read_text() == md and files["json"].is_file()
+    with pytest.raises(ValueError, match="given twice"):
+        held_out(cells(a, a))
+    # the command: the same report, and one line per score
+    from normlab.cli import main
+
+    assert main(["sweep", "--held-out", str(a), str(b), "--out", str(tmp_path / "cli")]) == 0
+    assert (tmp_path / "cli" / "HELD_OUT.md").read_text() == md
+    err = capsys.readouterr().err
+    assert "the shipped rule agrees on 4 of 7 decided cells (5 schemes; 0 open, 0 without a verdict), the baseline " \
+           "'Post-LN needs warm-up' on 5" in err and "refitted, post and pre -> the other schemes: 2 of 3" in err

@@ -17,6 +17,7 @@ import pytest
 from normlab.experiments.figures import Context, fig6_small_lr
 from normlab.experiments.grid import run_grid, run_status
 from normlab.experiments.scales import get_scale
+from normlab.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
@@ -344,6 +345,70 @@ def test_sync_fills_one_grid_from_several_machines(tmp_path):
     # a run trained here with other settings is not copied out
     shutil.copytree(store / other, c / "runs" / other)
     assert not sync_out(specs[1], c, tmp_path / "elsewhere", lines.append) and "other settings" in lines[-1]
+
+
+def test_sync_keeps_fine_tuning_beside_the_pre_training_it_started_from(tmp_path):
+    """A fine-tuning run is taken from the shared folder only beside the very pre-training run it started from
+    (the parent there copied in too, or already the same here), and copied out only where the folder's parent is
+    this machine's: a parent trained again elsewhere is another pre-training (issue 32's review). A finished parent
+    without its checkpoints (its small files copied in) skips its fine-tuning runs with a line that says how to
+    train it again, once before anything trains and at each run."""
+    import dataclasses
+
+    from normlab.experiments.grid import sync_in, sync_out
+
+    specs = fig6_small_lr(get_scale("smoke"), Context(translation_updates_per_epoch=9))
+    store, a = tmp_path / "store", tmp_path / "machine-a"
+    parent = specs[0]
+    run_grid([parent], a, jobs=1, threads=1, say=lambda line: None,
+             on_end=lambda n, o: sync_out(parent, a, store))  # fmt: skip
+    child = dataclasses.replace(parent, name=f"ft-{parent.name}-u2-wic-s1", parent=parent.name, parent_update=2,
+                                kind="finetune")  # fmt: skip
+    shutil.copytree(store / parent.name, store / child.name)  # its fine-tuning run, finished there
+    grid = [parent, child]
+    # a machine with nothing: the parent and its fine-tuning run come together
+    assert sync_in(grid, tmp_path / "fresh", store, lambda line: None) == [parent.name, child.name]
+    # a machine whose parent is its own (trained here again): the fine-tuning run there is not taken
+    d, lines = tmp_path / "machine-d", []
+    shutil.copytree(store / parent.name, d / "runs" / parent.name)
+    summary = json.loads((d / "runs" / parent.name / "summary.json").read_text())
+    (d / "runs" / parent.name / "summary.json").write_text(json.dumps({**summary, "elapsed_s": 1.0}))
+    assert sync_in(grid, d, store, lines.append) == [] and run_status(d / "runs" / child.name) is None
+    assert any("not the one here" in line and child.name in line for line in lines), lines
+    # ... and its own fine-tuning run is not copied out beside the other parent
+    shutil.copytree(store / child.name, d / "runs" / child.name)
+    bare = tmp_path / "store-without-child"
+    shutil.copytree(store / parent.name, bare / parent.name)
+    lines.clear()
+    assert not sync_out(child, d, bare, lines.append) and "not copied" in lines[-1], lines
+    assert not (bare / child.name).exists()
+    # the parent's small files in a grid folder, no checkpoint: its fine-tuning run is skipped, saying how to mend
+    e, lines = tmp_path / "machine-e", []
+    shutil.copytree(store / parent.name, e / "runs" / parent.name)
+    out = run_grid(grid, e, jobs=1, threads=1, say=lines.append)
+    assert out[child.name].status == "skipped" and "aside" in out[child.name].error, out[child.name]
+    assert any(line.startswith("grid: 1 finished pre-training run(s) lack the checkpoints") for line in lines), lines
+
+
+def test_fine_tuning_runs_go_before_the_next_pre_training_run(tmp_path):
+    """A fine-tuning run whose parent has finished starts before the pre-training runs still pending: a grid
+    stopped between them keeps every parent whose fine-tuning is done (its checkpoints live on one machine)."""
+    import dataclasses
+
+    specs = fig6_small_lr(get_scale("smoke"), Context(translation_updates_per_epoch=9))
+    bad = specs[1].config.replace(data=specs[1].config.data.replace(corpus=str(tmp_path / "no-such-corpus")))
+    done, later = specs[0], dataclasses.replace(specs[1], config=bad)  # later fails at once: only the order counts
+    grid_dir = tmp_path / "grid"
+    ckpt = grid_dir / "runs" / done.name / "checkpoints" / "update_00000002"
+    ckpt.mkdir(parents=True)
+    (grid_dir / "runs" / done.name / "summary.json").write_text(json.dumps({"status": "completed"}))
+    RunDir(grid_dir / "runs" / done.name).write_config(done.config)
+    child = dataclasses.replace(done, name=f"ft-{done.name}-u2-wic-s1", parent=done.name, parent_update=2,
+                                kind="finetune", config=bad)  # fmt: skip
+    lines = []
+    run_grid([done, later, child], grid_dir, jobs=1, threads=1, say=lines.append)
+    started = [line.split()[-1] for line in lines if " start " in line]
+    assert started == [child.name, later.name], lines
 
 
 def test_a_failing_run_is_recorded_and_the_grid_goes_on(tmp_path):

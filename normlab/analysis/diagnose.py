@@ -627,7 +627,10 @@ def held_out_agreement(
     threshold = None
     if decided_cal:
         xs = sorted({s for s, _ in decided_cal})
-        cuts = [xs[0] - 1.0] + [(a + b) / 2 for a, b in zip(xs, xs[1:])] + [xs[-1] + 1.0]
+        # one cut below every score and one above (S is a ratio, > 0: halved and doubled; a score set that is not
+        # positive, e.g. a log scale: one unit), between them the midpoints
+        low, high = (xs[0] / 2, xs[-1] * 2) if xs[0] > 0 else (xs[0] - 1.0, xs[-1] + 1.0)
+        cuts = [low] + [(a + b) / 2 for a, b in zip(xs, xs[1:])] + [high]
         errors = [sum((s > c) != t for s, t in decided_cal) for c in cuts]
         best = [c for c, e in zip(cuts, errors) if e == min(errors)]
         threshold = best[(len(best) - 1) // 2]
@@ -644,7 +647,11 @@ def held_out_agreement(
         "threshold": threshold,
         "calibration": {"cells": len(cal), "decided": len(decided_cal),
                         "agree": sum((s > threshold) == t for s, t in decided_cal) if threshold is not None else 0},
-        "evaluation": {"cells": len(ev), "decided": len(decided), "undecided": len(ev) - len(decided),
+        # undecided: the sweep's truth is open (inconclusive, censored); no_score: the truth is there but diagnose
+        # gave no S (counted apart, so that an abstention cannot pass for the sweep's indecision)
+        "evaluation": {"cells": len(ev), "decided": len(decided),
+                       "undecided": sum(r["truth"] is None for r in table),
+                       "no_score": sum(r["truth"] is not None and r["score"] is None for r in table),
                        "agree": sum(r["agree"] for r in decided),
                        "baseline_agree": sum(bool(r["baseline_agree"]) for r in decided),
                        "schemes": sorted({str(r["cell"][0]) for r in decided})},

@@ -129,9 +129,24 @@ def sync_in(specs: Sequence[RunSpec], out: Path, store: Path, say: Callable[[str
         return any(run_status(d) in FINISHED and not changed_settings(c, d)
                    for d in (store / c.name, out / "runs" / c.name))  # fmt: skip
 
-    copied, other, parents, kept = [], [], [], []
-    # shallower folders first (a name may hold a "/": SETTING/seedK, run_grid's docstring)
+    def same_parent(spec: RunSpec) -> bool:
+        """A fine-tuning run is taken only beside the very pre-training run it started from: the parent here is
+        the store's (byte-equal summaries: a copy). A parent trained again here (not taken: its fine-tuning had
+        not all finished there) is another pre-training, on another CPU rounding otherwise, and its seed's
+        fine-tuning points would come from two of them (found in review, issue 32)."""
+        if spec.parent is None:
+            return True
+        mine, theirs = RunDir(out / "runs" / str(spec.parent)), RunDir(store / str(spec.parent))
+        if run_status(mine.path) not in FINISHED or run_status(theirs.path) not in FINISHED:
+            return False
+        return (mine.path / RunDir.SUMMARY).read_bytes() == (theirs.path / RunDir.SUMMARY).read_bytes()
+
+    copied, other, parents, kept, orphans = [], [], [], [], []
+    # shallower folders first (a name may hold a "/": SETTING/seedK, run_grid's docstring), fine-tuning runs after
+    # every pre-training run (same_parent reads the parent this call may have copied)
     found = sorted(store.rglob(RunDir.SUMMARY), key=lambda p: (len(p.parts), p)) if store.is_dir() else []
+    rank = {s.name: s.parent is not None for s in specs}
+    found.sort(key=lambda p: rank.get(p.parent.relative_to(store).as_posix(), False))
     for summary in found:
         src = summary.parent
         name = src.relative_to(store).as_posix()
@@ -146,6 +161,9 @@ def sync_in(specs: Sequence[RunSpec], out: Path, store: Path, say: Callable[[str
             continue
         if not all(child_done(c) for c in children.get(name, [])):
             parents.append(name)
+            continue
+        if not same_parent(spec):
+            orphans.append(name)
             continue
         if RunDir(here).holder() is not None:
             continue  # trained now by another process: its own end decides
@@ -172,6 +190,10 @@ def sync_in(specs: Sequence[RunSpec], out: Path, store: Path, say: Callable[[str
     if parents:
         say(f"sync: {len(parents)} pre-training run(s) in {store} are not taken: their fine-tuning runs have not all "
             f"finished and need their checkpoints, which only a run trained here has: {some(parents)}")
+    if orphans:
+        say(f"sync: {len(orphans)} fine-tuning run(s) in {store} are not taken: the pre-training run they started "
+            f"from is not the one here (not taken above, or trained here again), so they train again from it: "
+            f"{some(orphans)}")
     if kept:
         say(f"sync: {len(kept)} run(s) finished in {store} are unfinished in {out / 'runs'} (a stopped run's "
             f"checkpoints, which --report-only does not delete): reported as unfinished: {some(kept)}")
@@ -182,8 +204,9 @@ def sync_out(spec: RunSpec, out: Path, store: Path, say: Callable[[str], None] |
     """``--sync STORE``: copy the run of ``spec``, finished in ``out``, into ``store`` (its small files, the grid's
     log of it as train.log, and as cpu.txt the ``lscpu`` that came with it or, for a run whose summary names this
     CPU last, exactly as :func:`~normlab.device.cpu_name` does now, this machine's), ready to commit. Not copied,
-    with a line: a run in ``out`` trained with other settings than ``spec`` (the grid refuses it too), and a run
-    whose finished copy there has other settings (remove it there to replace it); a finished copy with the grid's
+    with a line: a run in ``out`` trained with other settings than ``spec`` (the grid refuses it too), a run
+    whose finished copy there has other settings (remove it there to replace it), and a fine-tuning run whose
+    pre-training run there is another than the one it started from here; a finished copy with the grid's
     settings is kept as it is. Returns whether it copied."""
     name = spec.name
     here, there = out / "runs" / name, store / name
@@ -198,6 +221,15 @@ def sync_out(spec: RunSpec, out: Path, store: Path, say: Callable[[str], None] |
         if (changed := changed_settings(spec, there)) and say is not None:
             say(f"sync: {there} holds {name} trained with other settings ({', '.join(changed[:3])}): left as it "
                 "is; remove it to put this grid's run there")
+        return False
+    if spec.parent is not None and run_status(store / str(spec.parent)) in FINISHED and (
+            (store / str(spec.parent) / RunDir.SUMMARY).read_bytes()
+            != (out / "runs" / str(spec.parent) / RunDir.SUMMARY).read_bytes()):  # fmt: skip
+        # the store holds another pre-training run of that name (one finished elsewhere, kept as it is above): a
+        # fine-tuning run from this machine's beside it would pair results of two pre-trainings
+        if say is not None:
+            say(f"sync: {name} started from {out / 'runs' / str(spec.parent)}, which is not the {spec.parent} in "
+                f"{store}: not copied")
         return False
     summary = RunDir(here).summary()
     last = (summary.get("cpus") or [summary.get("cpu") or ""])[-1]
@@ -363,8 +395,25 @@ def run_grid(
         if st == "diverged":
             return "failed"
         if st == "completed" and spec.parent not in running:
-            return "ready" if _finetune_source(spec, out).exists() else "failed"
+            return "ready" if _finetune_source(spec, out).exists() else "no checkpoint"
         return "wait"
+
+    def skip_reason(spec: RunSpec, state: str) -> str:
+        if state == "no checkpoint":  # e.g. its small files copied in from a commit: every rerun would skip again
+            return (f"its pre-training run {spec.parent} finished without the checkpoint it starts from "
+                    f"({_finetune_source(spec, out)}; a run copied in without its checkpoints?): move "
+                    f"{out / 'runs' / str(spec.parent)} aside to train it again here")
+        return f"its pre-training run {spec.parent} did not finish"
+
+    # a finished pre-training run that cannot serve its fine-tuning runs, said once before anything trains (the
+    # runs below are skipped with the same words when their turn comes; the rest of the grid runs)
+    orphans = sorted({str(sp.parent) for sp in pending if sp.parent is not None and sp.parent not in running
+                      and run_status(out / "runs" / str(sp.parent)) == "completed"
+                      and not _finetune_source(sp, out).exists()})  # fmt: skip
+    if orphans:
+        say(f"grid: {len(orphans)} finished pre-training run(s) lack the checkpoints their fine-tuning runs start "
+            f"from, which will be skipped: {', '.join(orphans)}; move them aside from {out / 'runs'} to train them "
+            "again here")
 
     def start(spec: RunSpec) -> None:
         run_dir = out / "runs" / spec.name
@@ -467,7 +516,11 @@ def run_grid(
                 say(f"grid: {done} of {total} runs already finished in {out}; {len(pending)} to run")
             while pending or running:
                 progressed = False
-                for spec in list(pending):
+                # a fine-tuning run whose pre-training run has finished goes first: its parent's checkpoints
+                # live only on this machine, so a grid stopped here (to go on elsewhere with --sync) keeps every
+                # parent whose fine-tuning is done, where one that started the next parents first would have to
+                # train them again (sort is stable: the rest keep their order)
+                for spec in sorted(pending, key=lambda sp: sp.parent is None):
                     if len(running) >= in_flight:
                         break
                     state = parent_state(spec)
@@ -475,12 +528,12 @@ def run_grid(
                         continue
                     pending.remove(spec)
                     progressed = True
-                    if state == "failed":
-                        outcomes[spec.name] = RunOutcome(spec.name, "skipped", error=f"pre-training run "
-                                                         f"{spec.parent} did not finish, or lacks the checkpoint")
+                    if state in ("failed", "no checkpoint"):
+                        why = skip_reason(spec, state)
+                        outcomes[spec.name] = RunOutcome(spec.name, "skipped", error=why)
                         done += 1
                         watch.ended(spec.name)
-                        say(f"[{done:>3}/{total}] skipped   {spec.name} (its pre-training run did not finish)")
+                        say(f"[{done:>3}/{total}] skipped   {spec.name} ({why})")
                         continue
                     start(spec)
                 for name, (handle, _, _) in list(running.items()):

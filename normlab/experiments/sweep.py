@@ -128,6 +128,7 @@ from normlab.experiments.grid import (
     sync_in,
     sync_out,
 )
+from normlab.experiments.heldout import held_out, write_held_out
 from normlab.experiments.launchers import add_launcher_arguments, as_config, launcher_from_args
 from normlab.experiments.progress import ProgressSettings, add_progress_arguments, eta, progress_from_args
 from normlab.experiments.scales import PAPER
@@ -143,7 +144,7 @@ __all__ = [
     "warmup_verdict", "warmup_verdicts", "width_law", "tolerance_truth", "rerender", "LR_CAP", "RESOLUTION",
     "lr_sensitivity", "frontier", "analyze", "predicted_slope", "width_slope",
     "slope_resolution", "read_cell", "WARMUPS", "BETAS", "warm_arms", "arms", "best_loss_gap", "warmup_truth",
-    "diagnose_agreement", "diagnoses", "diagnose_verdicts", "edge_text",
+    "diagnose_agreement", "diagnoses", "diagnose_verdicts", "edge_text", "held_out_cells",
 ]  # fmt: skip
 
 PAPER_WARMUP_FRACTION = 4000 / (PAPER["iwslt_updates_per_epoch"] * PAPER["iwslt_epochs"])
@@ -833,32 +834,43 @@ def idle_curves(cells: Sequence[Cell], names: Sequence[str], ended: set[str]) ->
 
 def edge_summary(by_seed: dict[int, Edge]) -> dict[str, Any]:
     """The frontier of one curve from its seeds' edges: the interval [min last_stable, max first_unstable) (the
-    seeds' spread and each seed's resolution together; ``hi`` None when a seed is censored: a lower bound only),
-    its geometric centre (None when censored), and each seed's edge."""
+    seeds' spread and each seed's resolution together; ``hi`` None when a seed is censored: a lower bound only;
+    ``lo`` None when a seed was unstable from the smallest rate: an upper bound), its geometric centre (None
+    unless every seed is bracketed), and each seed's edge."""
     edges = list(by_seed.values())
     lows = [e.last_stable for e in edges]
     highs = [e.first_unstable for e in edges]
     censored = any(e.censored for e in edges)
     lo = None if not edges or any(x is None for x in lows) else min(lows)  # type: ignore[type-var]
     hi = None if censored or not edges else max(highs)  # type: ignore[type-var]
-    mids = [math.log(e.first_unstable * (e.last_stable or e.first_unstable)) / 2 for e in edges if not e.censored]
+    # the centre of the seeds' brackets: a point only when every seed is bracketed (a seed unstable from the smallest
+    # rate has its edge anywhere below it, a censored one anywhere above: a bound, never a point)
+    mids = [math.log(e.first_unstable * e.last_stable) / 2 for e in edges if e.ratio is not None]
     return {"lo": lo, "hi": hi, "censored": censored, "all_censored": bool(edges) and all(e.censored for e in edges),
-            "centre": None if censored or not mids else math.exp(_mean(mids)),
+            "centre": None if censored or lo is None or not mids else math.exp(_mean(mids)),
             "ratio": None if lo is None or hi is None else hi / lo,
             "per_seed": [{"seed": s, **e.to_dict()} for s, e in by_seed.items()]}  # fmt: skip
 
 
-def seed_sign(none: Edge, warm: Edge) -> int | None:
+def seed_sign(none: Edge, warm: Edge, resolution: float | None = RESOLUTION) -> int | None:
     """One seed's warm-up contrast from the two arms' edges, each known to its bracket: +1 (the warm-up arm was
     stable at or above a learning rate where the no-warm-up arm was already unstable: the brackets are disjoint,
-    so the gap is more than either's resolution), -1 (the reverse), 0 (the brackets overlap: no difference the
-    resolution can see; both must be bracketed), None (a censored arm leaves it open)."""
+    so the gap is more than either's resolution), -1 (the reverse), 0 (the brackets overlap and both are resolved
+    to ``resolution``: no difference the resolution can see), None (open: a censored arm, an arm unstable from
+    the smallest learning rate, whose edge could be anywhere below it, or a bracket wider than ``resolution``,
+    e.g. a bisection run that failed, whose overlap says nothing; ``resolution`` None: no width asked).
+
+    Disjoint brackets decide whatever their widths; overlapping ones only when both are narrow: two arms both
+    unstable from the smallest rate, or a bracket of one grid step (x2.15) over a resolved one, would otherwise
+    count as "no difference" and push the sign test towards "not needed" (found in review, issue 40)."""
     lo_n, hi_n, lo_w, hi_w = none.last_stable or 0.0, none.first_unstable, warm.last_stable or 0.0, warm.first_unstable
     if hi_n is not None and lo_w >= hi_n:
         return 1
     if hi_w is not None and lo_n >= hi_w:
         return -1
-    if hi_n is None or hi_w is None:
+    if hi_n is None or hi_w is None or none.last_stable is None or warm.last_stable is None:
+        return None
+    if resolution is not None and max(none.ratio, warm.ratio) > resolution * (1 + 1e-9):  # type: ignore[type-var]
         return None
     return 0
 
@@ -905,9 +917,11 @@ def edge_rows_by_seed(cells: Sequence[Cell], *, unigram: float | None = None, ma
             for k, v in out.items()}  # fmt: skip
 
 
-def warmup_verdicts(rows: Sequence[dict[str, Any]], warmup: str) -> dict[tuple[str, int], dict[str, Any]]:
+def warmup_verdicts(rows: Sequence[dict[str, Any]], warmup: str, *, resolution: float | None = RESOLUTION
+                    ) -> dict[tuple[str, int], dict[str, Any]]:  # fmt: skip
     """:func:`warmup_verdict` per scheme x width for one warm-up arm against ``none``, seed by seed (the seeds both
-    arms have). The rows' ``edge['per_seed']`` carry the edges (analyze)."""
+    arms have; :func:`seed_sign` at the edge search's ``resolution``). The rows' ``edge['per_seed']`` carry the
+    edges (analyze)."""
     by = {(r["scheme"], r["warmup"], r["width"]): r for r in rows}
     out = {}
     for scheme, width in sorted({(r["scheme"], r["width"]) for r in rows}):
@@ -921,7 +935,8 @@ def warmup_verdicts(rows: Sequence[dict[str, Any]], warmup: str) -> dict[tuple[s
         en = {e["seed"]: Edge(e["last_stable"], e["first_unstable"]) for e in none["edge"]["per_seed"]}
         ew = {e["seed"]: Edge(e["last_stable"], e["first_unstable"]) for e in warm["edge"]["per_seed"]}
         seeds = sorted(set(en) & set(ew))
-        out[(scheme, width)] = {**warmup_verdict([seed_sign(en[s], ew[s]) for s in seeds]), "seeds": seeds}
+        out[(scheme, width)] = {**warmup_verdict([seed_sign(en[s], ew[s], resolution) for s in seeds]),
+                                 "seeds": seeds}
     return out
 
 
@@ -1120,13 +1135,14 @@ def tolerance_truth(rows: Sequence[dict[str, Any]], warmup: str | None = None) -
     return out
 
 
-def warmup_truth(rows: Sequence[dict[str, Any]], warmup: str | None = None) -> dict[tuple[str, int], bool | None]:
+def warmup_truth(rows: Sequence[dict[str, Any]], warmup: str | None = None, *, resolution: float | None = RESOLUTION
+                 ) -> dict[tuple[str, int], bool | None]:  # fmt: skip
     """The sweep's ground truth per scheme x width (issue 40): the seeds' sign test on the stability edge
     (:func:`warmup_verdicts`): True ``needed``, False ``not needed``, None ``inconclusive`` or ``undecided``.
     ``warmup``: one arm against ``none``; None: every warm-up arm the rows hold, True when any arm's verdict is
-    needed, False when every arm's is not needed, else None."""
+    needed, False when every arm's is not needed, else None. ``resolution``: the edge search's (:func:`seed_sign`)."""
     names = [warmup] if warmup is not None else warm_arms(rows)
-    per = [warmup_verdicts(rows, w) for w in names]
+    per = [warmup_verdicts(rows, w, resolution=resolution) for w in names]
     out: dict[tuple[str, int], bool | None] = {}
     for key in sorted({(r["scheme"], r["width"]) for r in rows}):
         said = [verdict_truth(p.get(key)) for p in per]
@@ -1450,8 +1466,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     records = [read[s.name][1] for s in specs]
     rows = analyze(cells, margin=cfg.margin, unigram=baseline["unigram_loss"], grid=cfg.lrs,
                    plateau_fails=cfg.plateau_fails)
-    truth = warmup_truth(rows)
-    truth_per_arm = {w: warmup_truth(rows, w) for w in warm_arms(rows)}
+    truth = warmup_truth(rows, resolution=cfg.resolution)
+    truth_per_arm = {w: warmup_truth(rows, w, resolution=cfg.resolution) for w in warm_arms(rows)}
     agreement = None
     if diagnose:  # models at initialisation only (seconds each): measured again by --report-only too, so the
         # verdicts always follow the present rule, not the rule of whichever version wrote the last report
@@ -1476,7 +1492,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
                                 for w in cfg.warmups],
         "warmup_truth": [{"scheme": k[0], "width": k[1], "warmup_needed": v,
                           "per_arm": {w: t.get(k) for w, t in truth_per_arm.items()},
-                          "verdicts": {w: warmup_verdicts(rows, w).get(k) for w in truth_per_arm},
+                          "verdicts": {w: warmup_verdicts(rows, w, resolution=cfg.resolution).get(k)
+                                       for w in truth_per_arm},
                           "tolerance_needed": tolerance_truth(rows).get(k)} for k, v in truth.items()],
         "diagnose": agreement,
         "cells": records,
@@ -1553,7 +1570,7 @@ def rerender(path: str | Path, *, say: Any = _say) -> dict[str, Any]:
     # cells written before the status of a failed or absent run was kept as such count as missing grid points
     u = (old.get("baseline") or {}).get("unigram_loss")
     rows = analyze(cells, margin=cfg.margin, unigram=u, grid=cfg.lrs, plateau_fails=cfg.plateau_fails)
-    truth = warmup_truth(rows)
+    truth = warmup_truth(rows, resolution=cfg.resolution)
     arms_present = warm_arms(rows)
     planned = plan_edges(cells, lr_min=cfg.lr_min, per_decade=cfg.per_decade, cap=cfg.lr_cap,
                          resolution=cfg.resolution, unigram=u if cfg.plateau_fails else None,
@@ -1573,8 +1590,10 @@ def rerender(path: str | Path, *, say: Any = _say) -> dict[str, Any]:
               "tolerance_width_law": [width_slope(rows, s, w, per_decade=cfg.per_decade) for s in cfg.schemes
                                       for w in cfg.warmups],
               "warmup_truth": [{"scheme": k[0], "width": k[1], "warmup_needed": v,
-                                "per_arm": {w: warmup_truth(rows, w).get(k) for w in arms_present},
-                                "verdicts": {w: warmup_verdicts(rows, w).get(k) for w in arms_present},
+                                "per_arm": {w: warmup_truth(rows, w, resolution=cfg.resolution).get(k)
+                                            for w in arms_present},
+                                "verdicts": {w: warmup_verdicts(rows, w, resolution=cfg.resolution).get(k)
+                                             for w in arms_present},
                                 "tolerance_needed": tolerance_truth(rows).get(k)} for k, v in truth.items()],
               "diagnose": agreement, "cells": records,
               "meta": {**old["meta"], "edge_rounds": 0, "edge_runs": 0, "edge_pending": len(planned),
@@ -1584,6 +1603,43 @@ def rerender(path: str | Path, *, say: Any = _say) -> dict[str, Any]:
     for line in table_lines(result):
         say(line)
     return result
+
+
+def _sweep_label(path: Path) -> str:
+    """The sweep's folder, relative to a docs/results tree where it is in one (docs/results/sweep-lm ->
+    sweep-lm), else its own name."""
+    parts = path.resolve().parent.parts
+    return "/".join(parts[parts.index("results") + 1:]) if "results" in parts else path.resolve().parent.name
+
+
+def held_out_cells(path: str | Path, *, measure: bool = True) -> list[dict[str, Any]]:
+    """For diagnose held out (normlab/experiments/heldout.py, ``--held-out``), one sweep.json's cells: per scheme x width its task, depth, the sweep's truth under the present rules, and
+    diagnose's S, depth threshold and verdict (the file's table; measured when the file has none and ``measure``;
+    else None)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "sweep.json"
+    old = json.loads(path.read_text(encoding="utf-8"))
+    cfg = SweepConfig.from_dict({k: v for k, v in old["config"].items()
+                                 if k in {f.name for f in dataclasses.fields(SweepConfig)}})  # fmt: skip
+    cells = [Cell(c["scheme"], c["warmup"], c["width"], c["lr"], c["seed"], c["final"], c["l0"], c["status"])
+             for c in old["cells"]]  # fmt: skip
+    u = (old.get("baseline") or {}).get("unigram_loss")
+    rows = analyze(cells, margin=cfg.margin, unigram=u, grid=cfg.lrs, plateau_fails=cfg.plateau_fails)
+    truth = warmup_truth(rows, resolution=cfg.resolution)
+    table = {(r["scheme"], r["width"]): (r.get("score"), r.get("threshold"), r.get("diagnose"))
+             for r in (old.get("diagnose") or {}).get("table", [])}  # fmt: skip
+    if not table and measure:
+        table = {k: (d.score, d.threshold, d.warmup_advised) for k, d in diagnoses(cfg).items()}
+    label = _sweep_label(path)
+    out = []
+    for scheme, width in sorted(truth):
+        s, threshold, verdict = table.get((scheme, width), (None, None, None))
+        out.append({"sweep": label, "task": cfg.task, "scheme": scheme, "layers": cfg.layers, "width": width,
+                    "seeds": cfg.seeds, "truth": truth[(scheme, width)], "score": s, "threshold": threshold,
+                    "diagnose": verdict})  # fmt: skip
+    return out
+
 
 
 def add_arguments(p: Any) -> None:
@@ -1606,6 +1662,10 @@ def add_arguments(p: Any) -> None:
                    "finished so far in OUT (an unfinished cell is a missing grid point)")
     p.add_argument("--from-json", metavar="SWEEP_JSON", help="train nothing and read no runs: re-read a written "
                    "sweep.json (its cells) under the present definitions and rewrite the report beside it")
+    p.add_argument("--held-out", metavar="SWEEP", nargs="+", help="train nothing: score diagnose's warm-up verdict "
+                   "against these sweeps' ground truth (sweep.json files or their folders), on cells it was not "
+                   "calibrated on, beside the baseline 'Post-LN needs warm-up'; writes HELD_OUT.md and held_out.json "
+                   "into --out (default: held-out)")
     add_sync_argument(p)
     p.add_argument("--corpus", default="", help="a directory of your own files (default: the vendored de-en / en-mono)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
@@ -1616,6 +1676,17 @@ def add_arguments(p: Any) -> None:
 def run(args: Any) -> int:
     if args.from_json:
         rerender(args.from_json)
+        return 0
+    if args.held_out:
+        result = held_out([c for p in args.held_out for c in held_out_cells(p)])
+        files = write_held_out(result, args.out or "held-out")
+        sh = result["shipped"]
+        _say(f"diagnose held out: the shipped rule agrees on {sh['agree']} of {sh['decided']} decided cells "
+             f"({len(sh['schemes'])} schemes; {sh['undecided']} open, {sh['no_score']} without a verdict), the "
+             f"baseline 'Post-LN needs warm-up' on {sh['baseline_agree']}; {files['md']}")
+        for sp in result["splits"]:
+            ev = sp["evaluation"]
+            _say(f"  refitted, {sp['split']}: {ev['agree']} of {ev['decided']} (baseline {ev['baseline_agree']})")
         return 0
     cfg = SweepConfig.from_dict(apply_overrides(sweep_scale(args.scale).to_dict(), args.set))
     run_sweep(cfg, args.out or f"sweep/{cfg.scale}", jobs=args.jobs, threads=args.threads, corpus=args.corpus,

@@ -1,0 +1,159 @@
+"""diagnose held out (issue 40): its warm-up verdict at initialisation scored against the stability sweeps' ground
+truth, on cells it was never calibrated on, beside the trivial baseline "Post-LN needs warm-up, nothing else does".
+
+Why held out. On the sweep's own cells every threshold between the two clusters of S (Post-LN's ~2, Pre-LN's
+~0.6) scores the same, and so does the baseline: agreement there validates nothing (issue 40, finding 4). So:
+
+* **the shipped rule** (``normlab diagnose`` as it is: S above the threshold of the stack's depth,
+  diagnose.depth_threshold) was calibrated on its own reference models (diagnose.DEPTH_CALIBRATION: Post-LN and
+  Pre-LN translation stacks at seed 0, synthetic batches); none of the sweeps' cells entered it, so every decided
+  cell of every sweep is held out from it. Scored on all of them;
+* **refitted on some cells, scored on the others** (:func:`normlab.analysis.diagnose.held_out_agreement`): the
+  threshold on r = S / depth_threshold(L) (S in units of the shipped threshold, so that stacks of different depths
+  share one scale) chosen on (a) the paper's two placements (post, pre) and scored on every other scheme; (b) the
+  translation sweeps' cells and scored on the language-model sweep's, and (c) the reverse. (a) asks whether the
+  rule transfers to schemes it never saw, (b)-(c) to another task.
+
+The ground truth of a cell (one scheme x depth x width of one sweep) is that sweep's seeds' sign test on the
+stability edge (sweep.warmup_truth: needed / not needed / open), recomputed here from the cells of its sweep.json
+under the present rules (as ``normlab sweep --from-json`` does), so a file written under an older rule is read
+under today's. diagnose's S per cell is the file's own table (models at initialisation, seed 0: what the sweep
+measured when it wrote its report), else measured (seconds per model); normlab.experiments.sweep.held_out_cells
+reads the files (this module only scores).
+
+Counts reported apart: decided (a truth and a verdict), undecided (the sweep's seeds leave it open), no score
+(diagnose gave no verdict: overlapping references at that depth). The baseline is scored on exactly the decided
+cells diagnose is scored on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from normlab.analysis.diagnose import depth_threshold, held_out_agreement
+from normlab.files import write_atomic, write_json_atomic
+
+__all__ = ["held_out", "held_out_markdown", "write_held_out"]
+
+# a cell: (sweep label, scheme, layers, width); the label keeps two sweeps' cells of the same shape apart (other
+# lengths, tasks or arms: another experiment, not a second measurement of one)
+Key = tuple[str, str, int, int]
+
+
+def _key(c: dict[str, Any]) -> Key:
+    return c["sweep"], c["scheme"], c["layers"], c["width"]
+
+
+def _ratio(c: dict[str, Any]) -> float | None:
+    """S in units of the shipped threshold of its depth (the file's, else depth_threshold's); None without one."""
+    t = c.get("threshold") or depth_threshold(c["layers"])
+    return None if c["score"] is None or not t else c["score"] / t
+
+
+def _base(scheme: str) -> str:
+    return scheme.split("/")[0]
+
+
+def _shipped(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The shipped verdicts against the truth on every cell, beside the baseline on the same decided cells."""
+    decided = [c for c in cells if c["truth"] is not None and c["diagnose"] is not None]
+    return {
+        "cells": len(cells), "decided": len(decided),
+        "undecided": sum(c["truth"] is None for c in cells),
+        "no_score": sum(c["truth"] is not None and c["diagnose"] is None for c in cells),
+        "agree": sum(c["diagnose"] == c["truth"] for c in decided),
+        "baseline_agree": sum((_base(c["scheme"]) == "post") == c["truth"] for c in decided),
+        "schemes": sorted({c["scheme"] for c in decided}),
+        "wrong": [list(_key(c)) for c in decided if c["diagnose"] != c["truth"]],
+        "baseline_wrong": [list(_key(c)) for c in decided if (_base(c["scheme"]) == "post") != c["truth"]],
+    }  # fmt: skip
+
+
+def _split(cells: Sequence[dict[str, Any]], name: str, calibrate: Sequence[dict[str, Any]],
+           evaluate: Sequence[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+    scores = {_key(c): _ratio(c) for c in cells}
+    truth = {_key(c): c["truth"] for c in cells}
+    out = held_out_agreement(scores, truth, [_key(c) for c in calibrate], [_key(c) for c in evaluate],
+                             placement_of=lambda k: _base(k[1]))  # fmt: skip
+    out["evaluation"]["schemes"] = sorted({r["cell"][1] for r in out["table"] if r["agree"] is not None})
+    out["table"] = [{**r, "cell": list(r["cell"])} for r in out["table"]]
+    return {"split": name, **out}
+
+
+def held_out(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """diagnose held out against the sweeps' ``cells`` (sweep.held_out_cells: one per scheme x width of each sweep,
+    with its truth and diagnose's S, threshold and verdict): the shipped rule's score on all decided cells, and the
+    refitted splits (module docstring)."""
+    cells = list(cells)
+    keys = [_key(c) for c in cells]
+    if len(set(keys)) != len(keys):
+        raise ValueError("a sweep given twice: " + ", ".join(sorted({k[0] for k in keys if keys.count(k) > 1})))
+    paper = [c for c in cells if _base(c["scheme"]) in ("post", "pre")]
+    others = [c for c in cells if _base(c["scheme"]) not in ("post", "pre")]
+    splits = []
+    if paper and others:
+        splits.append(_split(cells, "post and pre -> the other schemes", paper, others))
+    by_task = {t: [c for c in cells if c["task"] == t] for t in sorted({c["task"] for c in cells})}
+    if len(by_task) > 1:
+        for t, mine in by_task.items():
+            rest = [c for c in cells if c["task"] != t]
+            splits.append(_split(cells, f"the other tasks -> {t}", rest, mine))
+    return {"sweeps": sorted({c["sweep"] for c in cells}), "cells": cells, "shipped": _shipped(cells),
+            "shipped_by_task": {t: _shipped(mine) for t, mine in by_task.items()}, "splits": splits}
+
+
+def _score(n_agree: int, n: int) -> str:
+    return f"{n_agree}/{n}" if n else "–"
+
+
+def _truth(x: bool | None) -> str:
+    return {True: "needed", False: "not needed", None: "open"}[x]
+
+
+def held_out_markdown(result: dict[str, Any]) -> str:
+    """HELD_OUT.md: the scores first, then every cell."""
+    sh = result["shipped"]
+    lines = ["# diagnose held out against the stability sweeps", "",
+             f"Sweeps: {', '.join(result['sweeps'])}. A cell is one scheme x depth x width of one sweep; its truth is "
+             "that sweep's seeds' sign test on the stability edge (needed / not needed / open), under the present "
+             "rules. The baseline says \"Post-LN needs warm-up, nothing else does\". normlab/experiments/heldout.py "
+             "says why each split is held out.", "",
+             "## The shipped rule (calibrated on diagnose's own reference models: every sweep cell is held out)", "",
+             "| cells | decided | open (sweep) | no verdict (diagnose) | diagnose agrees | baseline agrees | schemes "
+             "decided |", "|---|---|---|---|---|---|---|",
+             f"| {sh['cells']} | {sh['decided']} | {sh['undecided']} | {sh['no_score']} | "
+             f"{_score(sh['agree'], sh['decided'])} | {_score(sh['baseline_agree'], sh['decided'])} | "
+             f"{len(sh['schemes'])}: {', '.join(sh['schemes']) or '–'} |"]  # fmt: skip
+    for t, s in result["shipped_by_task"].items():
+        lines.append(f"| {t}: {s['cells']} | {s['decided']} | {s['undecided']} | {s['no_score']} | "
+                     f"{_score(s['agree'], s['decided'])} | {_score(s['baseline_agree'], s['decided'])} | "
+                     f"{len(s['schemes'])} |")  # fmt: skip
+    if result["splits"]:
+        lines += ["", "## Refitted on some cells, scored on the others (threshold on S / the shipped threshold)", "",
+                  "| split | threshold (x shipped) | calibration agrees | held-out decided | open | no score | "
+                  "diagnose agrees | baseline agrees | schemes |", "|---|---|---|---|---|---|---|---|---|"]
+        for s in result["splits"]:
+            cal, ev = s["calibration"], s["evaluation"]
+            t = "–" if s["threshold"] is None else f"{s['threshold']:.3g}"
+            lines.append(f"| {s['split']} | {t} | {_score(cal['agree'], cal['decided'])} | {ev['decided']} | "
+                         f"{ev['undecided']} | {ev['no_score']} | {_score(ev['agree'], ev['decided'])} | "
+                         f"{_score(ev['baseline_agree'], ev['decided'])} | {', '.join(ev['schemes']) or '–'} |")
+    lines += ["", "## Every cell", "", "| sweep | task | scheme | layers | width | seeds | truth | S | shipped "
+              "threshold | diagnose |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in result["cells"]:
+        s = "–" if c["score"] is None else f"{c['score']:.3g}"
+        t = "–" if c["threshold"] is None else f"{c['threshold']:.3g}"
+        d = "–" if c["diagnose"] is None else ("warm-up" if c["diagnose"] else "none")
+        lines.append(f"| {c['sweep']} | {c['task']} | {c['scheme']} | {c['layers']} | {c['width']} | {c['seeds']} | "
+                     f"{_truth(c['truth'])} | {s} | {t} | {d} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_held_out(result: dict[str, Any], out: str | Path) -> dict[str, Path]:
+    """held_out.json and HELD_OUT.md in ``out``."""
+    out = Path(out)
+    write_json_atomic(out / "held_out.json", result)
+    write_atomic(out / "HELD_OUT.md", held_out_markdown(result))
+    return {"json": out / "held_out.json", "md": out / "HELD_OUT.md"}
