@@ -42,6 +42,9 @@ COVERED: dict[str, str] = {
     ".venv/bin/normlab sweep --scale quick --out runs/sweep-more --set 'schemes=[post,pre,deepnorm,pre/rmsnorm]' --set seeds=3":
         "tests/test_sweep.py::test_smoke_sweep_cli",
     ".venv/bin/normlab sweep --scale quick --out runs/sweep-quick --report-only": "tests/test_sweep.py::test_smoke_sweep_cli",
+    # diagnose held out: measures diagnose on the sweeps whose sweep.json has no table (a minute and more)
+    ".venv/bin/normlab sweep --held-out docs/results/sweep-lm docs/results/sweep-quick/edge-quick --out runs/held-out":
+        "tests/test_edge.py::test_held_out_report_over_sweeps",
     # Speed: the peers are an optional extra; the benchmark's code path runs at a tiny size in the suite
     ".venv/bin/pip install -e '.[bench]'": "tests/test_throughput.py::test_benchmark_runs_end_to_end_at_tiny_size",
     ".venv/bin/python benchmarks/train_throughput.py --quick": "tests/test_throughput.py::test_benchmark_runs_end_to_end_at_tiny_size",

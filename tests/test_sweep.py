@@ -767,4 +767,13 @@ def test_from_json_rereads_a_committed_sweep(tmp_path):
     assert all(verdicts[("pre", d)]["verdict"] == "undecided" for d in (64, 128))
     md = (folder / "SWEEP.md").read_text()
     assert ">=0.01 (censored)" in md and "8 curve(s) would need more runs to find their edge" in md
+    assert "the edge search's runs were not run" in md  # written before the edge search: said so
     assert " start " not in proc.stderr
+    # a sweep written with the edge search (edge-quick: its runs are among the cells) keeps its counts and says
+    # nothing of runs not run
+    edge = tmp_path / "edge-quick"
+    edge.mkdir()
+    shutil.copy(Path(__file__).parents[1] / "docs/results/sweep-quick/edge-quick/sweep.json", edge / "sweep.json")
+    assert normlab("sweep", "--from-json", str(edge / "sweep.json")).returncode == 0
+    meta = json.loads((edge / "sweep.json").read_text())["meta"]
+    assert meta["edge_runs"] == 175 and "were not run" not in meta["rerendered"]

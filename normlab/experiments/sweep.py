@@ -891,7 +891,8 @@ def warmup_verdict(signs: Sequence[int | None], *, alpha: float = SIGN_ALPHA) ->
     p_needed = _binom_tail(k, n) if n else None
     p_not = _binom_tail(n - k, n) if n else None
     if not n:
-        verdict, why = "undecided", "no seed decides (a censored arm: a lower bound beside a lower bound)"
+        verdict, why = "undecided", ("no seed decides (a censored arm, an arm unstable from the smallest lr, or "
+                                     "overlapping brackets wider than the resolution)")
     elif p_needed <= alpha:  # type: ignore[operator]
         verdict, why = "needed", f"{k} of {n} seeds raise the edge beyond the resolution (sign test p = {p_needed:.3g})"
     elif p_not <= alpha:  # type: ignore[operator]
@@ -1239,8 +1240,10 @@ RULES = {
     "bound); the frontier's interval is [min over seeds of last stable, max over seeds of first unstable)",
     "verdict": "warm-up needed per seed pair when the warm-up arm's last stable lr is at or above the no-warm-up "
     "arm's first unstable one (disjoint brackets: a gap beyond the resolution); combined over seeds by a one-sided "
-    "sign test at sign_alpha (a seed without such a gap counts against): needed, not needed, inconclusive (the "
-    "seeds disagree, or too few agree), undecided (no seed decides: censored arms)",
+    "sign test at sign_alpha (a seed whose brackets overlap, both resolved to the resolution, or whose warm-up arm "
+    "is lower counts against; a seed with a censored arm, an arm unstable from the smallest lr or an overlapping "
+    "bracket wider than the resolution decides nothing): needed, not needed, inconclusive (the seeds disagree, or "
+    "too few agree), undecided (no seed decides)",
     "margin": MARGIN,
     "lr_tolerance": "LR tolerance (until issue 40 called 'maximum stable lr'; a near-best band, not a stability "
     "boundary): the largest grid point within `margin` nats of the best final loss l* of its curve that did not "
@@ -1596,9 +1599,12 @@ def rerender(path: str | Path, *, say: Any = _say) -> dict[str, Any]:
                                              for w in arms_present},
                                 "tolerance_needed": tolerance_truth(rows).get(k)} for k, v in truth.items()],
               "diagnose": agreement, "cells": records,
-              "meta": {**old["meta"], "edge_rounds": 0, "edge_runs": 0, "edge_pending": len(planned),
-                       "rerendered": "re-read from sweep.json under the issue-40 definitions (no run trained); the "
-                       "edge search's runs were not run"}}  # fmt: skip
+              # a sweep written with the edge search keeps its counts (its runs are among the cells); one written
+              # before it says that its edges are the grid's alone
+              "meta": {**old["meta"], "edge_rounds": old["meta"].get("edge_rounds", 0),
+                       "edge_runs": old["meta"].get("edge_runs", 0), "edge_pending": len(planned),
+                       "rerendered": "re-read from sweep.json under the present definitions (no run trained)"
+                       + ("" if old["meta"].get("edge_runs") else "; the edge search's runs were not run")}}  # fmt: skip
     write_sweep_report(result, path.parent)
     for line in table_lines(result):
         say(line)
