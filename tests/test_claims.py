@@ -252,12 +252,14 @@ def test_the_fine_tuning_gate():
     results = paper_like()
     for task in ("paraphrase", "wic"):  # Post-LN's fine-tuned models at chance: 52% ± 4 against 50%
         for cell in results["finetune"]["bert-post-1e-4"][task].values():
-            cell.update(mean=0.52, ci95=0.04, seeds=[0.50, 0.52, 0.54])
+            cell.update(mean=0.52, ci95=0.04, seeds=[0.50, 0.52, 0.54],
+                        parent_seeds={"1": 0.50, "2": 0.52, "3": 0.54})
     c = claim(results, "C12")  # the interval straddles the majority class: the gate cannot tell
     assert c["verdict"] == INCONCLUSIVE and "cannot tell within the seed noise" in c["gate"], c["evidence"]
     for task in ("paraphrase", "wic"):  # 44% ± 4 against 50%: below chance, did not learn
         for cell in results["finetune"]["bert-post-1e-4"][task].values():
-            cell.update(mean=0.44, ci95=0.04, seeds=[0.42, 0.44, 0.46])
+            cell.update(mean=0.44, ci95=0.04, seeds=[0.42, 0.44, 0.46],
+                        parent_seeds={"1": 0.42, "2": 0.44, "3": 0.46})
     c = claim(results, "C12")
     assert c["verdict"] == INCONCLUSIVE and "did not learn" in c["gate"], c["evidence"]
 
@@ -757,3 +759,33 @@ def test_c12_gate_interval_is_over_pretraining_seeds():
         cell.update(ci95=0.01, parent_seeds={"1": m - 0.2, "2": m, "3": m + 0.2})  # last point 0.75: [0.25, 1.25]
     c = claim(results, "C12")
     assert c["verdict"] == INCONCLUSIVE and "cannot tell" in c["evidence"], c["evidence"]
+
+
+def test_c11_hot_arm_with_a_diverged_seed_is_not_the_plateau_rule():
+    """The plateau reading of C11's hot arm needs every seed to end at a loss: one diverged seed beside two that
+    learned is a mix (at_least: inconclusive), not an arm that failed to train (review of the rule)."""
+    results = paper_like()
+    put(results["runs"], "bert-post-3e-4", {"-s1": curve(6.0, 4.0, 3.0), "-s2": curve(6.0, 3.5, 2.0),
+                                            "-s3": {"status": "diverged", "evals": [{"epoch": 1, "update": 100,
+                                                                                      "nll": 6.0}]}})  # fmt: skip
+    c = claim(results, "C11")
+    assert c["verdict"] == INCONCLUSIVE and "paper's 'diverged'" not in c["evidence"], c["evidence"]
+
+
+def test_both_arms_diverged_is_inconclusive_not_missing():
+    results = paper_like()
+    for base in ("post-adam-5e-4-w4000", "pre-adam-5e-4-nowarm-step"):
+        put(results["runs"], base, {f"-s{k}": {"status": "diverged", "evals": []} for k in (1, 2, 3)})
+    c = claim(results, "C9")
+    assert c["verdict"] == INCONCLUSIVE and "every seed of both arms diverged" in c["evidence"], c["evidence"]
+
+
+def test_c12_gate_with_one_pre_training_seed_is_undecided():
+    """Fine-tuning from one pre-training seed: the noise between pre-trainings is not measured, whatever the
+    fine-tuning seeds' spread (their pooled interval is not the unit of replication)."""
+    results = paper_like()
+    for task in results["finetune"]["bert-post-1e-4"].values():
+        for cell in task.values():
+            cell["parent_seeds"] = {"1": cell["mean"]}
+    c = claim(results, "C12")
+    assert c["verdict"] == INCONCLUSIVE and "one pre-training seed" in c["gate"], c["gate"]

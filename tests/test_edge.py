@@ -342,6 +342,11 @@ def test_held_out_scoring_beside_the_trivial_baseline():
     # no calibration cell decides: no threshold, nothing scored
     none = held_out_agreement(scores, {k: None for k in truth}, cal, ev)
     assert none["threshold"] is None and none["evaluation"]["decided"] == 0
+    # ... while the held-out cells have a truth: each is counted, as having no threshold to be scored by
+    blind = held_out_agreement(scores, {k: (None if k in cal else v) for k, v in truth.items()}, cal, ev)
+    e = blind["evaluation"]
+    assert (e["decided"], e["undecided"], e["no_score"], e["no_threshold"]) == (0, 1, 1, 4)
+    assert e["decided"] + e["undecided"] + e["no_score"] + e["no_threshold"] == e["cells"]
 
 
 def test_held_out_threshold_is_the_median_of_equally_good_cuts():

@@ -348,11 +348,11 @@ def test_sync_fills_one_grid_from_several_machines(tmp_path):
 
 
 def test_sync_keeps_fine_tuning_beside_the_pre_training_it_started_from(tmp_path):
-    """A fine-tuning run is taken from the shared folder only beside the very pre-training run it started from
-    (the parent there copied in too, or already the same here), and copied out only where the folder's parent is
-    this machine's: a parent trained again elsewhere is another pre-training (issue 32's review). A finished parent
-    without its checkpoints (its small files copied in) skips its fine-tuning runs with a line that says how to
-    train it again, once before anything trains and at each run."""
+    """A pre-training run and its fine-tuning runs go out to the shared folder together, when the last of them has
+    finished (the children start from checkpoints that are not copied); a fine-tuning run is taken from there
+    only beside the very parent it started from. A complete family from another machine is kept; an incomplete
+    one is replaced by a complete one. A finished parent without its checkpoints (its small files copied in)
+    skips its fine-tuning runs with a line naming what to move aside (issue 32's reviews)."""
     import dataclasses
 
     from normlab.experiments.grid import sync_in, sync_out
@@ -360,29 +360,37 @@ def test_sync_keeps_fine_tuning_beside_the_pre_training_it_started_from(tmp_path
     specs = fig6_small_lr(get_scale("smoke"), Context(translation_updates_per_epoch=9))
     store, a = tmp_path / "store", tmp_path / "machine-a"
     parent = specs[0]
-    run_grid([parent], a, jobs=1, threads=1, say=lambda line: None,
-             on_end=lambda n, o: sync_out(parent, a, store))  # fmt: skip
     child = dataclasses.replace(parent, name=f"ft-{parent.name}-u2-wic-s1", parent=parent.name, parent_update=2,
                                 kind="finetune")  # fmt: skip
-    shutil.copytree(store / parent.name, store / child.name)  # its fine-tuning run, finished there
     grid = [parent, child]
-    # a machine with nothing: the parent and its fine-tuning run come together
+    run_grid([parent], a, jobs=1, threads=1, say=lambda line: None,
+             on_end=lambda n, o: sync_out(parent, a, store, specs=grid))  # fmt: skip
+    assert not (store / parent.name).exists()  # its fine-tuning run has not finished: nothing goes out yet
+    shutil.copytree(a / "runs" / parent.name, a / "runs" / child.name)  # a finished fine-tuning run (same config)
+    assert sync_out(child, a, store, specs=grid)  # the last of the family: both go out
+    assert run_status(store / parent.name) == run_status(store / child.name) == "completed"
+    # a machine with nothing takes the family
     assert sync_in(grid, tmp_path / "fresh", store, lambda line: None) == [parent.name, child.name]
-    # a machine whose parent is its own (trained here again): the fine-tuning run there is not taken
+    # a machine whose parent is its own (trained there again): the fine-tuning run in the store is not taken ...
     d, lines = tmp_path / "machine-d", []
-    shutil.copytree(store / parent.name, d / "runs" / parent.name)
+    shutil.copytree(a / "runs" / parent.name, d / "runs" / parent.name)
     summary = json.loads((d / "runs" / parent.name / "summary.json").read_text())
     (d / "runs" / parent.name / "summary.json").write_text(json.dumps({**summary, "elapsed_s": 1.0}))
     assert sync_in(grid, d, store, lines.append) == [] and run_status(d / "runs" / child.name) is None
     assert any("not the one here" in line and child.name in line for line in lines), lines
-    # ... and its own fine-tuning run is not copied out beside the other parent
-    shutil.copytree(store / child.name, d / "runs" / child.name)
-    bare = tmp_path / "store-without-child"
-    shutil.copytree(store / parent.name, bare / parent.name)
+    # ... and its complete family does not replace the complete one there
+    shutil.copytree(a / "runs" / child.name, d / "runs" / child.name)
     lines.clear()
-    assert not sync_out(child, d, bare, lines.append) and "not copied" in lines[-1], lines
-    assert not (bare / child.name).exists()
-    # the parent's small files in a grid folder, no checkpoint: its fine-tuning run is skipped, saying how to mend
+    assert not sync_out(child, d, store, lines.append, specs=grid) and "kept as they are" in lines[-1], lines
+    assert (store / parent.name / "summary.json").read_bytes() != (d / "runs" / parent.name / "summary.json").read_bytes()
+    # an incomplete family there (a parent copied out alone, by an earlier version): the complete one replaces it
+    partial = tmp_path / "store-partial"
+    shutil.copytree(store / parent.name, partial / parent.name)
+    lines.clear()
+    assert sync_out(child, d, partial, lines.append, specs=grid) and "replaced" in lines[0], lines
+    assert (partial / parent.name / "summary.json").read_bytes() == (d / "runs" / parent.name / "summary.json").read_bytes()
+    assert run_status(partial / child.name) == "completed"
+    # the parent's small files in a grid folder, no checkpoint: its fine-tuning run is skipped, saying what to move
     e, lines = tmp_path / "machine-e", []
     shutil.copytree(store / parent.name, e / "runs" / parent.name)
     out = run_grid(grid, e, jobs=1, threads=1, say=lines.append)

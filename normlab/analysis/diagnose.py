@@ -652,6 +652,9 @@ def held_out_agreement(
         "evaluation": {"cells": len(ev), "decided": len(decided),
                        "undecided": sum(r["truth"] is None for r in table),
                        "no_score": sum(r["truth"] is not None and r["score"] is None for r in table),
+                       # no threshold (no calibration cell decides): cells with a truth and a score, not scored
+                       "no_threshold": sum(r["truth"] is not None and r["score"] is not None and threshold is None
+                                           for r in table),
                        "agree": sum(r["agree"] for r in decided),
                        "baseline_agree": sum(bool(r["baseline_agree"]) for r in decided),
                        "schemes": sorted({str(r["cell"][0]) for r in decided})},

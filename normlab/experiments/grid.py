@@ -192,22 +192,57 @@ def sync_in(specs: Sequence[RunSpec], out: Path, store: Path, say: Callable[[str
             f"finished and need their checkpoints, which only a run trained here has: {some(parents)}")
     if orphans:
         say(f"sync: {len(orphans)} fine-tuning run(s) in {store} are not taken: the pre-training run they started "
-            f"from is not the one here (not taken above, or trained here again), so they train again from it: "
-            f"{some(orphans)}")
+            f"from is not the one here (not taken above, or trained here again), "
+            + ("so they train again from this one: " if train else "so they are reported as unfinished: ")
+            + some(orphans))
     if kept:
         say(f"sync: {len(kept)} run(s) finished in {store} are unfinished in {out / 'runs'} (a stopped run's "
             f"checkpoints, which --report-only does not delete): reported as unfinished: {some(kept)}")
     return copied
 
 
-def sync_out(spec: RunSpec, out: Path, store: Path, say: Callable[[str], None] | None = None) -> bool:
+def sync_out(spec: RunSpec, out: Path, store: Path, say: Callable[[str], None] | None = None, *,
+             specs: Sequence[RunSpec] = ()) -> bool:  # fmt: skip
     """``--sync STORE``: copy the run of ``spec``, finished in ``out``, into ``store`` (its small files, the grid's
     log of it as train.log, and as cpu.txt the ``lscpu`` that came with it or, for a run whose summary names this
     CPU last, exactly as :func:`~normlab.device.cpu_name` does now, this machine's), ready to commit. Not copied,
-    with a line: a run in ``out`` trained with other settings than ``spec`` (the grid refuses it too), a run
-    whose finished copy there has other settings (remove it there to replace it), and a fine-tuning run whose
-    pre-training run there is another than the one it started from here; a finished copy with the grid's
-    settings is kept as it is. Returns whether it copied."""
+    with a line: a run in ``out`` trained with other settings than ``spec`` (the grid refuses it too), and a run
+    whose finished copy there has other settings (remove it there to replace it); a finished copy with the grid's
+    settings is kept as it is. Returns whether it copied.
+
+    A pre-training run and its fine-tuning runs (``specs``: the grid's, which name the parents) go out together,
+    when the last of them has finished here: the fine-tuning runs start from checkpoints that are not copied, so
+    a parent there without all its children could serve no machine (sync_in leaves it), and children there beside
+    another machine's parent would pair two pre-trainings. A family there that is incomplete and holds another
+    parent (one an earlier version copied out alone, or a machine that stopped before its last child) is
+    replaced by this complete one; a complete one is kept (found in review, issue 32)."""
+    kids = [c for c in specs if c.parent is not None and str(c.parent) == spec.name]
+    if spec.parent is None and not kids:
+        return _copy_out(spec, out, store, say)
+    parent = spec if spec.parent is None else next((p for p in specs if p.name == str(spec.parent)), None)
+    if parent is None:  # a fine-tuning run whose parent this grid does not name: nothing to keep it beside
+        return _copy_out(spec, out, store, say)
+    kids = kids or [c for c in specs if c.parent is not None and str(c.parent) == parent.name]
+    family = [parent, *kids]
+    if any(run_status(out / "runs" / r.name) not in FINISHED for r in family):
+        return False  # the last of them to finish copies them all
+    mine, theirs = out / "runs" / parent.name / RunDir.SUMMARY, store / parent.name / RunDir.SUMMARY
+    if run_status(store / parent.name) in FINISHED and theirs.read_bytes() != mine.read_bytes():
+        if all(run_status(store / c.name) in FINISHED for c in kids):
+            if say is not None:
+                say(f"sync: {store / parent.name} and its fine-tuning runs, complete, come from another machine: "
+                    f"kept as they are ({parent.name} and its {len(kids)} fine-tuning runs here not copied)")
+            return False
+        for r in family:  # an incomplete family of another pre-training: this complete one replaces it
+            shutil.rmtree(store / r.name, ignore_errors=True)
+        if say is not None:
+            say(f"sync: {store / parent.name} and its unfinished family there replaced by this machine's complete one")
+    copied = [_copy_out(r, out, store, say) for r in family if run_status(store / r.name) not in FINISHED]
+    return any(copied)
+
+
+def _copy_out(spec: RunSpec, out: Path, store: Path, say: Callable[[str], None] | None = None) -> bool:
+    """One run of :func:`sync_out`."""
     name = spec.name
     here, there = out / "runs" / name, store / name
     if run_status(here) not in FINISHED:
@@ -221,15 +256,6 @@ def sync_out(spec: RunSpec, out: Path, store: Path, say: Callable[[str], None] |
         if (changed := changed_settings(spec, there)) and say is not None:
             say(f"sync: {there} holds {name} trained with other settings ({', '.join(changed[:3])}): left as it "
                 "is; remove it to put this grid's run there")
-        return False
-    if spec.parent is not None and run_status(store / str(spec.parent)) in FINISHED and (
-            (store / str(spec.parent) / RunDir.SUMMARY).read_bytes()
-            != (out / "runs" / str(spec.parent) / RunDir.SUMMARY).read_bytes()):  # fmt: skip
-        # the store holds another pre-training run of that name (one finished elsewhere, kept as it is above): a
-        # fine-tuning run from this machine's beside it would pair results of two pre-trainings
-        if say is not None:
-            say(f"sync: {name} started from {out / 'runs' / str(spec.parent)}, which is not the {spec.parent} in "
-                f"{store}: not copied")
         return False
     summary = RunDir(here).summary()
     last = (summary.get("cpus") or [summary.get("cpu") or ""])[-1]
@@ -398,11 +424,21 @@ def run_grid(
             return "ready" if _finetune_source(spec, out).exists() else "no checkpoint"
         return "wait"
 
+    def family_text(parent: str) -> str:
+        """The parent and its finished fine-tuning runs: what must move aside together (the rest would train from
+        a new parent beside children of the old one)."""
+        done_kids = [sp.name for sp in specs if sp.parent is not None and str(sp.parent) == parent
+                     and run_status(out / "runs" / sp.name) in FINISHED]  # fmt: skip
+        if not done_kids:
+            return str(out / "runs" / parent)
+        shown = ", ".join(done_kids[:3]) + (", ..." if len(done_kids) > 3 else "")
+        return f"{out / 'runs' / parent} and its {len(done_kids)} finished fine-tuning run(s) ({shown})"
+
     def skip_reason(spec: RunSpec, state: str) -> str:
         if state == "no checkpoint":  # e.g. its small files copied in from a commit: every rerun would skip again
             return (f"its pre-training run {spec.parent} finished without the checkpoint it starts from "
                     f"({_finetune_source(spec, out)}; a run copied in without its checkpoints?): move "
-                    f"{out / 'runs' / str(spec.parent)} aside to train it again here")
+                    f"{family_text(str(spec.parent))} aside to train them again here")
         return f"its pre-training run {spec.parent} did not finish"
 
     # a finished pre-training run that cannot serve its fine-tuning runs, said once before anything trains (the
@@ -412,8 +448,8 @@ def run_grid(
                       and not _finetune_source(sp, out).exists()})  # fmt: skip
     if orphans:
         say(f"grid: {len(orphans)} finished pre-training run(s) lack the checkpoints their fine-tuning runs start "
-            f"from, which will be skipped: {', '.join(orphans)}; move them aside from {out / 'runs'} to train them "
-            "again here")
+            f"from, which will be skipped: {', '.join(orphans)}; to train them again here, move aside "
+            + "; ".join(family_text(p) for p in orphans))
 
     def start(spec: RunSpec) -> None:
         run_dir = out / "runs" / spec.name

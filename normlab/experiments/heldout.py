@@ -133,12 +133,13 @@ def held_out_markdown(result: dict[str, Any]) -> str:
     if result["splits"]:
         lines += ["", "## Refitted on some cells, scored on the others (threshold on S / the shipped threshold)", "",
                   "| split | threshold (x shipped) | calibration agrees | held-out decided | open | no score | "
-                  "diagnose agrees | baseline agrees | schemes |", "|---|---|---|---|---|---|---|---|---|"]
+                  "no threshold | diagnose agrees | baseline agrees | schemes |", "|---|---|---|---|---|---|---|---|---|---|"]
         for s in result["splits"]:
             cal, ev = s["calibration"], s["evaluation"]
             t = "–" if s["threshold"] is None else f"{s['threshold']:.3g}"
             lines.append(f"| {s['split']} | {t} | {_score(cal['agree'], cal['decided'])} | {ev['decided']} | "
-                         f"{ev['undecided']} | {ev['no_score']} | {_score(ev['agree'], ev['decided'])} | "
+                         f"{ev['undecided']} | {ev['no_score']} | {ev['no_threshold']} | "
+                         f"{_score(ev['agree'], ev['decided'])} | "
                          f"{_score(ev['baseline_agree'], ev['decided'])} | {', '.join(ev['schemes']) or '–'} |")
     lines += ["", "## Every cell", "", "| sweep | task | scheme | layers | width | seeds | truth | S | shipped "
               "threshold | diagnose |", "|---|---|---|---|---|---|---|---|---|---|"]

@@ -336,7 +336,7 @@ def reproduce(
             if train:  # what an earlier session finished here without --sync goes there too (the grid's own only)
                 check_not_stale(specs, out)
                 for spec in specs:
-                    sync_out(spec, out, store, _say)
+                    sync_out(spec, out, store, _say, specs=specs)
         if beyond := _more_seeds(specs, out / "runs"):
             _say(f"{out / 'runs'} holds finished runs of seeds up to {beyond} of this grid's runs; this job counts "
                  f"seeds 1-{scale.seeds} (--seeds {beyond} counts them all)")
@@ -362,7 +362,8 @@ def reproduce(
         by_name = {spec.name: spec for spec in specs}
         outcomes = (run_grid(specs, out, jobs=jobs, threads=threads, launcher=launch, cuda=cuda, say=_say,
                              progress=progress, totals={s.name: run_updates(s, ctx) for s in specs}, pace=pace,
-                             on_end=(lambda name, _o: sync_out(by_name[name], out, store, _say)) if store else None)
+                             on_end=(lambda name, _o: sync_out(by_name[name], out, store, _say, specs=specs))
+                             if store else None)
                     if train else {})  # fmt: skip
         # After the paper's runs, so that a stopped job has decided the paper's claims first. With --report-only,
         # from the sweep's finished runs, if any.

@@ -1604,7 +1604,8 @@ def rerender(path: str | Path, *, say: Any = _say) -> dict[str, Any]:
               "meta": {**old["meta"], "edge_rounds": old["meta"].get("edge_rounds", 0),
                        "edge_runs": old["meta"].get("edge_runs", 0), "edge_pending": len(planned),
                        "rerendered": "re-read from sweep.json under the present definitions (no run trained)"
-                       + ("" if old["meta"].get("edge_runs") else "; the edge search's runs were not run")}}  # fmt: skip
+                       + ("; the edge search's runs were not run" if planned and not old["meta"].get("edge_runs")
+                          else "")}}  # fmt: skip
     write_sweep_report(result, path.parent)
     for line in table_lines(result):
         say(line)
@@ -1615,7 +1616,7 @@ def _sweep_label(path: Path) -> str:
     """The sweep's folder, relative to a docs/results tree where it is in one (docs/results/sweep-lm ->
     sweep-lm), else its own name."""
     parts = path.resolve().parent.parts
-    return "/".join(parts[parts.index("results") + 1:]) if "results" in parts else path.resolve().parent.name
+    return "/".join(parts[parts.index("results") + 1:]) if "results" in parts else str(path.parent)
 
 
 def held_out_cells(path: str | Path, *, measure: bool = True) -> list[dict[str, Any]]:

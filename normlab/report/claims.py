@@ -862,7 +862,9 @@ def _speed(a: Group, b: Group) -> tuple[Effect, list[int]]:
     so that a Pre-LN arm that diverged reads "does not hold" and a diverged reference fails the gate, where an
     empty intersection would call the claim "not run at this scale" (found in review, issue 32)."""
     alive = [set(g.updates()) for g in (a, b) if g.diverged < g.n]
-    points = sorted(set.intersection(*alive)) if alive else []
+    if not alive:  # every seed of both diverged: inf against inf, which at_least reads as inconclusive
+        return Effect(a.along([]), b.along([])), []
+    points = sorted(set.intersection(*alive))
     if not points:
         raise _Missing(f"{a.name} and {b.name} share no evaluation point")
     return Effect(a.along(points), b.along(points)), points
@@ -884,7 +886,8 @@ def c9_pre_faster(results: dict[str, Any]) -> Verdict:
     e, points = _speed(post, pre)
     v, why = at_least(e, FASTER)
     target = post.mean_final()
-    evidence = (f"mean valid loss along the run ({len(points)} evaluations, updates {points[0]}-{points[-1]}): "
+    span = f"updates {points[0]}-{points[-1]}" if points else "every seed of both arms diverged"
+    evidence = (f"mean valid loss along the run ({len(points)} evaluations, {span}): "
                 f"Post-LN with warm-up {_inf_text(e.a)} ({post.describe()}) vs Pre-LN without {_inf_text(e.b)} "
                 f"({pre.describe()}): Post-LN higher by {e.text()}, {v} ({why}). Post-LN ends at {_fmt(target)}"
                 f"{post.bleu()}; the seed-mean Pre-LN curve reaches it at {_reaches(pre, target)} (Post-LN: "
@@ -973,7 +976,10 @@ def c11_bert(results: dict[str, Any]) -> Verdict:
         if verdict != INCONCLUSIVE:
             return verdict, why
         (ref, _, _), (state, text, _) = learned(results, [post], "mlm"), learned(results, [hot], "mlm", legend=False)
-        if ref == LEARNED and state == NOT_LEARNED:
+        # only where every hot seed ended at a loss and their interval lies above the line: the gate reads any
+        # diverged seed as "did not learn", and a mix of diverged and learned seeds is at_least's inconclusive,
+        # not a failure of the arm (found in review)
+        if ref == LEARNED and state == NOT_LEARNED and hot.diverged == 0:
             return HOLDS, (f"it did not learn where the same warm-up and schedule at {lr_name(arms['lr'])} did: "
                            f"{text} (the optimisation failed: the paper's 'diverged')")
         return verdict, why
@@ -1011,7 +1017,16 @@ def _finetune_gate(results: dict[str, Any], post: dict[str, Any]) -> tuple[str, 
         # interval; found in review, issue 32), each the mean over its fine-tuning seeds; a results.json from
         # before parent_seeds has the pooled interval only
         by_parent = list((cell.get("parent_seeds") or {}).values())
-        iv = _seed_interval(by_parent) if len(by_parent) > 1 else None
+        if len(by_parent) == 1:  # one pre-training seed: the noise between pre-trainings is not measured
+            states.append(UNDECIDED)
+            numbers[task] = {"accuracy": p, "majority": majority, "state": UNDECIDED}
+            parts.append(f"{task}: Post-LN fine-tuned from update {last} of one pre-training seed reaches "
+                         f"{100 * p:.1f}% against a majority class of {100 * majority:.1f}% (the noise between "
+                         f"pre-trainings is not measured): {UNDECIDED}")
+            continue
+        if by_parent:  # the centre too: the mean of the pre-training seeds' means (unequal fine-tuning seeds)
+            p = _mean(by_parent)
+        iv = _seed_interval(by_parent) if by_parent else None
         seeds_half = (iv[2] - iv[0]) if iv is not None else (cell.get("ci95") or 0.0)
         half = max(seeds_half, 1.96 * math.sqrt(max(p * (1 - p), 0.0) / max(n, 1)))
         state = LEARNED if p - half > majority else NOT_LEARNED if p + half <= majority else UNDECIDED
