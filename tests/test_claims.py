@@ -789,3 +789,13 @@ def test_c12_gate_with_one_pre_training_seed_is_undecided():
             cell["parent_seeds"] = {"1": cell["mean"]}
     c = claim(results, "C12")
     assert c["verdict"] == INCONCLUSIVE and "one pre-training seed" in c["gate"], c["gate"]
+
+
+def test_a_last_validation_that_is_not_finite_is_no_final_loss():
+    """A run whose last validation loss was NaN (null in results.json) while its training went on ended at no
+    loss: its final is inf, not the evaluation before it (review, issue 32)."""
+    from normlab.report.claims import Group
+
+    run = curve(6.0, 5.0, 4.0)
+    run["evals"][-1]["nll"] = None
+    assert Group("g", [run, curve(6.0, 5.0, 4.0)]).finals() == [math.inf, 4.0]

@@ -185,10 +185,13 @@ class Group:
         return sum(r.get("status") == "diverged" for r in self.runs)
 
     def finals(self, key: str = "nll") -> list[float]:
-        """Each seed's final validation ``key``; +inf for a seed that diverged (it did not end at any loss)."""
+        """Each seed's final validation ``key``; +inf for a seed that diverged (it did not end at any loss), and for
+        one whose last validation loss was not finite (results.json writes it as null) while its training went on:
+        that run ended at no loss either, where reading an earlier evaluation would pass it off as a final one."""
         out = []
         for r in self.runs:
-            if r.get("status") == "diverged":
+            raw = [e for e in r.get("evals", []) if "nll" in e]
+            if r.get("status") == "diverged" or (key == "nll" and raw and not _finite_number(raw[-1]["nll"])):
                 out.append(math.inf)
                 continue
             evals = [e for e in _evals(r) if e.get(key) is not None]
@@ -239,6 +242,10 @@ def seed_group(results: dict[str, Any], base: str) -> Group:
         states = sorted({str(r.get("status")) for r in members}) or ["absent"]
         raise _Missing(f"{base}: " + ", ".join("failed (see the runs table)" if s == "failed" else s for s in states))
     return Group(base, done, failed=sum(r.get("status") == "failed" for r in members))
+
+
+def _finite_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
 
 
 def _evals(run: dict[str, Any]) -> list[dict[str, Any]]:
