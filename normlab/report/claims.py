@@ -1006,8 +1006,8 @@ def c11_bert(results: dict[str, Any]) -> Verdict:
 def _finetune_gate(results: dict[str, Any], post: dict[str, Any]) -> tuple[str, str, dict]:
     """Post-LN's fine-tuned accuracy at its last checkpoint, per task, against the majority-class share of the
     validation labels with its 95% interval (the larger of the t-interval over the pre-training seeds' means and
-    the binomial one of the validation examples): learned when the interval lies above it, did not learn when it lies at or below it,
-    else undecided (the translation gate's rule)."""
+    the binomial one of the validation examples): learned when the interval lies above it, did not learn when it
+    lies at or below it, else undecided (the translation gate's rule); undecided with one pre-training seed."""
     base = results.get("baselines", {}).get("finetune", {})
     parts, states, numbers = [], [], {}
     for task in sorted(post):
