@@ -16,7 +16,7 @@ from typing import Any
 from normlab.metrics import mean_ci
 
 __all__ = ["WARMUPS", "Cell", "Curve", "Edge", "arms", "best_loss_gap", "edge_text", "group_runs", "lr_name", "mean_ci95",
-           "seed_curves", "split_seed", "warm_arms"]  # fmt: skip
+           "seed_curves", "split_seed", "trivial_baseline", "warm_arms"]  # fmt: skip
 
 # -------------------------------------------------------------------------------------------------------------
 # the runs of a grid (results.json: runs, groups)
@@ -148,6 +148,12 @@ class Edge:
     def to_dict(self) -> dict[str, Any]:
         return {"last_stable": self.last_stable, "first_unstable": self.first_unstable, "ratio": self.ratio,
                 "censored": self.censored}  # fmt: skip
+
+
+def trivial_baseline(scheme: str) -> bool:
+    """The rule diagnose is scored beside (issue 40): "Post-LN needs warm-up, nothing else does", by the scheme's
+    placement (post/rmsnorm is Post-LN)."""
+    return scheme.split("/")[0] == "post"
 
 
 def edge_text(e: dict[str, Any] | None) -> str:

@@ -136,10 +136,7 @@ def sync_in(specs: Sequence[RunSpec], out: Path, store: Path, say: Callable[[str
         fine-tuning points would come from two of them (found in review, issue 32)."""
         if spec.parent is None:
             return True
-        mine, theirs = RunDir(out / "runs" / str(spec.parent)), RunDir(store / str(spec.parent))
-        if run_status(mine.path) not in FINISHED or run_status(theirs.path) not in FINISHED:
-            return False
-        return (mine.path / RunDir.SUMMARY).read_bytes() == (theirs.path / RunDir.SUMMARY).read_bytes()
+        return _same_run(out / "runs" / str(spec.parent), store / str(spec.parent))
 
     copied, other, parents, kept, orphans = [], [], [], [], []
     # shallower folders first (a name may hold a "/": SETTING/seedK, run_grid's docstring), fine-tuning runs after
@@ -226,8 +223,7 @@ def sync_out(spec: RunSpec, out: Path, store: Path, say: Callable[[str], None] |
     family = [parent, *kids]
     if any(run_status(out / "runs" / r.name) not in FINISHED for r in family):
         return False  # the last of them to finish copies them all
-    mine, theirs = out / "runs" / parent.name / RunDir.SUMMARY, store / parent.name / RunDir.SUMMARY
-    if run_status(store / parent.name) in FINISHED and theirs.read_bytes() != mine.read_bytes():
+    if run_status(store / parent.name) in FINISHED and not _same_run(out / "runs" / parent.name, store / parent.name):
         if all(run_status(store / c.name) in FINISHED for c in kids):
             if say is not None:
                 say(f"sync: {store / parent.name} and its fine-tuning runs, complete, come from another machine: "
@@ -239,6 +235,14 @@ def sync_out(spec: RunSpec, out: Path, store: Path, say: Callable[[str], None] |
             say(f"sync: {store / parent.name} and its unfinished family there replaced by this machine's complete one")
     copied = [_copy_out(r, out, store, say) for r in family if run_status(store / r.name) not in FINISHED]
     return any(copied)
+
+
+def _same_run(a: Path, b: Path) -> bool:
+    """Both finished, and one a copy of the other (byte-equal summaries: a run trained again, even on the same
+    machine, writes other times)."""
+    if run_status(a) not in FINISHED or run_status(b) not in FINISHED:
+        return False
+    return (a / RunDir.SUMMARY).read_bytes() == (b / RunDir.SUMMARY).read_bytes()
 
 
 def _copy_out(spec: RunSpec, out: Path, store: Path, say: Callable[[str], None] | None = None) -> bool:

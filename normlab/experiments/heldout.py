@@ -34,6 +34,7 @@ from typing import Any
 
 from normlab.analysis.diagnose import depth_threshold, held_out_agreement
 from normlab.files import write_atomic, write_json_atomic
+from normlab.results import trivial_baseline
 
 __all__ = ["held_out", "held_out_markdown", "write_held_out"]
 
@@ -64,10 +65,10 @@ def _shipped(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "undecided": sum(c["truth"] is None for c in cells),
         "no_score": sum(c["truth"] is not None and c["diagnose"] is None for c in cells),
         "agree": sum(c["diagnose"] == c["truth"] for c in decided),
-        "baseline_agree": sum((_base(c["scheme"]) == "post") == c["truth"] for c in decided),
+        "baseline_agree": sum(trivial_baseline(c["scheme"]) == c["truth"] for c in decided),
         "schemes": sorted({c["scheme"] for c in decided}),
         "wrong": [list(_key(c)) for c in decided if c["diagnose"] != c["truth"]],
-        "baseline_wrong": [list(_key(c)) for c in decided if (_base(c["scheme"]) == "post") != c["truth"]],
+        "baseline_wrong": [list(_key(c)) for c in decided if trivial_baseline(c["scheme"]) != c["truth"]],
     }  # fmt: skip
 
 

@@ -14,7 +14,7 @@ import matplotlib.ticker
 
 from normlab.files import write_atomic
 from normlab.report.format import CSS, escape, format_number, html_table, img, md_table
-from normlab.results import WARMUPS, arms, best_loss_gap, edge_text, warm_arms
+from normlab.results import WARMUPS, arms, best_loss_gap, edge_text, trivial_baseline, warm_arms
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -382,7 +382,7 @@ def _diagnose_sentence(result: dict[str, Any]) -> str:
     # scored the same; an agreement is worth what it adds to it)
     decided = [r for r in d["table"] if r["agree"] is not None]
     if decided:
-        base = sum((r["scheme"].split("/")[0] == "post") == r["sweep"] for r in decided)
+        base = sum(trivial_baseline(r["scheme"]) == r["sweep"] for r in decided)
         s += (f"; the baseline \"Post-LN needs warm-up, nothing else does\" on {base} of them (diagnose was "
               "calibrated on its own reference models, none of these cells: `normlab sweep --held-out` scores it "
               "over several sweeps and refitted on some cells against others)")
