@@ -884,3 +884,37 @@ def test_long_on_the_smoke_model_runs_one_at_a_time_and_reports_test_bleu(tmp_pa
         assert lrs[4] == pytest.approx(lr_max) and lrs[max(lrs)] == pytest.approx(0.0, abs=1e-12)
     md = (out / "report" / "REPORT.md").read_text()
     assert "| BLEU | test BLEU |" in md
+
+
+def test_figure5_panels_show_the_majority_class_and_zoom_on_the_accuracies(tmp_path, monkeypatch):
+    """Figure 5(b, c) (report/plots.py): C12's gate compares Post-LN's fine-tuned accuracy with the majority class,
+    so each task's panel draws that line, and its axis spans the bars and the line (a small model's accuracies lie
+    within a few points of it, which a 0-100 axis flattens); panel (a) draws the masked LM's learning gate."""
+    import math
+
+    import matplotlib.pyplot as plt
+    import torch
+
+    from normlab.report import plots
+
+    figures = []
+    monkeypatch.setattr(plots.plt, "close", lambda fig: figures.append(fig))
+    curve = {"curve": [{"update": u, "mean": m, "sd": 0.05} for u, m in ((1000, 6.6), (2000, 5.0))], "seeds": 2,
+             "diverged": 0}  # fmt: skip
+    bert = {g: {"label": g, "figures": ["fig5"], "kind": "mlm", "nll": curve} for g in ("bert-post-6e-4", "bert-pre-1.8e-3")}
+    cell = lambda mean, ci: {"mean": mean, "ci95": ci, "n": 4}  # noqa: E731
+    finetune = {"bert-post-6e-4": {"wic": {"1000": cell(0.58, 0.02), "2000": cell(0.60, 0.01)}},
+                "bert-pre-1.8e-3": {"wic": {"1000": cell(0.55, 0.03), "2000": cell(0.57, None)}}}  # fmt: skip
+    plots._fig5(bert, finetune, tmp_path / "fig5.png", 6.491, "bert-post-1.8e-3", {"wic": 0.527})
+    assert (tmp_path / "fig5.png").stat().st_size > 0
+    (fig,) = figures
+    mlm, wic = fig.axes
+    lines = {line.get_label(): line.get_ydata()[0] for ax in (mlm, wic) for line in ax.get_lines()}
+    torch.testing.assert_close(lines["majority class (52.7%)"], 52.7)
+    torch.testing.assert_close(lines["learned: 0.5 nats below it"], (6.491 - 0.5) / math.log(2))
+    low, high = wic.get_ylim()
+    torch.testing.assert_close((low, high), (52.0 - 2, 61.0 + 2))  # the lowest bar's end (55 - 3), the highest's
+    plots._fig5(bert, {p: {"wic": {"1000": cell(0.70, 0.01)}} for p in finetune}, tmp_path / "b.png", 6.491,
+                "bert-post-1.8e-3", {"wic": 0.527})
+    torch.testing.assert_close(figures[-1].axes[1].get_ylim(), (52.7 - 2, 71.0 + 2))  # the majority line below all
+    plt.close(fig)

@@ -123,35 +123,50 @@ def plot_all(results: dict[str, Any], out: Path) -> dict[str, Path]:
                                 [("De-En", by_fig("fig6"))], entropy)  # fmt: skip
     bert = {k: g for k, g in by_fig("fig5").items() if g["kind"] == "mlm"}
     if bert:
+        baselines = results.get("baselines", {})
         paths["fig5"] = _fig5(bert, results.get("finetune", {}), out / "fig5.png",
-                              results.get("baselines", {}).get("mlm", {}).get("unigram_entropy"),
-                              mlm_arms(results)["hot"])
+                              baselines.get("mlm", {}).get("unigram_entropy"), mlm_arms(results)["hot"],
+                              {t: b.get("majority") for t, b in baselines.get("finetune", {}).items()})
     return paths
 
 
 def _fig5(bert: dict[str, dict[str, Any]], finetune: dict[str, Any], path: Path, entropy: float | None,
-          hot: str) -> Path:
+          hot: str, majority: dict[str, float | None] | None = None) -> Path:
     tasks = sorted({t for parent in finetune.values() for t in parent})
     fig, axes = plt.subplots(1, 1 + len(tasks), figsize=(5 * (1 + len(tasks)), 3.8), squeeze=False)
     ax = axes[0][0]
     _panel(ax, bert, "nll", "validation MLM loss (bits/token)", "(a) pre-training, seed mean ± 1 sd", hot)
     if entropy is not None:
         ax.axhline(entropy / LN2, color="grey", linewidth=0.8, linestyle=":", label="unigram loss")
+        # the learning gate's line (report/claims.py, learned): a reference whose interval ends above it did not learn
+        ax.axhline((entropy - LEARN_MARGIN) / LN2, color="black", linewidth=0.8, linestyle=":",
+                   label=f"learned: {LEARN_MARGIN:g} nats below it")  # fmt: skip
     ax.set_xlabel("pre-training updates")
     ax.legend(fontsize=7)
     for k, task in enumerate(tasks, start=1):
         ax = axes[0][k]
+        lows, highs = [], []
         for parent, per_task in finetune.items():
             cells = per_task.get(task, {})
             xs = sorted(cells, key=int)
             ys = [100 * cells[x]["mean"] for x in xs]
             err = [100 * (cells[x]["ci95"] or 0) for x in xs]
+            lows += [y - e for y, e in zip(ys, err)]
+            highs += [y + e for y, e in zip(ys, err)]
             ax.errorbar([int(x) for x in xs], ys, yerr=err, capsize=3, marker="o", markersize=3,
                         label=("Pre-LN" if "pre" in parent else "Post-LN") + f" ({parent})",
                         color="tab:orange" if "pre" in parent else "tab:blue")  # fmt: skip
         ax.set_xlabel("pre-training updates of the fine-tuned checkpoint")
-        ax.set_ylabel("validation accuracy (%), mean and 95% CI over seeds")
-        ax.set_ylim(0, 100)  # an interval over few seeds can reach past the possible range
+        base = (majority or {}).get(task)
+        if base is not None:  # C12's gate: Post-LN must beat the majority class beyond its interval
+            ax.axhline(100 * base, color="grey", linewidth=0.8, linestyle="--",
+                       label=f"majority class ({100 * base:.1f}%)")  # fmt: skip
+            lows.append(100 * base)
+        ax.set_ylabel("validation accuracy (%), mean ± 95% CI")
+        # zoomed on the bars and the majority class (the accuracies of a small model lie within a few points of
+        # it; a 0-100 axis hides their differences), never past the possible range
+        if lows and highs:
+            ax.set_ylim(max(0.0, min(lows) - 2), min(100.0, max(highs) + 2))
         ax.set_title(f"({chr(ord('a') + k)}) fine-tuning on {task}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
