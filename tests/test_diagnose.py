@@ -29,7 +29,7 @@ from normlab.analysis.diagnose import (
 from normlab.analysis.sources import synthetic_mlm_batches
 from normlab.data.batch import PAD
 from normlab.model import Seq2Seq
-from tests.conftest import tiny_config
+from tests.conftest import require_reference, tiny_config
 
 
 def test_modulelist_grouping():
@@ -236,7 +236,7 @@ def test_custom_grouping_and_models_without_layernorm():
 
 
 def test_runs_on_hugging_face_bert():
-    transformers = pytest.importorskip("transformers")
+    transformers = require_reference("transformers", "pip install 'normlab[hf]' (make install does)")
     cfg = transformers.BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
                                   intermediate_size=64, max_position_embeddings=64)  # fmt: skip
     torch.manual_seed(0)

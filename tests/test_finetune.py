@@ -24,7 +24,7 @@ from normlab.finetune import FinetuneConfig, epoch_curve, finetune
 from normlab.model import PairClassifier
 from normlab.pretrained import locate_pretrained
 from tests.clirun import normlab, sets
-from tests.conftest import SMALL_VOCAB, _vendored_lines
+from tests.conftest import SMALL_VOCAB, _vendored_lines, require_reference
 
 # the bundled bert-tiny-*.yaml (normlab/assets/configs; `--config bert-tiny-post` as in the README) shrunk to
 # seconds on a CPU: d=64, 64-token blocks, no dropout, fp32
@@ -287,7 +287,7 @@ def test_setting_chosen_by_validation_accuracy_test_reported_for_it_alone(tmp_pa
 
 
 def test_export_hf_cli(post_run, small_mlm, tmp_path):
-    tf = pytest.importorskip("transformers", reason="transformers is not installed (pip install 'normlab[hf]')")
+    tf = require_reference("transformers", "pip install 'normlab[hf]' (make install does)")
     from normlab.data import Tokenizer
     from normlab.hf import bert_inputs
 

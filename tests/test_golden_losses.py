@@ -47,6 +47,7 @@ def golden_config(placement: str) -> TrainConfig:
         "max_epochs": 10,
         "device": "cpu",
         "precision": "fp32",
+        "attention": "sdpa",  # pinned: "auto" picks a kernel by timing, under load (fp32 kernels differ ~1e-7 an op)
         "seed": 1,
     })  # fmt: skip
 

@@ -24,14 +24,14 @@ from normlab.hf import (
     to_bert,
 )
 from normlab.model import MaskedLM
-from tests.conftest import tiny_config
+from tests.conftest import require_reference, tiny_config
 
 TOL = 1e-4  # the bound on the max abs logit difference; float32 gives ~1e-6
 
 
 @pytest.fixture
 def tf():
-    return pytest.importorskip("transformers", reason="transformers is not installed (pip install 'normlab[hf]')")
+    return require_reference("transformers", "pip install 'normlab[hf]' (make install does)")
 
 
 def bert_like(**overrides):

@@ -28,7 +28,7 @@ from normlab.train.losses import lm_loss
 from normlab.train.memory import parameters
 from normlab.train.objectives import compute_loss
 from tests.clirun import normlab, sets
-from tests.conftest import SMALL_VOCAB, tiny_config
+from tests.conftest import SMALL_VOCAB, require_reference, tiny_config
 
 SCHEMES = [p.value for p in Placement]
 V = 50
@@ -428,7 +428,7 @@ def gpt2_like(**overrides):
 def test_gpt2_export_round_trips(overrides, tmp_path):
     """A Pre-LN CausalLM written by export_gpt2 and loaded by GPT2LMHeadModel.from_pretrained gives the same
     logits. Every parameter is moved off its initial value first, so that a swapped or dropped tensor shows."""
-    tf = pytest.importorskip("transformers", reason="transformers is not installed (pip install 'normlab[hf]')")
+    tf = require_reference("transformers", "pip install 'normlab[hf]' (make install does)")
     from normlab.hf import export_gpt2
 
     torch.manual_seed(0)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import require_reference
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
@@ -151,7 +153,7 @@ def test_readme_has_commands():
 @pytest.mark.parametrize("code", _blocks("python"))
 def test_python_blocks_run(code, capsys):
     if "transformers" in code:  # the Hugging Face example needs the optional `hf` extra
-        pytest.importorskip("transformers", reason="transformers is not installed (pip install 'normlab[hf]')")
+        require_reference("transformers", "pip install 'normlab[hf]' (make install does)")
     exec(compile(code, "README.md", "exec"), {})
     assert capsys.readouterr().out
 

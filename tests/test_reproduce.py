@@ -27,7 +27,7 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1")
 def test_smoke_reproduce_writes_the_report(tmp_path, data_cache):
     out = tmp_path / "repro"
     proc = subprocess.run([sys.executable, "-m", "normlab", "reproduce", "--scale", "smoke", "--out", str(out)],
-                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)  # fmt: skip
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=500)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "estimate:" in proc.stderr  # the wall-time probe ran first
     results = json.loads((out / "report" / "results.json").read_text())
@@ -481,7 +481,9 @@ def test_the_probe_beside_competitors_as_the_grid_runs():
         t0 = time.perf_counter()
         t = probe_update_seconds(cfg, threads=1, updates=1, competitors=1)
         took = time.perf_counter() - t0
-    assert 0 < t < 60 and took < 60  # not the 180 s wait for a competitor that never trained
+    # not the 180 s wait for a competitor that never trained: anything under it proves that, and a spawned
+    # interpreter importing torch on a loaded 2-core machine can take tens of seconds (found in a flakiness audit)
+    assert 0 < t < 60 and took < 150
     assert len(children) == 1 and children[0].exitcode == 0  # it trained, was told to stop, and ended cleanly
     assert not multiprocessing.active_children()
 
