@@ -134,8 +134,9 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
                  lm.add_generate_arguments, lm.run_generate),
     "reproduce": ("run the paper's experiments at a scale and write the report with a verdict per claim",
                   reproduce.add_arguments, reproduce.run),
-    "sweep": ("the stability edge (the largest learning rate whose run neither diverges nor falls back to the unigram plateau, bisected), the LR tolerance and "
-              "LR sensitivity per normalization scheme, with and without warm-up, across widths",
+    "sweep": ("the stability edge (the largest learning rate whose run neither diverges nor falls back to the "
+              "unigram plateau, bisected), the LR tolerance and LR sensitivity per normalization scheme, with and "
+              "without warm-up, across widths",
               sweep.add_arguments, sweep.run),
     "finetune": ("fine-tune a masked-LM checkpoint on sentence pairs: the paper's grid, 6 seeds, t confidence "
                  "intervals", finetune_grid.add_arguments, finetune_grid.run),

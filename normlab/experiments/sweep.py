@@ -1652,9 +1652,9 @@ def held_out_cells(path: str | Path, *, measure: bool = True) -> list[dict[str, 
 def add_arguments(p: Any) -> None:
     p.add_argument("--scale", default="quick", choices=list(SWEEP_SCALES),
                    help="smoke (seconds, tests), quick (Post-LN and Pre-LN, no warm-up or 100 updates, d=64 and 128, "
-                   "3-3 layers: 56 grid runs of 300 updates, ~25 min on 2 AVX-512 BF16 cores, + ~35 edge-search runs), standard "
-                   "(3 schemes x 3 warm-ups x d=64-256: 189 grid runs, ~2 h, + the edge search), full (widths 64-512 at the paper's depth and batch; "
-                   "a GPU), lm (decoder-only LMs: 8 schemes x 2 warm-ups x d=64 and 128, 6 layers: 224 runs, ~3 h, "
+                   "3-3 layers: 56 grid runs of 300 updates, ~25 min on 2 AVX-512 BF16 cores, + ~35 edge-search "
+                   "runs), standard (3 schemes x 3 warm-ups x d=64-256: 189 grid runs, ~2 h, + the edge search), full "
+                   "(widths 64-512 at the paper's depth and batch; a GPU), lm (decoder-only LMs: 8 schemes x 2 warm-ups x d=64 and 128, 6 layers: 224 runs, ~3 h, "
                    "and the edge search)")  # fmt: skip
     p.add_argument("--out", help="output directory (default: sweep/SCALE)")
     add_set_argument(p, SweepConfig, note="the defaults shown are before --scale, which sets most of them")
