@@ -5,6 +5,8 @@ width, and diagnose scored on held-out cells."""
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 
 import pytest
 
@@ -214,6 +216,25 @@ def test_warmup_verdicts_from_rows_seed_by_seed():
     # decides nothing, and three seeds are too few for the sign test
     v = warmup_verdicts(analyze(mixed, grid=GRID), "adam")[("post", 64)]
     assert v["signs"] == [1, 1, 1, None, None] and v["verdict"] == "inconclusive" and v["undecided_seeds"] == 2
+
+
+def test_several_warm_up_arms_share_the_level():
+    """"Some warm-up is needed" reads one sign test per arm and says yes when any passes: at SIGN_ALPHA each, a
+    sweep where no warm-up helps would say "needed" with a chance up to m x alpha. Each arm is read at alpha / m
+    (Bonferroni; review of 2026-11-27): with two arms 5 seeds that all agree (p = 1/32) no longer pass, 6 do."""
+    def curve(warmup, seed, top_stable):
+        return [Cell("post", warmup, 64, lr, seed, 6.0 if lr <= top_stable else None, L0,
+                     "completed" if lr <= top_stable else "diverged") for lr in GRID]  # fmt: skip
+
+    def rows(seeds, arms):
+        return analyze([c for s in range(1, seeds + 1) for c in curve("none", s, 1e-3)
+                        + [c for w in arms for c in curve(w, s, 4.64e-3)]], grid=GRID)  # fmt: skip
+
+    assert warmup_truth(rows(5, ["adam"])) == {("post", 64): True}  # one arm: alpha
+    assert warmup_verdicts(rows(5, ["adam", "paper"]), "adam")[("post", 64)]["verdict"] == "needed"  # arm alone
+    assert warmup_truth(rows(5, ["adam", "paper"])) == {("post", 64): None}  # two arms: 1/32 > 0.025
+    assert warmup_truth(rows(6, ["adam", "paper"])) == {("post", 64): True}  # 1/64 <= 0.025
+    assert warmup_truth(rows(5, ["adam", "paper"]), "adam") == {("post", 64): True}  # one arm asked for
 
 
 # ---- the width law ----
@@ -429,6 +450,7 @@ def test_held_out_report_over_sweeps(tmp_path, capsys):
     """`normlab sweep --held-out`: the shipped verdicts on every decided cell of every sweep beside the baseline,
     the truth recomputed from the cells under today's rules, and the refitted splits (post/pre -> other schemes,
     one task -> the other), each scored on cells its threshold never saw."""
+    from normlab.analysis.diagnose import depth_threshold
     from normlab.experiments.heldout import held_out, held_out_markdown, write_held_out
     from normlab.experiments.sweep import held_out_cells
 
@@ -450,11 +472,13 @@ def test_held_out_report_over_sweeps(tmp_path, capsys):
     assert sh["schemes"] == ["mixln", "output", "peri", "post", "pre"]
     splits = {s["split"]: s for s in r["splits"]}
     assert set(splits) == {"post and pre -> the other schemes", "the other tasks -> lm", "the other tasks -> translation"}
-    # post/pre cells: S 2.0, 0.6 (needed), 0.4 (needed), 0.1 (not): the cut 0.25 errs nowhere; held out on peri
-    # (0.3 > 0.25: said needed, wrong), mixln (0.3: right), output (0.05: right)
+    # post/pre cells in units of today's threshold at their depth (t3 at 3 layers, t6 at 6): 2.0/t3, 0.6/t3, 0.4/t6
+    # needed, 0.1/t6 not: the cut halfway between 0.1/t6 and 0.6/t3 errs nowhere; held out on peri (0.3/t3 below
+    # it: not needed, right), mixln (0.3/t6 above: needed, right), output (0.05/t6: right)
+    t3, t6 = depth_threshold(3), depth_threshold(6)
     p = splits["post and pre -> the other schemes"]
-    assert p["threshold"] == pytest.approx(0.25) and p["calibration"]["agree"] == 4
-    assert (p["evaluation"]["decided"], p["evaluation"]["agree"], p["evaluation"]["baseline_agree"]) == (3, 2, 2)
+    assert p["threshold"] == pytest.approx((0.1 / t6 + 0.6 / t3) / 2) and p["calibration"]["agree"] == 4
+    assert (p["evaluation"]["decided"], p["evaluation"]["agree"], p["evaluation"]["baseline_agree"]) == (3, 3, 2)
     md = held_out_markdown(r)
     assert "| 7 | 7 | 0 | 0 | 4/7 | 5/7 |" in md and "sweep-b | lm | mixln | 6 | 64 | 5 | needed" in md
     files = write_held_out(r, tmp_path / "out")
@@ -468,4 +492,46 @@ def test_held_out_report_over_sweeps(tmp_path, capsys):
     assert (tmp_path / "cli" / "HELD_OUT.md").read_text() == md
     err = capsys.readouterr().err
     assert "the shipped rule agrees on 4 of 7 decided cells (5 schemes; 0 open, 0 without a verdict), the baseline " \
-           "'Post-LN needs warm-up' on 5" in err and "refitted, post and pre -> the other schemes: 2 of 3" in err
+           "'Post-LN needs warm-up' on 5; on the 4 never in view when the rule was designed 2 (baseline 3)" in err
+    assert "refitted, post and pre -> the other schemes: 3 of 3" in err
+
+
+def test_held_out_counts_each_experiment_once_and_reads_todays_rule(tmp_path):
+    """Review findings of 2026-11-27 on diagnose held out: (1) the same experiment in two sweep folders (one preset
+    on two machines, a copy) and the same file under two names were counted twice: refused; (2) split (a) fitted
+    on every scheme whose name starts with post/ or pre/ (DyT included): now on exactly post and pre; (3) the
+    shipped verdict was the file's (its threshold at writing): now today's rule on the file's S; (4) the 3-layer
+    translation cells that were in view when the depth axis was designed are scored apart as well."""
+    from normlab.analysis.diagnose import depth_threshold
+    from normlab.experiments.heldout import held_out, held_out_markdown
+    from normlab.experiments.sweep import held_out_cells
+
+    def cells(*paths):
+        return [c for p in paths for c in held_out_cells(p)]
+
+    a = _sweep_json(tmp_path / "results" / "sweep-a", task="translation", layers=3,
+                    truths={"post": True, "pre": True}, scores={"post": 2.0, "pre": 0.6})
+    copy = _sweep_json(tmp_path / "elsewhere" / "sweep-a-on-a-gpu", task="translation", layers=3,
+                       truths={"post": True, "pre": False}, scores={"post": 2.0, "pre": 0.6})
+    with pytest.raises(ValueError, match="the same experiment"):
+        held_out(cells(a, copy))
+    rel = Path(os.path.relpath(a, Path.cwd()))
+    with pytest.raises(ValueError, match="the same file given twice"):
+        held_out(cells(a, rel))
+    # another experiment (6 layers) is another cell, even under the same folder name
+    b = _sweep_json(tmp_path / "other" / "results" / "sweep-a", task="translation", layers=6,
+                    truths={"post": True, "pre": False, "pre/dyt": True, "peri": False},
+                    scores={"post": 0.9, "pre": 0.1, "pre/dyt": 0.6, "peri": 0.05})  # fmt: skip
+    r = held_out(cells(a, b))
+    assert len(r["cells"]) == 6 and len(r["sweeps"]) == 2  # the two "sweep-a" labels took their paths
+    # today's rule: the file's table said threshold 1.0 (so pre/dyt's 0.6 "none"); at 6 layers today's is 0.52
+    dyt = next(c for c in r["cells"] if c["scheme"] == "pre/dyt")
+    assert dyt["threshold"] == pytest.approx(depth_threshold(6)) and dyt["diagnose"] is True
+    # split (a): fitted on post and pre only (4 cells), scored on pre/dyt and peri
+    p = next(s for s in r["splits"] if s["split"].startswith("post and pre"))
+    assert p["calibration"]["cells"] == 4 and p["evaluation"]["schemes"] == ["peri", "pre/dyt"]
+    # in view at design: sweep-a's 3-layer translation cells; the other row leaves them out
+    assert [c["seen"] for c in r["cells"]] == [True, True, False, False, False, False]
+    assert r["shipped"]["decided"] == 6 and r["shipped_unseen"]["decided"] == 4
+    assert r["shipped_unseen"]["agree"] == 4 and r["shipped_unseen"]["baseline_agree"] == 3  # DyT: needed
+    assert "| never in view: 4 | 4 | 0 | 0 | 4/4 | 3/4 | 4 |" in held_out_markdown(r)

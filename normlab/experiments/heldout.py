@@ -4,13 +4,16 @@ truth, on cells it was never calibrated on, beside the trivial baseline "Post-LN
 Why held out. On the sweep's own cells every threshold between the two clusters of S (Post-LN's ~2, Pre-LN's
 ~0.6) scores the same, and so does the baseline: agreement there validates nothing (issue 40, finding 4). So:
 
-* **the shipped rule** (``normlab diagnose`` as it is: S above the threshold of the stack's depth,
-  diagnose.depth_threshold) was calibrated on its own reference models (diagnose.DEPTH_CALIBRATION: Post-LN and
-  Pre-LN translation stacks at seed 0, synthetic batches); none of the sweeps' cells entered it, so every decided
-  cell of every sweep is held out from it. Scored on all of them;
+* **the shipped rule** (``normlab diagnose`` as it is today: S above the threshold of the stack's depth,
+  diagnose.score_verdict, applied to the S each sweep.json holds) was calibrated on its own reference models
+  (diagnose.DEPTH_CALIBRATION: Post-LN and Pre-LN stacks at seeds 0-2, synthetic batches); no sweep cell's S
+  entered a threshold's value. But its depth axis was added after the quick sweep's 3-layer translation cells had
+  been seen (diagnose.SEEN_IN_DESIGN): the score is given on every decided cell and, apart, on those never in
+  view (a review on 2026-11-27 found the heading "every sweep cell is held out" claimed more);
 * **refitted on some cells, scored on the others** (:func:`normlab.analysis.diagnose.held_out_agreement`): the
-  threshold on r = S / depth_threshold(L) (S in units of the shipped threshold, so that stacks of different depths
-  share one scale) chosen on (a) the paper's two placements (post, pre) and scored on every other scheme; (b) the
+  threshold on r = S / the shipped threshold at L (S in units of it, so that stacks of different depths share one
+  scale) chosen on (a) the paper's two schemes, exactly ``post`` and ``pre`` (LayerNorm; ``pre/dyt`` or
+  ``post/rmsnorm`` are other schemes, scored, not fitted on) and scored on every other scheme; (b) the
   translation sweeps' cells and scored on the language-model sweep's, and (c) the reverse. (a) asks whether the
   rule transfers to schemes it never saw, (b)-(c) to another task.
 
@@ -24,10 +27,15 @@ reads the files (this module only scores).
 Counts reported apart: decided (a truth and a verdict), undecided (the sweep's seeds leave it open), no score
 (diagnose gave no verdict: overlapping references at that depth). The baseline is scored on exactly the decided
 cells diagnose is scored on.
+
+One experiment, one cell: two sweeps that ran the same cell (the same scheme, width and
+sweep.EXPERIMENT_FIELDS, e.g. one preset on a CPU and on a GPU, or a sweep and its re-read copy) are refused
+together, since a cell counted twice would count its truth twice; so is one file given twice under two names.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,8 +47,11 @@ from normlab.results import trivial_baseline
 __all__ = ["held_out", "held_out_markdown", "write_held_out"]
 
 # a cell: (sweep label, scheme, layers, width); the label keeps two sweeps' cells of the same shape apart (other
-# lengths, tasks or arms: another experiment, not a second measurement of one)
+# lengths, tasks or arms: another experiment; the same experiment twice is refused, _check_once)
 Key = tuple[str, str, int, int]
+
+PAPER_SCHEMES = ("post", "pre")
+"""Split (a)'s calibration set: the paper's two schemes by their exact names (LayerNorm in both)."""
 
 
 def _key(c: dict[str, Any]) -> Key:
@@ -48,8 +59,9 @@ def _key(c: dict[str, Any]) -> Key:
 
 
 def _ratio(c: dict[str, Any]) -> float | None:
-    """S in units of the shipped threshold of its depth (the file's, else depth_threshold's); None without one."""
-    t = c.get("threshold") or depth_threshold(c["layers"])
+    """S in units of the shipped threshold of its depth (depth_threshold: inside the references' overlap there is
+    none, and the cell has no ratio); None without one."""
+    t = depth_threshold(c["layers"])
     return None if c["score"] is None or not t else c["score"] / t
 
 
@@ -83,16 +95,33 @@ def _split(cells: Sequence[dict[str, Any]], name: str, calibrate: Sequence[dict[
     return {"split": name, **out}
 
 
+def _experiment(c: dict[str, Any]) -> str:
+    return json.dumps(c.get("experiment") or list(_key(c)[1:]), sort_keys=True)
+
+
+def _check_once(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The cells, each experiment once (module docstring); two sweeps whose labels coincide take their paths."""
+    paths: dict[str, set[str]] = {}
+    for c in cells:
+        paths.setdefault(c["sweep"], set()).add(c.get("path", c["sweep"]))
+    by_exp: dict[str, list[str]] = {}
+    for c in cells:
+        by_exp.setdefault(_experiment(c), []).append(c.get("path", c["sweep"]))
+    twice = sorted({p for ps in by_exp.values() if len(ps) > 1 for p in ps})
+    if twice:
+        same = [ps for ps in by_exp.values() if len(ps) > 1]
+        what = "the same file given twice" if all(len(set(ps)) == 1 for ps in same) else "the same experiment"
+        raise ValueError(f"{what} (a cell would count twice): {', '.join(twice)}; pass each experiment once")
+    return [{**c, "sweep": c["sweep"] if len(paths[c["sweep"]]) == 1 else c.get("path", c["sweep"])} for c in cells]
+
+
 def held_out(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """diagnose held out against the sweeps' ``cells`` (sweep.held_out_cells: one per scheme x width of each sweep,
-    with its truth and diagnose's S, threshold and verdict): the shipped rule's score on all decided cells, and the
-    refitted splits (module docstring)."""
-    cells = list(cells)
-    keys = [_key(c) for c in cells]
-    if len(set(keys)) != len(keys):
-        raise ValueError("a sweep given twice: " + ", ".join(sorted({k[0] for k in keys if keys.count(k) > 1})))
-    paper = [c for c in cells if _base(c["scheme"]) in ("post", "pre")]
-    others = [c for c in cells if _base(c["scheme"]) not in ("post", "pre")]
+    with its truth and diagnose's S, threshold and verdict): the shipped rule's score on all decided cells and on
+    those never in view when it was designed, and the refitted splits (module docstring)."""
+    cells = _check_once(list(cells))
+    paper = [c for c in cells if c["scheme"] in PAPER_SCHEMES]
+    others = [c for c in cells if c["scheme"] not in PAPER_SCHEMES]
     splits = []
     if paper and others:
         splits.append(_split(cells, "post and pre -> the other schemes", paper, others))
@@ -102,6 +131,7 @@ def held_out(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
             rest = [c for c in cells if c["task"] != t]
             splits.append(_split(cells, f"the other tasks -> {t}", rest, mine))
     return {"sweeps": sorted({c["sweep"] for c in cells}), "cells": cells, "shipped": _shipped(cells),
+            "shipped_unseen": _shipped([c for c in cells if not c.get("seen")]),
             "shipped_by_task": {t: _shipped(mine) for t, mine in by_task.items()}, "splits": splits}
 
 
@@ -121,12 +151,19 @@ def held_out_markdown(result: dict[str, Any]) -> str:
              "that sweep's seeds' sign test on the stability edge (needed / not needed / open), under the present "
              "rules. The baseline says \"Post-LN needs warm-up, nothing else does\". normlab/experiments/heldout.py "
              "says why each split is held out.", "",
-             "## The shipped rule (calibrated on diagnose's own reference models: every sweep cell is held out)", "",
+             "## The shipped rule (thresholds from diagnose's own reference models; its depth axis was added with "
+             "the 3-layer translation cells of the quick sweeps in view: the row \"never in view\" leaves them out)",
+             "",
              "| cells | decided | open (sweep) | no verdict (diagnose) | diagnose agrees | baseline agrees | schemes "
              "decided |", "|---|---|---|---|---|---|---|",
              f"| {sh['cells']} | {sh['decided']} | {sh['undecided']} | {sh['no_score']} | "
              f"{_score(sh['agree'], sh['decided'])} | {_score(sh['baseline_agree'], sh['decided'])} | "
              f"{len(sh['schemes'])}: {', '.join(sh['schemes']) or '–'} |"]  # fmt: skip
+    if "shipped_unseen" in result:
+        s = result["shipped_unseen"]
+        lines.append(f"| never in view: {s['cells']} | {s['decided']} | {s['undecided']} | {s['no_score']} | "
+                     f"{_score(s['agree'], s['decided'])} | {_score(s['baseline_agree'], s['decided'])} | "
+                     f"{len(s['schemes'])} |")  # fmt: skip
     for t, s in result["shipped_by_task"].items():
         lines.append(f"| {t}: {s['cells']} | {s['decided']} | {s['undecided']} | {s['no_score']} | "
                      f"{_score(s['agree'], s['decided'])} | {_score(s['baseline_agree'], s['decided'])} | "
@@ -142,14 +179,14 @@ def held_out_markdown(result: dict[str, Any]) -> str:
                          f"{ev['undecided']} | {ev['no_score']} | {ev['no_threshold']} | "
                          f"{_score(ev['agree'], ev['decided'])} | "
                          f"{_score(ev['baseline_agree'], ev['decided'])} | {', '.join(ev['schemes']) or '–'} |")
-    lines += ["", "## Every cell", "", "| sweep | task | scheme | layers | width | seeds | truth | S | shipped "
-              "threshold | diagnose |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "## Every cell", "", "| sweep | task | scheme | layers | width | seeds run | truth | S | shipped "
+              "threshold | diagnose | in view at design |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in result["cells"]:
         s = "–" if c["score"] is None else f"{c['score']:.3g}"
         t = "–" if c["threshold"] is None else f"{c['threshold']:.3g}"
         d = "–" if c["diagnose"] is None else ("warm-up" if c["diagnose"] else "none")
         lines.append(f"| {c['sweep']} | {c['task']} | {c['scheme']} | {c['layers']} | {c['width']} | {c['seeds']} | "
-                     f"{_truth(c['truth'])} | {s} | {t} | {d} |")
+                     f"{_truth(c['truth'])} | {s} | {t} | {d} | {'yes' if c.get('seen') else 'no'} |")
     return "\n".join(lines) + "\n"
 
 

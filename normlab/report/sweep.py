@@ -273,8 +273,8 @@ def _seed_mean(m: dict[str, Any] | None) -> str:
 def _verdict_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Per scheme x width x warm-up arm: each seed's contrast, the sign test and the verdict; the pre-issue-40
     reading on the LR tolerance beside it."""
-    head = ["scheme", "width", "warm-up arm", "per seed (+: warm-up edge above beyond the resolution, 0: within it, "
-            "-: below, ?: censored)", "verdict (one-sided sign test)", "LR tolerance's reading (before issue 40)"]
+    head = ["scheme", "width", "warm-up arm", "per seed (+: warm-up edge above, disjoint brackets; 0: overlapping "
+            "brackets within the resolution; -: below; ?: open)", "verdict (one-sided sign test)", "LR tolerance's reading (before issue 40)"]
     sign = {1: "+", 0: "0", -1: "-", None: "?"}
     rows = []
     for t in result.get("warmup_truth") or []:
