@@ -41,6 +41,8 @@ COVERED: dict[str, str] = {
     ".venv/bin/normlab sweep --scale quick --out runs/sweep-quick": "tests/test_sweep.py::test_smoke_sweep_cli",
     ".venv/bin/normlab sweep --scale standard --out runs/sweep-standard": "tests/test_sweep.py::test_smoke_sweep_cli",
     ".venv/bin/normlab sweep --scale full --out runs/sweep-full": "tests/test_sweep.py::test_smoke_sweep_cli",
+    ".venv/bin/normlab sweep --scale schemes --out runs/sweep-schemes":
+        "tests/test_sweep.py::test_the_schemes_preset_is_the_quick_shape_with_the_translation_schemes_and_five_seeds",
     ".venv/bin/normlab sweep --scale quick --out runs/sweep-more --set 'schemes=[post,pre,deepnorm,pre/rmsnorm]' --set seeds=3":
         "tests/test_sweep.py::test_smoke_sweep_cli",
     ".venv/bin/normlab sweep --scale quick --out runs/sweep-quick --report-only": "tests/test_sweep.py::test_smoke_sweep_cli",

@@ -133,7 +133,7 @@ def test_the_quick_preset_is_a_subset_of_the_standard_one():
     from normlab.experiments.sweep import SWEEP_SCALES
 
     quick, standard = sweep_scale("quick"), sweep_scale("standard")
-    assert set(SWEEP_SCALES) == {"smoke", "quick", "standard", "full", "lm"}
+    assert set(SWEEP_SCALES) == {"smoke", "quick", "standard", "full", "lm", "schemes"}
     assert all(cfg.scale == name for name, cfg in SWEEP_SCALES.items())
     ctx = Context(translation_updates_per_epoch=1)
     small, big = sweep_runs(quick, ctx), {s.name: s for s in sweep_runs(standard, ctx)}
@@ -145,6 +145,22 @@ def test_the_quick_preset_is_a_subset_of_the_standard_one():
     # reproduce's `width` figure runs the preset its scale names
     assert {name: s.sweep for name, s in SCALES.items()} == {"smoke": "smoke", "quick": "quick", "full": "standard",
                                                              "long": "quick", "paper": "full"}  # fmt: skip
+
+
+def test_the_schemes_preset_is_the_quick_shape_with_the_translation_schemes_and_five_seeds():
+    """issue 40's held-out cells beyond post and pre: the schemes proposed on translation at the quick preset's
+    shape, grid and arms (its cells sit beside edge-quick's), five seeds (the fewest the sign test can decide
+    with), and every run a valid translation config."""
+    from normlab.experiments.figures import Context
+
+    quick, schemes = sweep_scale("quick"), sweep_scale("schemes")
+    schemes.validate()
+    assert schemes.schemes == ("deepnorm", "admin", "b2t", "resi_dual") and schemes.seeds == 5
+    assert schemes.to_dict() | {"scale": "quick", "schemes": list(quick.schemes), "seeds": 1, "description": ""} == \
+        quick.to_dict() | {"description": ""}
+    specs = sweep_runs(schemes, Context(translation_updates_per_epoch=1))
+    assert len(specs) == 4 * 2 * 7 * 2 * 5 == 560
+    assert {s.config.model.placement.value for s in specs} == set(schemes.schemes)
 
 
 def test_the_lm_preset_runs_every_scheme_the_issue_names_at_a_depth_where_mixln_differs():

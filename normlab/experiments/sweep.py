@@ -197,7 +197,7 @@ LMs' (GPT-3, Brown et al. 2020, Appendix B; Llama, OLMo 2: beta2 = 0.95)."""
 class SweepConfig(Strict):
     """One stability sweep: which schemes, warm-ups, learning rates, widths and seeds, and the runs' shape."""
 
-    scale: Literal["smoke", "quick", "standard", "full", "lm", "custom"] = field(
+    scale: Literal["smoke", "quick", "standard", "full", "lm", "schemes", "custom"] = field(
         "custom", help="the preset this config started from"
     )
     task: Literal["translation", "mlm", "lm"] = field("translation", help="de-en translation (the paper's IWSLT "
@@ -459,6 +459,23 @@ SWEEP_SCALES: dict[str, SweepConfig] = {
         "2/(1 - beta2)) x 7 learning rates (1e-4..1e-2, then the edge search) x d=64 and 128, 6 layers, 300 "
         "updates of 1,024 tokens, no dropout, one seed: 224 grid runs, ~3 h on a 2-core CPU with AVX-512 BF16 in "
         "bf16, plus the edge search",
+    ),  # fmt: skip
+    # The schemes proposed on encoder-decoder translation, on the task they were proposed on (issue 40: diagnose
+    # held out "on schemes other than post and pre"; the LM sweep holds those proposed on causal LMs): DeepNorm
+    # (Wang et al. 2022, DeepNet), Admin (Liu et al. 2020), the B2T connection (Takase et al. 2023) and ResiDual
+    # (Xie et al. 2023), each a way to keep Post-LN's output norm and train without its instability. Chosen by
+    # where they were proposed, before any run of them at this shape. The quick preset's shape, grid, warm-up arms
+    # and edge search, so that its cells sit beside edge-quick's Post-LN and Pre-LN ones; five seeds, the fewest
+    # with which the one-sided sign test can decide at 5% (p = 1/32). Cost, estimated from edge-quick's runs (not
+    # measured for these schemes; 455 runs for two schemes at 5 seeds, ~45 s a run on one core of a Zen 4/5 in
+    # bf16): ~230 runs and ~1.5 h of two lanes per scheme, ~6 h in all, in pieces with --sync.
+    "schemes": SweepConfig(
+        scale="schemes", schemes=("deepnorm", "admin", "b2t", "resi_dual"), warmups=("none", "adam"),
+        widths=(64, 128), layers=3, updates=300, max_tokens=1024, eval_every=100, seeds=5,
+        description="the schemes proposed on translation (DeepNorm, Admin, B2T, ResiDual) at the quick preset's "
+        "shape: 2 warm-ups (none; 100 updates, 2/(1 - beta2)) x 7 learning rates (1e-4..1e-2, then the edge "
+        "search) x d=64 and 128, 3-3 layers, 300 updates of 1,024 tokens, 5 seeds: 560 grid runs plus the edge "
+        "search, ~6 h on a 2-core CPU with AVX-512 BF16 (estimated from the quick preset's runs), in pieces",
     ),  # fmt: skip
 }
 
@@ -1701,7 +1718,8 @@ def add_arguments(p: Any) -> None:
                    "3-3 layers: 56 grid runs of 300 updates, ~25 min on 2 AVX-512 BF16 cores, + ~35 edge-search "
                    "runs), standard (3 schemes x 3 warm-ups x d=64-256: 189 grid runs, ~2 h, + the edge search), full "
                    "(widths 64-512 at the paper's depth and batch; a GPU), lm (decoder-only LMs: 8 schemes x 2 warm-ups x d=64 and 128, 6 layers: 224 runs, ~3 h, "
-                   "and the edge search)")  # fmt: skip
+                   "and the edge search), schemes (DeepNorm, Admin, B2T, ResiDual at quick's shape, 5 seeds: 560 grid "
+                   "runs and the edge search, ~6 h estimated)")  # fmt: skip
     p.add_argument("--out", help="output directory (default: sweep/SCALE)")
     add_set_argument(p, SweepConfig, note="the defaults shown are before --scale, which sets most of them")
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA; "
