@@ -881,7 +881,15 @@ def test_long_on_the_smoke_model_runs_one_at_a_time_and_reports_test_bleu(tmp_pa
     monkeypatch.setitem(scales.SCALES, "long", long)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     out = tmp_path / "long"
-    results = reproduce("long", out, probe=False)
+    import torch
+
+    from normlab.experiments.budget import native_bf16
+
+    native = native_bf16(torch.device("cpu"))  # without it the scale refuses bf16 (test below): fp32, asked
+    results = reproduce("long", out, probe=False, precision="auto" if native else "fp32")
+    # every run's config names its precision (bf16 by default), so that a seed from another machine cannot join in
+    # another one
+    assert {r["config"]["precision"] for r in results["runs"].values()} == {"bf16" if native else "fp32"}
     cores = os.cpu_count() or 1
     assert results["meta"]["threads"] == f"1 job(s) x {cores} thread(s)"
     assert sorted(results["runs"]) == sorted(f"{g}-s1" for g in scales.QUICK_RUNS)
@@ -929,3 +937,47 @@ def test_figure5_panels_show_the_majority_class_and_zoom_on_the_accuracies(tmp_p
                 "bert-post-1.8e-3", {"wic": 0.527})
     torch.testing.assert_close(figures[-1].axes[1].get_ylim(), (52.7 - 2, 71.0 + 2))  # the majority line below all
     plt.close(fig)
+
+
+def test_a_run_stopped_while_its_test_split_is_scored_is_not_finished(tmp_path):
+    """The trainer writes `completed` before the test split is decoded (`test_checkpoint`, the long scale's runs):
+    a run stopped in between had counted as finished, was copied to the sync folder without its test BLEU and was
+    never scored (its checkpoint stays where it trained). It reads `scoring` now: not copied out, and the grid
+    resumes it, which scores the test split without training (review of issue 37's scale)."""
+    import dataclasses
+
+    from normlab.experiments.grid import FINISHED, sync_out
+
+    spec = fig6_small_lr(get_scale("smoke"), Context(translation_updates_per_epoch=9))[0]
+    spec = dataclasses.replace(spec, config=spec.config.replace(test_checkpoint="last"))
+    out, store, lines = tmp_path / "grid", tmp_path / "store", []
+    assert run_grid([spec], out, jobs=1, threads=1, say=lambda line: None)[spec.name].status == "completed"
+    rd = RunDir(out / "runs" / spec.name)
+    summary = rd.summary()
+    assert "bleu" in summary["test"] and run_status(rd.path) == "completed"
+    metrics = (rd.path / "metrics.jsonl").read_bytes()
+    rd.write_summary({k: v for k, v in summary.items() if k != "test"})  # stopped while decoding the test split
+    assert run_status(rd.path) == "scoring" and "scoring" not in FINISHED
+    assert not sync_out(spec, out, store, lines.append) and not (store / spec.name).exists()
+    again = run_grid([spec], out, jobs=1, threads=1, say=lambda line: None)[spec.name]
+    assert again.status == "completed" and rd.summary()["test"]["bleu"] == summary["test"]["bleu"]
+    assert (rd.path / "metrics.jsonl").read_bytes() == metrics  # scored, not trained again
+    assert sync_out(spec, out, store, lines.append) and run_status(store / spec.name) == "completed"
+
+
+def test_the_long_scale_is_bf16_and_refuses_a_cpu_without_it(monkeypatch):
+    """Issue 37's scale (review): its runs' precision is bf16 in every config (``auto`` resolved per machine would
+    let an fp32 seed join a bf16 contrast from the sync folder), and training it on a CPU without native bf16 is
+    refused in one line (~6 h a run in fp32, past the 2-hour pieces) unless fp32 is asked for; --report-only and a
+    GPU are not refused."""
+    from normlab.config import ConfigError
+    from normlab.experiments import reproduce as rp
+
+    monkeypatch.setattr(rp, "native_bf16", lambda device: False)
+    with pytest.raises(ConfigError, match="no native bf16"):
+        rp._long_precision("auto", train=True, cuda=False)
+    assert rp._long_precision("fp32", train=True, cuda=False) == "fp32"
+    assert rp._long_precision("auto", train=False, cuda=False) == "bf16"
+    assert rp._long_precision("auto", train=True, cuda=True) == "bf16"
+    monkeypatch.setattr(rp, "native_bf16", lambda device: True)
+    assert rp._long_precision("auto", train=True, cuda=False) == "bf16"

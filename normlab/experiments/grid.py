@@ -298,8 +298,22 @@ class RunOutcome:
 
 
 def run_status(run_dir: Path) -> str | None:
-    """The status in ``summary.json`` (``running`` while a run is in progress or was killed), or None."""
-    return RunDir(run_dir).status()
+    """The status in ``summary.json`` (``running`` while a run is in progress or was killed), or None; ``scoring``
+    for a run that completed its training but not the test scoring its config asks for (``test_checkpoint``): the
+    trainer writes ``completed`` before the test split is decoded (~100 s), so a run stopped in between, or whose
+    scoring failed, would otherwise count as finished, be copied to the sync folder without its test BLEU and
+    never be scored (its checkpoint stays on the machine that trained it). Not finished: the grid resumes it,
+    which scores the test split and trains nothing (found in review, issue 37)."""
+    rd = RunDir(run_dir)
+    status = rd.status()
+    if status == "completed":
+        try:
+            asks = bool((rd.read_config_dict() or {}).get("test_checkpoint"))
+        except ConfigError:  # a damaged config.yaml: the settings check says so where it matters
+            asks = False
+        if asks and "bleu" not in (rd.summary().get("test") or {}):
+            return "scoring"
+    return status
 
 
 def failure_line(run_dir: Path, log_path: Path) -> str:

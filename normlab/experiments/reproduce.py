@@ -39,7 +39,7 @@ from normlab.analysis.run import analysis_scale, claims_numbers, summary_lines
 from normlab.config import ConfigError, OptimConfig, ScheduleConfig, TrainConfig
 from normlab.data import prepare
 from normlab.device import cpu_name
-from normlab.experiments.budget import estimate, run_updates, updates_per_epoch
+from normlab.experiments.budget import estimate, native_bf16, run_updates, updates_per_epoch
 from normlab.experiments.figures import (
     Context,
     RunSpec,
@@ -95,7 +95,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "again from REPORT_DIR/results.json under the current rules and rewrite its results.json, REPORT.md "
                    "(and index.html if there is one) in place")
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA; "
-                   "with --launcher ray or slurm, every run that is ready: the cluster queues them)")
+                   "--scale long: 1, on every core; with --launcher ray or slurm, every run that is ready: the cluster queues them)")
     p.add_argument("--seeds", type=int, default=0, help="seeds of each training run, translation and BERT "
                    "pre-training (default: the scale's, 3 at quick and full; fine-tuning keeps its own): runs seeds "
                    "1..N, so a finished folder keeps its seeds and trains only the new ones; more seeds narrow every "
@@ -263,6 +263,25 @@ class _Analysis:
         return data["claims"], images, "\n".join(summary_lines(data))
 
 
+def _long_precision(precision: str, *, train: bool, cuda: bool) -> str:
+    """The long scale's precision: bf16 unless asked otherwise, written into every run's config, so that a seed
+    trained in fp32 on another machine can never join a bf16 contrast from the sync folder (``auto`` resolves per
+    machine and would hide it: review of issue 37's scale). Training it on a CPU without native bf16 is refused:
+    its runs would take ~6 h each in fp32 (scales.LONG_BUDGET), far longer in emulated bf16, past the 2-hour
+    pieces a grid of several machines is made of; ``--precision fp32`` trains it there anyway, as a grid of its own."""
+    if precision == "auto":
+        precision = "bf16"
+    if precision == "bf16" and train and not cuda and not native_bf16(torch.device("cpu")):
+        raise ConfigError("--scale long trains its runs in bf16 (every seed of a contrast in one precision, whatever "
+                          "machine trains it), and this CPU has no native bf16 (no AVX-512 BF16 or AMX): a run would "
+                          "take ~6 h in fp32 and far longer in emulated bf16, past the 2-hour pieces the grid is "
+                          "made of (a checkpoint does not leave the machine that wrote it). Run it on a CPU with "
+                          "AVX-512 BF16 or AMX, or a GPU; or pass --precision fp32 to train it here in fp32, as a "
+                          "grid of its own (another --out and --sync folder: its runs do not mix with bf16 ones), "
+                          "each run resumable on this machine only")
+    return precision
+
+
 def reproduce(
     scale_name: str = "quick",
     out: str | Path | None = None,
@@ -317,6 +336,8 @@ def reproduce(
         raise ConfigError(f"--report-only: nothing has finished in {out} yet; run it without --report-only first")
     out.mkdir(parents=True, exist_ok=True)
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    if scale.name == "long":
+        precision = _long_precision(precision, train=train and not launch.remote, cuda=cuda)
     cores = os.cpu_count() or 1
     if launch.remote:  # the cluster's nodes, not this machine's cores, bound what runs at once
         threads = threads or 1

@@ -351,8 +351,9 @@ LONG_BUDGET = {
     # took 108 minutes from start to test BLEU, tests beside it for ~15 of them. On a Xeon with AMX an update of
     # this shape should take ~0.4 of the time (at d=512, the paper's shape: 1.75 s in issue 31's benchmark against
     # 4.72 s for a run's first updates here; not timed at d=256); on an AVX2-only CPU in fp32 about 4x longer
-    # (FULL_BUDGET's ratio), ~6 h a run: there it runs in pieces (a stopped run resumes from its last checkpoint,
-    # one an epoch). 9 runs (3 groups x 3 seeds): ~15 h of a 2-core Zen 4, ~6 h with AMX (estimated, not timed).
+    # (FULL_BUDGET's ratio), ~6 h a run, past the 2-hour pieces of a grid on several machines (a checkpoint does
+    # not leave the machine that wrote it): reproduce refuses such a CPU unless --precision fp32 asks for a grid
+    # of its own (reproduce._long_precision; the runs are bf16 by default). 9 runs (3 groups x 3 seeds): ~15 h of a 2-core Zen 4, ~6 h with AMX (estimated, not timed).
     "updates": 3000,
     "updates_per_epoch": 660,
     "seconds_per_update_avx512_bf16": 1.85,
