@@ -36,13 +36,26 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML file or bundled config (bert-tiny-post, ...); its `model:` section (or "
                                     "the whole file) is the ModelConfig")  # fmt: skip
     add_set_argument(p, ModelConfig, section="model")
-    p.add_argument("--task", default="translation", choices=["translation", "mlm", "classification", "lm"])
+    p.add_argument("--task", choices=["translation", "mlm", "classification", "lm"],
+                   help="the model's task (default: the --config run config's data.task, else translation)")
+
+
+def _task(args: argparse.Namespace) -> str:
+    """--task, else the task of the run config given with --config (a run's config.yaml names it in ``data.task``:
+    a language-model run read as a translation model would be another model, silently), else translation."""
+    if args.task:
+        return args.task
+    if args.config:
+        data = load_config_file(args.config).get("data")
+        if isinstance(data, dict) and data.get("task") in ("translation", "mlm", "classification", "lm"):
+            return str(data["task"])
+    return "translation"
 
 
 def _model(args: argparse.Namespace) -> int:
     data = load_config_file(args.config, "model") if args.config else {}
     cfg = ModelConfig.from_dict(apply_overrides(data, args.set))
-    print(describe(build_model(cfg, args.task)))
+    print(describe(build_model(cfg, _task(args))))
     return 0
 
 
@@ -105,10 +118,13 @@ def _diagnose(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    result = diagnose_config(cfg, args.task, steps=args.steps, seed=args.seed, mode=args.mode, max_tokens=args.max_tokens)
-    layers = (f"{cfg.decoder_layers} decoder" if args.task == "lm" else f"{cfg.encoder_layers} encoder"
-              + (f" / {cfg.decoder_layers} decoder" if args.task == "translation" else ""))
-    print(f"{args.task} model, placement={cfg.placement.value}, {layers} layers, at initialisation")
+    task = _task(args)
+    result = diagnose_config(cfg, task, steps=args.steps, seed=args.seed, mode=args.mode, max_tokens=args.max_tokens)
+    layers = (f"{cfg.decoder_layers} decoder" if task == "lm" else f"{cfg.encoder_layers} encoder"
+              + (f" / {cfg.decoder_layers} decoder" if task == "translation" else ""))
+    print(f"{task} model, placement={cfg.placement.value}, {layers} layers, at initialisation, on {args.steps} "
+          "synthetic batches of its task (Zipf-distributed token ids, normlab.analysis.sources: the model as built, not "
+          "your data)")
     print(result.summary())
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

@@ -185,6 +185,14 @@ def evaluate_run(
         # scores, nor a file called "test" the split's
         stem = f"own-{Path(source).name}-{digest('eval', str(Path(source).resolve()))[:8]}"
     n = min(limit, len(ds)) if limit else len(ds)
+    # which update the scored weights are (``best`` or ``last`` name a checkpoint, not its update: a new user found
+    # the summary's ``test.update``, the run's last update, read as the checkpoint's); None for an average
+    state = Path(path) / "state.json"
+    try:
+        at = json.loads(state.read_text(encoding="utf-8")).get("update") if state.is_file() else None
+    except (OSError, ValueError):
+        at = None
+    what = {**what, "checkpoint_update": at}
     result = {"run": str(run_dir), "checkpoint": str(path), **what,
               **_score(model, cfg, tok, ds, n, beam=beam, lenpen=lenpen, max_tokens=max_tokens)}  # fmt: skip
     hyps = result.pop("hypotheses")

@@ -170,3 +170,21 @@ def test_model_command_new_and_old_key_agree(capsys):
     new = capsys.readouterr().out
     assert main(["model", "--set", "placement=pre", "--set", "d_model=64", "--set", "n_heads=2"]) == 0
     assert capsys.readouterr().out == new and "placement=pre" in new
+
+
+def test_diagnose_reads_the_task_of_the_run_config_it_is_given(capsys, tmp_path):
+    """`normlab diagnose --config RUN/config.yaml` of a language-model run diagnosed a translation model with the
+    default 6 encoder layers (a new user's finding): the run config's data.task is the default task; --task still
+    wins. The first line says the batches are synthetic."""
+    import yaml
+
+    from normlab.cli import main
+
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(yaml.safe_dump({"data": {"task": "lm"}, "model": {"d_model": 32, "n_heads": 2, "d_ffn": 64,
+                                                                      "decoder_layers": 2, "vocab_size": 200,
+                                                                      "placement": "pre", "positional": "rope"}}))
+    assert main(["diagnose", "--config", str(cfg), "--steps", "1", "--threads", "1"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("lm model, placement=pre, 2 decoder layers, at initialisation, on 1 synthetic batches")
+    assert main(["model", "--config", str(cfg), "--task", "lm"]) == 0

@@ -81,6 +81,7 @@ COVERED: dict[str, str] = {
         "tests/test_trainer.py::test_two_process_gloo_equals_one_process",
     "normlab train --nproc-per-node 4 --config run.yaml --out runs/ddp":
         "tests/test_faults.py::test_the_launcher_ends_a_rank_fault_with_its_one_line_and_code",
+    "normlab train --config run.yaml --out runs/pre --threads 1": "tests/test_train_cli.py::test_threads_sets_the_runs_cpu_threads",
     # Data: the full corpora take up to a minute to prepare and write to ~/.cache; the tests run the same
     # commands on small corpora with a temporary cache.
     ".venv/bin/normlab data --task translation": "tests/test_data_cli.py::test_data_command",

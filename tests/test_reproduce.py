@@ -955,6 +955,7 @@ def test_a_run_stopped_while_its_test_split_is_scored_is_not_finished(tmp_path):
     rd = RunDir(out / "runs" / spec.name)
     summary = rd.summary()
     assert "bleu" in summary["test"] and run_status(rd.path) == "completed"
+    assert summary["test"]["checkpoint_update"] == summary["update"]  # the scored weights' own update (last)
     metrics = (rd.path / "metrics.jsonl").read_bytes()
     rd.write_summary({k: v for k, v in summary.items() if k != "test"})  # stopped while decoding the test split
     assert run_status(rd.path) == "scoring" and "scoring" not in FINISHED

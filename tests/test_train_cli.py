@@ -110,3 +110,32 @@ def test_existing_run_without_resume(tmp_path):
     (out / "config.yaml").write_text("{}")
     proc = normlab("train", "--out", str(out))
     assert proc.returncode == 2 and "already holds a run; pass --resume" in proc.stderr
+
+
+def test_threads_sets_the_runs_cpu_threads(monkeypatch, tmp_path):
+    """`normlab train --threads N` (a new user's finding: the other commands had it, train did not, and on a shared
+    2-core CPU its default two OpenMP threads made a small run up to 25x slower): torch's threads for the run, and
+    OMP_NUM_THREADS for the ranks of --nproc-per-node; a negative value is one line."""
+    import os
+
+    import torch
+
+    from normlab.cli import main
+    from normlab.train import run as train_run
+
+    seen = {}
+
+    def fake_train(cfg, out, **kw):
+        seen["threads"], seen["omp"] = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+        return {"status": "completed", "update": 0}
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr(train_run, "train", fake_train)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    try:
+        assert main(["train", "--out", str(tmp_path / "run"), "--threads", "1", "--quiet"]) == 0
+    finally:
+        torch.set_num_threads(before)
+        os.environ.pop("OMP_NUM_THREADS", None)
+    assert seen == {"threads": 1, "omp": "1"}
+    assert main(["train", "--out", str(tmp_path / "run"), "--threads", "-1"]) == 2

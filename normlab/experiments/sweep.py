@@ -1580,7 +1580,9 @@ def table_lines(result: dict[str, Any]) -> list[str]:
     """The stability edge per scheme x warm-up (rows) and width (columns), the LR tolerance beside it."""
     widths = result["config"]["widths"]
     lines = ["stability edge [last stable, first unstable) over seeds (LR tolerance); '>=' = censored, no run "
-             "unstable up to the cap (a lower bound); '*' = incomplete (a run failed or has not finished)",
+             "unstable up to the cap (a lower bound); '<' = unstable from the smallest lr: no run of a seed's curve "
+             "left the unigram plateau (or all diverged), so the run is too short or every rate too high, which "
+             "the sweep cannot tell apart; '*' = incomplete (a run failed or has not finished)",
              f"{'scheme':<14}{'warm-up':<9}" + "".join(f"{'d=' + str(w):>34}" for w in widths)]  # fmt: skip
     by = {(r["scheme"], r["warmup"], r["width"]): r for r in result["frontier"]}
     for scheme in result["config"]["schemes"]:

@@ -73,6 +73,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "than the run's (without it, a resume may change only the run's length, its evaluation and "
                         "checkpoint cadence and how it computes)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
+    p.add_argument("--threads", type=int, default=0, metavar="N",
+                   help="CPU threads for this run (torch.set_num_threads; default: torch's, one per core). On a CPU "
+                        "that other processes share, fewer threads than cores avoid OpenMP's threads waiting on a "
+                        "descheduled one (a 2-core machine with another job: 1 thread can be several times faster)")
     p.add_argument("--nproc-per-node", type=int, default=1, metavar="N",
                    help="data parallel: start N ranks on this machine (gloo on the CPU, nccl on CUDA), as torchrun "
                         "--standalone --nproc_per_node N does, with one line per fault instead of torchrun's report; "
@@ -210,8 +214,8 @@ def _score_test(cfg: TrainConfig, out: str | Path, summary: dict[str, Any], quie
         print(f"normlab train: warning: the run completed, its test scoring failed: {line}; score it with: normlab "
               f"evaluate --run {out} --split test --checkpoint {cfg.test_checkpoint}", file=sys.stderr)  # fmt: skip
         return summary
-    keep = ("checkpoint", "sentences", "bleu", "bleu_tokenized", "nll", "bleu_signature", "bleu_tokenized_signature",
-            "decoding", "written")  # fmt: skip
+    keep = ("checkpoint", "checkpoint_update", "sentences", "bleu", "bleu_tokenized", "nll", "bleu_signature",
+            "bleu_tokenized_signature", "decoding", "written")  # fmt: skip
     summary = {**summary, "test": {**settings, **{k: result[k] for k in keep}}}
     RunDir(out).write_summary(summary)
     if not quiet:
@@ -261,6 +265,14 @@ def run(args: argparse.Namespace) -> int:
     for flag in ("accept_changed_data", "accept_changed_settings"):
         if getattr(args, flag) and not args.resume:
             raise ConfigError(f"--{flag.replace('_', '-')} applies to --resume only")
+    if args.threads < 0:
+        raise ConfigError(f"--threads must be positive, got {args.threads}")
+    if args.threads:
+        # every rank of --nproc-per-node inherits it through OMP_NUM_THREADS (launch.py leaves a set one alone)
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
+        import torch
+
+        torch.set_num_threads(args.threads)
     if args.nproc_per_node != 1:
         return _launch(args, cfg)
     try:
