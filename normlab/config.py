@@ -704,8 +704,9 @@ class ScheduleConfig(Strict):
     warmup_updates: int = field(0, help="T_warmup of eq. (1): lr(t) = t / T_warmup * lr_max; 0 or 1 means none")
     decay: Literal["inverse_sqrt", "linear", "constant"] = field(
         "inverse_sqrt",
-        help="after warm-up (or from decay_from): inverse_sqrt (lr_max * sqrt(T_warmup) / sqrt(t), fairseq), linear "
-        "(to end_lr at the last update, BERT) or constant (the paper's Figure 6)",
+        help="after warm-up (or from decay_from): inverse_sqrt (lr_max * sqrt(max(T_warmup, 1)) / sqrt(t), fairseq: "
+        "with no warm-up and no decay_from, lr_max / sqrt(t) from the first update, 0.1 x lr_max by update 100), "
+        "linear (to end_lr at the last update, BERT) or constant (the paper's Figure 6)",
     )
     decay_from: int = field(
         0, help="the update the decay starts from, lr_max held between the warm-up and it (inverse_sqrt: lr_max * "
