@@ -12,8 +12,13 @@ from normlab.allocator import reexec
 
 def entry() -> int:
     reexec()
-    from normlab.cli import main  # after reexec: cli imports torch, which the re-executed process would import again
-
+    try:
+        from normlab.cli import main  # after reexec: cli imports torch, which the re-executed process would import again
+    except KeyboardInterrupt:
+        # Ctrl-C during the imports (a second or two of torch), before the command's own handler exists: one line,
+        # as after it, not a traceback through torch's import machinery (a new user's finding)
+        print("normlab: interrupted while starting; nothing was done", file=sys.stderr)
+        return 130
     return main()
 
 

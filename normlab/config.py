@@ -877,7 +877,8 @@ class TrainConfig(Strict):
     optim: OptimConfig = field(default_factory=OptimConfig, help="the optimizer")
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig, help="the learning-rate schedule")
     max_epochs: int = field(20, help="stop after this many epochs")
-    max_updates: int = field(0, help="stop after this many updates; 0 = only max_epochs")
+    max_updates: int = field(0, help="stop after this many updates, or at max_epochs if that comes first (said at "
+                             "the start, and stopped_by max_epochs in summary.json); 0 = only max_epochs")
     max_hours: float = field(
         0.0, help="stop once the run has trained this many hours of wall-clock time, its validations and checkpoints "
         "included, summed over resumes (fairseq's --stop-time-hours): the update in progress ends, then a checkpoint "

@@ -392,6 +392,8 @@ def _fmt_acc(summary: dict[str, Any] | None) -> str:
     if not summary or summary["mean"] is None:
         return "-"
     half = summary["ci_half_width"]
+    if half == 0:  # every seed at the same accuracy (e.g. all predict the majority class): no spread seen, not certainty
+        return f"{summary['mean']:.4f} (every seed the same: the noise is not measured)"
     return f"{summary['mean']:.4f}" + ("" if half is None else f" ± {half:.4f}")
 
 

@@ -188,3 +188,20 @@ def test_diagnose_reads_the_task_of_the_run_config_it_is_given(capsys, tmp_path)
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("lm model, placement=pre, 2 decoder layers, at initialisation, on 1 synthetic batches")
     assert main(["model", "--config", str(cfg), "--task", "lm"]) == 0
+
+
+def test_ctrl_c_while_starting_is_one_line(monkeypatch, capsys):
+    """A Ctrl-C during the first second (torch's import, before any command's handler) printed ~35 lines of
+    traceback (a new user's finding): one line and the shell's SIGINT code now."""
+    import types
+
+    import normlab.__main__ as entry_point
+
+    class Importing(types.ModuleType):
+        def __getattr__(self, name):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(entry_point, "reexec", lambda: None)
+    monkeypatch.setitem(sys.modules, "normlab.cli", Importing("normlab.cli"))
+    assert entry_point.entry() == 130
+    assert capsys.readouterr().err == "normlab: interrupted while starting; nothing was done\n"

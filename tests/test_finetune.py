@@ -353,3 +353,13 @@ def test_a_three_class_task_through_both_paths(pre_run, small_corpora, tmp_path,
     assert summary["status"] == "completed" and summary["update"] == per_epoch
     acc = [r["accuracy"] for r in valid_records(tmp_path / "fig5-run")]
     assert len(acc) == 1 and 0.0 <= acc[0] <= 1.0
+
+
+def test_an_interval_of_seeds_that_all_agree_is_not_shown_as_certainty():
+    """Seeds that all reach the same accuracy (both predict the majority class) printed "0.5200 ± 0.0000", which
+    reads as certainty (a new user's finding): the table says the noise is not measured."""
+    from normlab.finetune import _fmt_acc
+
+    assert _fmt_acc({"mean": 0.52, "ci_half_width": 0.0}) == "0.5200 (every seed the same: the noise is not measured)"
+    assert _fmt_acc({"mean": 0.52, "ci_half_width": 0.01}) == "0.5200 ± 0.0100"
+    assert _fmt_acc({"mean": 0.52, "ci_half_width": None}) == "0.5200"

@@ -388,3 +388,15 @@ def test_max_hours_stops_at_an_update_with_a_checkpoint_summed_over_resumes(tmp_
     assert "stopped_by" not in Trainer(exact, tmp_path / "exact", ReverseTask(), progress=False).fit()
     with pytest.raises(ConfigError, match="max_hours: must be >= 0"):
         TrainConfig.from_dict(config(max_hours=-1))
+
+
+def test_max_epochs_that_binds_before_max_updates_is_said(tmp_path, capsys):
+    """The default max_epochs (20) cut a max_updates=300 run on a small corpus at update 80 with nothing but a
+    "/80" in the progress line (a new user's finding): a note at the start, stopped_by in the summary."""
+    per_epoch = Trainer(TrainConfig.from_dict(config(max_updates=1, schedule={"warmup_updates": 0})),
+                        tmp_path / "probe", ReverseTask(), progress=False).fit()["updates_per_epoch"]  # fmt: skip
+    capsys.readouterr()
+    cut = TrainConfig.from_dict(config(max_epochs=1, max_updates=per_epoch + 5, schedule={"warmup_updates": 0}))
+    summary = Trainer(cut, tmp_path / "cut", ReverseTask(), progress=False).fit()
+    assert summary["update"] == per_epoch and summary["stopped_by"] == "max_epochs"
+    assert f"max_epochs=1 ends this run at update {per_epoch}" in capsys.readouterr().err

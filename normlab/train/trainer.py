@@ -759,6 +759,14 @@ class Trainer:
 
             self._bar = tqdm(total=total, initial=self.state.update, unit="upd", dynamic_ncols=True)
         extra: dict[str, Any] = {"total_updates": total, "updates_per_epoch": per_epoch}
+        if cfg.max_updates and total < cfg.max_updates:
+            # max_epochs (default 20) binds before the max_updates asked for: said at the start and in the summary,
+            # not left to a "/80" in the progress line (a new user's finding: a small corpus' 20 epochs are short)
+            extra["stopped_by"] = "max_epochs"
+            if self.dist.is_main:
+                print(f"normlab train: note: max_epochs={cfg.max_epochs} ends this run at update {total} "
+                      f"({per_epoch} an epoch), before max_updates={cfg.max_updates}; raise max_epochs to reach it",
+                      file=sys.stderr)  # fmt: skip
         self._extra = extra
         try:
             with self._interruptible():
