@@ -94,7 +94,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from normlab import __version__
-from normlab.analysis.diagnose import diagnose_config
+from normlab.analysis.diagnose import SEEN_IN_DESIGN, diagnose_config, score_verdict
 from normlab.config import (
     NORMS,
     ConfigError,
@@ -1676,8 +1676,6 @@ def held_out_cells(path: str | Path, *, measure: bool = True) -> list[dict[str, 
     (:data:`~normlab.analysis.diagnose.SEEN_IN_DESIGN`), and what makes it one experiment
     (:data:`EXPERIMENT_FIELDS`, for heldout's check that no experiment is counted twice). ``path``: a sweep.json,
     its folder, or a sweep's ``--out`` folder (its report/sweep.json)."""
-    from normlab.analysis.diagnose import SEEN_IN_DESIGN, score_verdict
-
     path = Path(path)
     if path.is_dir():
         path = path / "sweep.json" if (path / "sweep.json").is_file() else path / "report" / "sweep.json"
