@@ -18,7 +18,10 @@ from normlab.experiments.sweep import (
     Edge,
     analyze,
     curve_failures,
+    SweepConfig,
     edge,
+    edge_estimate_line,
+    edge_runs_per_curve,
     idle_curves,
     next_grid_lr,
     plan_edge,
@@ -117,6 +120,40 @@ def test_the_planner_bisects_to_the_resolution():
     # unstable from the smallest learning rate: done, no search below the grid
     assert plan_edge(dict.fromkeys(GRID, True), lr_min=1e-4, per_decade=3) is None
     assert edge(dict.fromkeys(GRID, True)) == Edge(None, 1e-4)
+
+
+def _search(threshold: float, **kw) -> int:
+    """The runs plan_edge adds to the grid of a curve unstable from ``threshold`` up."""
+    runs = {lr: lr >= threshold for lr in GRID}
+    added = 0
+    while (nxt := plan_edge(runs, lr_min=1e-4, per_decade=3, **kw)) is not None:
+        runs[nxt] = nxt >= threshold
+        added += 1
+    return added
+
+
+def test_the_estimate_counts_the_runs_the_planner_adds():
+    """edge_runs_per_curve's counts are the planner's: 3 bisections where the grid brackets the edge, wherever in
+    the bracket the edge lies; the 6 grid points above 1e-2 to the cap and 3 more where it is above the grid; all 9
+    and no bisection (censored) where the curve is stable at the cap."""
+    cfg = SweepConfig()
+    typical, most = edge_runs_per_curve(cfg)
+    assert (typical, most) == (3, 9)
+    for threshold in (2.2e-3, 3.1e-3, 4.6e-3, 7e-3, 1e-2):  # bracketed by the grid
+        assert _search(threshold) == typical, threshold
+    assert _search(0.9) == most  # the last extension point (1.0) fails, then 3 bisections between 0.464 and 1
+    assert _search(5.0) == most - typical  # stable at the cap: the extension only
+    assert _search(1e-5) == 0  # unstable from lr_min: nothing
+    assert edge_runs_per_curve(SweepConfig(find_edge=False)) == (0, 0)
+    assert edge_runs_per_curve(SweepConfig(resolution=1.5)) == (1, 7)  # 2.15 -> 1.47
+    line = edge_estimate_line(cfg, 0.01, jobs=2)
+    curves = len(cfg.schemes) * len(cfg.warmups) * len(cfg.widths) * cfg.seeds
+    assert f"{curves} curves x 3 bisection runs" in line and f"{3 * curves:,} to {9 * curves:,} runs" in line
+    hours = 9 * curves * cfg.updates * 0.01 / 3600
+    scale, unit = (3600, "h") if hours >= 1 else (60, "min")
+    assert f"~{3 * curves * cfg.updates * 0.01 / scale:.1f} to {9 * curves * cfg.updates * 0.01 / scale:.1f} {unit} more" in line
+    assert "more at" not in edge_estimate_line(cfg, None, jobs=2)
+    assert " h more" in edge_estimate_line(cfg, 1.0, jobs=2) and " min more" in edge_estimate_line(cfg, 1e-4, jobs=2)
 
 
 def test_a_stable_run_above_the_first_unstable_one_does_not_move_the_edge():

@@ -141,7 +141,7 @@ __all__ = [
     "EXPERIMENT_FIELDS",
     "MARGIN", "PAPER_WARMUP_FRACTION", "SweepConfig", "SWEEP_SCALES", "sweep_scale", "lr_grid", "sweep_runs",
     "Cell", "Curve", "diverged", "unstable", "curve_failures", "Edge", "edge", "plan_edge", "plan_edges",
-    "edge_summary", "seed_sign", "idle_curves",
+    "edge_summary", "seed_sign", "idle_curves", "edge_runs_per_curve", "edge_estimate_line",
     "warmup_verdict", "warmup_verdicts", "width_law", "tolerance_truth", "rerender", "LR_CAP", "RESOLUTION",
     "lr_sensitivity", "frontier", "analyze", "predicted_slope", "width_slope",
     "slope_resolution", "read_cell", "WARMUPS", "BETAS", "warm_arms", "arms", "best_loss_gap", "warmup_truth",
@@ -1336,6 +1336,42 @@ def sweep_estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads
     return line + (f"\nWARNING: {warning}" if warning else ""), pace
 
 
+def edge_runs_per_curve(cfg: SweepConfig) -> tuple[int, int]:
+    """The runs the edge search adds to one seed's curve after its grid (:func:`plan_edge`), as (when the grid
+    brackets the edge, at most): the bisections from one grid step down to ``resolution`` (each halves the log of
+    the bracket's ratio: 3 from 2.15x to 1.2x, RESOLUTION's note), and those plus the grid points above lr_max up to
+    the cap, run one by one while the curve stays stable. A curve unstable from lr_min adds none; the search is
+    sequential per curve, so these are counts, not a schedule."""
+    if not cfg.find_edge:
+        return 0, 0
+    step = 10 ** (1 / cfg.per_decade)
+    bisect = max(0, math.ceil(math.log2(math.log(step) / math.log(cfg.resolution)) - 1e-9))
+    above = 0
+    lr = cfg.lr_max
+    while (lr := next_grid_lr(lr, cfg.lr_min, cfg.per_decade)) <= cfg.lr_cap * (1 + 1e-9):
+        above += 1
+    return bisect, bisect + above
+
+
+def edge_estimate_line(cfg: SweepConfig, pace: float | None, *, jobs: int) -> str:
+    """The edge search's share, which the grid's estimate leaves out (its runs depend on the grid's outcomes): the
+    curves' typical and largest number of added runs (:func:`edge_runs_per_curve`), each of ``cfg.updates``, at the
+    estimate's pace (seconds per update of the grid, all lanes together). An upper reading: a run that diverges
+    stops early, and a finished run is never trained again."""
+    typical, most = edge_runs_per_curve(cfg)
+    if not most:
+        return ""
+    curves = len(cfg.schemes) * len(cfg.warmups) * len(cfg.widths) * cfg.seeds
+    hours = most * curves * cfg.updates * (pace or 0.0) / 3600
+    unit, scale = ("h", 3600) if hours >= 1 else ("min", 60)
+    when = "" if pace is None else (f", ~{typical * curves * cfg.updates * pace / scale:.1f} to "
+                                    f"{most * curves * cfg.updates * pace / scale:.1f} {unit} more at the same pace")
+    return (f"edge search, not in that estimate: {curves} curves x {typical} bisection runs (x{10 ** (1 / cfg.per_decade):.2f} "
+            f"to <= {cfg.resolution:g}x) where the grid brackets the edge, up to {most} a curve that is stable to the "
+            f"cap {cfg.lr_cap:g}: {typical * curves:,} to {most * curves:,} runs{when} on {jobs} job(s) (fewer: a "
+            "diverged run stops early; runs finished earlier are kept)")  # fmt: skip
+
+
 def unigram_baseline(data: Any, task: str) -> dict[str, Any]:
     """U, the plateau a curve must leave (:func:`frontier`): metrics.unigram_plateau of the prepared data's
     validation targets, as reproduce.baselines computes the gates of report/claims.py (for the masked LM the
@@ -1427,6 +1463,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         elif probe:
             text, pace = sweep_estimate(todo, ctx, jobs=jobs, threads=threads)
             say(text)
+            if text.startswith("estimate:") and (line := edge_estimate_line(cfg, pace, jobs=jobs)):
+                say(line)
     outcomes: dict[str, Any] = {}
     read: dict[str, tuple[Cell, dict[str, Any]]] = {}
 
