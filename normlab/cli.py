@@ -144,7 +144,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "translate": ("translate sentences (stdin or --input) with a trained run, streamed to stdout",
                   translate.add_translate_arguments, translate.run_translate),
     "evaluate": ("BLEU (sacreBLEU and tokenized) and NLL of a run on its valid or test split, or on your own files; "
-                 "a language model's perplexity beside the unigram level",
+                 "a language model's perplexity beside the unigram level; a classifier's accuracy (F1 for two "
+                 "labels) beside the majority class; a masked LM's loss on its masked positions",
                  translate.add_evaluate_arguments, translate.run_evaluate),
     "generate": ("sample continuations of a prompt from a language-model run (temperature, top-k; KV cache)",
                  lm.add_generate_arguments, lm.run_generate),

@@ -243,9 +243,15 @@ class RunDir:
         write_json_atomic(self.path / self.DATA, {"files": files, "tokenizer": hashlib.sha256(tokenizer).hexdigest()})
 
     def tokenizer(self) -> Tokenizer:
-        if not self.tokenizer_path.is_file():
-            raise ConfigError(f"{self.path}: no {self.TOKENIZER} (runs trained by normlab train have one)")
-        return Tokenizer.load(self.tokenizer_path)
+        """The run's tokenizer: its own copy, or the file its config names (``data.tokenizer``: a fine-tuning grid's
+        runs share the pre-training one, ``normlab finetune --out``'s tokenizer.model, and keep no copy)."""
+        if self.tokenizer_path.is_file():
+            return Tokenizer.load(self.tokenizer_path)
+        named = self.read_config().data.tokenizer if self.config_path.is_file() else ""
+        if named and Path(named).is_file():
+            return Tokenizer.load(Path(named))
+        raise ConfigError(f"{self.path}: no {self.TOKENIZER}" + (f", and its data.tokenizer {named} is gone" if named
+                          else " (runs trained by normlab train have one)"))
 
     # ---------------------------------------------------------------------------------- status, summary
 

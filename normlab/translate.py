@@ -36,6 +36,7 @@ from normlab.lm import run_evaluate_lm
 from normlab.metrics import bleu
 from normlab.model import Seq2Seq
 from normlab.rundir import RunDir
+from normlab.scoring import ENCODER_TASKS, evaluate_encoder
 from normlab.train.checkpoint import CheckpointError, read_state
 from normlab.train.objectives import compute_loss
 
@@ -303,7 +304,8 @@ def run_translate(args: argparse.Namespace) -> int:
 def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("--split", default=None, choices=["valid", "test"], help="a split of the run's corpus (default: "
-                   "test)")
+                   "test; a language-model, classification or masked-LM run: test where its corpus has one, else "
+                   "valid)")
     p.add_argument("--source", help="your own test set instead of a split: a file of source sentences, one per line, "
                    "in the run's source language (with --reference)")
     p.add_argument("--reference", help="the reference translations of --source, line by line")
@@ -316,8 +318,17 @@ def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
 def run_evaluate(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     rd = RunDir(args.run)
-    if rd.is_run() and rd.read_config().data.task == "lm":  # perplexity, not BLEU (normlab.lm)
+    task = rd.read_config().data.task if rd.is_run() else "translation"
+    if task == "lm":  # perplexity, not BLEU (normlab.lm)
         return run_evaluate_lm(args)
+    if task in ENCODER_TASKS:  # accuracy or masked-LM loss (normlab.scoring)
+        if args.text or args.source or args.reference or args.limit:
+            raise ConfigError(f"--text, --source/--reference and --limit are not for a {task} run: it is scored on a "
+                              "--split of its own corpus")
+        result = evaluate_encoder(args.run, args.split, checkpoint=args.checkpoint, max_tokens=args.max_tokens,
+                                  device=args.device)  # fmt: skip
+        print(json.dumps(result, indent=1))
+        return 0
     if args.text:
         raise ConfigError("--text is for a language-model run (data.task=lm); a translation takes --source/--reference")
     _check_decoding(args)

@@ -134,7 +134,7 @@ def test_encoder_comes_from_the_checkpoint(post_run, tmp_path):
 
 def test_finetune_beats_the_majority_class(post_run, paraphrase_8k, tmp_path):
     fc = FinetuneConfig(task=str(paraphrase_8k), batch_sizes=(16,), lrs=(1e-3,), epochs=(2,), seeds=1, max_length=48,
-                        precision="fp32")  # fmt: skip
+                        precision="fp32", keep_checkpoints=True)  # fmt: skip
     lines: list[str] = []
     results = finetune(post_run, fc, tmp_path / "ft", say=lines.append)
     chosen, majority = results["chosen"], results["majority_baseline"]
@@ -150,6 +150,47 @@ def test_finetune_beats_the_majority_class(post_run, paraphrase_8k, tmp_path):
     curve = epoch_curve(run)  # the per-epoch curve (the paper's fine-tuning curves) from metrics.jsonl
     assert [r["epoch"] for r in curve] == [1, 2] and all("test_accuracy" in r for r in curve)
     assert curve[-1]["accuracy"] == chosen["valid"]["mean"]
+
+    # `normlab evaluate` on the fine-tuned run (normlab.scoring): the accuracies the trainer logged after the last
+    # epoch, with the last checkpoint, on both splits; the majority class as finetune's; F1 from the predictions
+    for split, logged, baseline in (("valid", curve[-1]["accuracy"], majority["valid"]),
+                                    ("test", curve[-1]["test_accuracy"], majority["test"])):  # fmt: skip
+        proc = normlab("evaluate", "--run", str(run), "--split", split, "--checkpoint", "last")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        got = json.loads(proc.stdout)
+        assert (got["task"], got["split"], got["examples"]) == ("classification", split, 400)
+        assert got["accuracy"] == pytest.approx(logged, abs=1e-12)
+        assert got["majority_accuracy"] == pytest.approx(baseline, abs=1e-12)
+        predicted = Path(got["predictions"]).read_text().splitlines()
+        truth = [line.split("\t")[0] for line in (paraphrase_8k / f"{split}.tsv").read_text().splitlines()[1:]]
+        assert len(predicted) == len(truth) == 400
+        assert got["accuracy"] == pytest.approx(np.mean([p == t for p, t in zip(predicted, truth, strict=True)]))
+        tp = sum(p == t == "1" for p, t in zip(predicted, truth, strict=True))
+        precision, recall = tp / predicted.count("1"), tp / truth.count("1")
+        assert got["f1"] == pytest.approx(2 * precision * recall / (precision + recall))
+        assert json.loads(Path(got["written"]).read_text())["accuracy"] == got["accuracy"]
+
+
+def test_evaluate_scores_a_masked_lm_run_as_its_validation_did(post_run, tmp_path):
+    """`normlab evaluate` on a masked-LM run: the last checkpoint's loss on the validation split's masked positions
+    is the one the trainer logged at that update (the same masks: cfg.seed, epoch 0; the whole split: the run had no
+    valid_subset), whatever the batch size; beside the unigram plateaus (copy-aware: the report's gate)."""
+    last = valid_records(post_run)[-1]
+    cfg = TrainConfig.from_dict(load_yaml((post_run / "config.yaml").read_text()))
+    assert cfg.data.valid_subset == 0 and last["update"] == cfg.max_updates
+    for max_tokens in ("4096", "512"):
+        proc = normlab("evaluate", "--run", str(post_run), "--split", "valid", "--checkpoint", "last",
+                       "--max-tokens", max_tokens)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        got = json.loads(proc.stdout)
+        assert (got["task"], got["split"], got["checkpoint_update"]) == ("mlm", "valid", cfg.max_updates)
+        torch.testing.assert_close(got["nll"], last["nll"], rtol=1e-5, atol=0.0)
+        # 400 tiny updates: below the frequencies at every target (test_pretraining_lowers_validation_loss's bar),
+        # not yet below the copy-aware plateau, which lies under it
+        assert got["nll"] < got["unigram_nll_all_masked"] - 0.15 and got["masked_tokens"] > 1000
+        assert got["unigram_nll"] < got["unigram_nll_all_masked"]
+    proc = normlab("evaluate", "--run", str(post_run), "--source", "x.de", "--reference", "x.en")
+    assert proc.returncode == 2 and "not for a mlm run" in proc.stderr
 
 
 def test_finetune_cli_tiny_grid_then_skips_finished_runs(pre_run, small_corpora, tmp_path, capsys):

@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("train", ("normlab.train", "normlab.rundir")),
     # what uses a trained model or trains one for a purpose, and the analyses at initialisation
     ("tasks", ("normlab.train.run", "normlab.translate", "normlab.pretrained", "normlab.finetune", "normlab.lm",
-               "normlab.analysis")),
+               "normlab.scoring", "normlab.analysis")),
     # the data experiments hand to the report
     ("results", ("normlab.results",)),
     ("report", ("normlab.report",)),
