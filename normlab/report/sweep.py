@@ -273,8 +273,9 @@ def _seed_mean(m: dict[str, Any] | None) -> str:
 def _verdict_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Per scheme x width x warm-up arm: each seed's contrast, the sign test and the verdict; the pre-issue-40
     reading on the LR tolerance beside it."""
-    head = ["scheme", "width", "warm-up arm", "per seed (+: warm-up edge above, disjoint brackets; 0: overlapping "
-            "brackets within the resolution; -: below; ?: open)", "verdict (one-sided sign test)", "LR tolerance's reading (before issue 40)"]
+    head = ["scheme", "width", "warm-up arm", "per seed (s3:+ is seed 3; +: warm-up edge above, disjoint brackets; "
+            "0: overlapping brackets within the resolution; -: below; ?: open)", "verdict (one-sided sign test)",
+            "LR tolerance's reading (before issue 40)"]  # fmt: skip
     sign = {1: "+", 0: "0", -1: "-", None: "?"}
     rows = []
     for t in result.get("warmup_truth") or []:
@@ -283,7 +284,7 @@ def _verdict_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 continue
             seeds = v.get("seeds") or range(1, len(v["signs"]) + 1)
             rows.append([t["scheme"], str(t["width"]), _warmup_text(result, arm),
-                         " ".join(f"s{s}{sign[x]}" for s, x in zip(seeds, v["signs"])) or "–",
+                         " ".join(f"s{s}:{sign[x]}" for s, x in zip(seeds, v["signs"])) or "–",
                          f"{v['verdict']}: {v['why']}", _NEEDED[t.get("tolerance_needed")]])  # fmt: skip
     return head, rows
 
