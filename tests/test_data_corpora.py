@@ -9,7 +9,7 @@ import lzma
 from pathlib import Path
 
 import pytest
-from conftest import SMALL_VOCAB, small_data_config
+from conftest import SMALL_VOCAB, _vendored_lines, small_data_config
 
 from normlab.config import ConfigError, DataConfig
 from normlab.data import DataError, prepare
@@ -254,3 +254,40 @@ def test_vocab_too_large_for_corpus(small_corpora, tmp_path):
     cfg = small_data_config(small_corpora["wic"], tmp_path / "cache", task="classification").replace(vocab_size=50_000)
     msg = _assert_refused(cfg, "tokenizer training failed")
     assert "DataConfig.vocab_size" in msg and SMALL_VOCAB < 50_000
+
+
+def test_a_vocabulary_mostly_unseen_in_training_is_warned(tmp_path, caplog):
+    """300 training pairs with the default 10k vocabulary (a new user's first own corpus): most text pieces never
+    occur in the training split, so most of the embedding table learns nothing. prepare warns and names a size;
+    at that size it does not warn; nor for data read with a tokenizer chosen elsewhere (fine-tuning's case)."""
+    from normlab.data.datasets import UNSEEN_WARNING_SHARE, pieces_seen
+    from normlab.data.tokenizer import NUM_SPECIAL
+
+    lines = _vendored_lines("de-en/train.tsv.xz", 301)
+    corpus = tmp_path / "mine"
+    corpus.mkdir()
+    (corpus / "train.tsv").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    (corpus / "valid.tsv").write_text("".join(line + "\n" for line in lines[:21]), encoding="utf-8")
+    cfg = DataConfig(corpus=str(corpus), cache_dir=str(tmp_path / "cache"), vocab_size=10_000)
+    with caplog.at_level(logging.WARNING, logger="normlab.data"):
+        data = prepare(cfg, max_positions=256)
+    seen, text_pieces = data.stats["train"]["pieces_seen"], data.vocab_size - NUM_SPECIAL
+    assert seen < (1 - UNSEEN_WARNING_SHARE) * text_pieces  # what the warning says, counted by hand below
+    train = data.splits["train"]
+    by_hand = set(train.src.values.tolist()) | set(train.tgt.values.tolist())
+    assert seen == len({i for i in by_hand if i >= NUM_SPECIAL})
+    assert f"{text_pieces - seen} of the vocabulary's {text_pieces} text pieces" in caplog.text
+    suggested = int(caplog.text.split("data.vocab_size=")[1].split()[0])
+    assert suggested == seen + NUM_SPECIAL
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="normlab.data"):
+        smaller = prepare(cfg.replace(vocab_size=suggested), max_positions=256)
+    assert "never occur" not in caplog.text and smaller.stats["train"]["pieces_seen"] > seen / 2
+    caplog.clear()
+    model = tmp_path / "pretraining.model"  # a tokenizer named by the config (fine-tuning's): chosen elsewhere
+    model.write_bytes(data.tokenizer.proto)
+    with caplog.at_level(logging.WARNING, logger="normlab.data"):
+        given = prepare(cfg.replace(tokenizer=str(model)), max_positions=256)
+    assert "never occur" not in caplog.text and given.stats["train"]["pieces_seen"] == seen
+    assert pieces_seen({"a_tokens": train.src.values, "src_text_tokens": train.src.values}, data.vocab_size) == len(
+        {i for i in train.src.values.tolist() if i >= NUM_SPECIAL})

@@ -41,7 +41,7 @@ from normlab.data.corpora import (
     read_split,
     tokenizer_text,
 )
-from normlab.data.tokenizer import Tokenizer, settings_key, tokenizer_path, train_or_load
+from normlab.data.tokenizer import NUM_SPECIAL, Tokenizer, settings_key, tokenizer_path, train_or_load
 
 log = logging.getLogger("normlab.data")
 
@@ -431,6 +431,23 @@ def _fitted(label: str, task: str, arrays: dict[str, np.ndarray], cfg: DataConfi
     return ds, dropped_long
 
 
+def pieces_seen(arrays: dict[str, np.ndarray], vocab_size: int) -> int:
+    """How many of the vocabulary's text pieces (ids >= NUM_SPECIAL) occur in a binarized split's token arrays
+    (not the raw-text arrays ``*_text_tokens`` translation keeps for BLEU)."""
+    seen = np.zeros(vocab_size, dtype=bool)
+    for name, values in arrays.items():
+        if name.endswith("_tokens") and not name.endswith("_text_tokens") and values.size:
+            seen |= np.bincount(values.astype(np.int64), minlength=vocab_size)[:vocab_size] > 0
+    return int(seen[NUM_SPECIAL:].sum())
+
+
+# A vocabulary entry that never occurs in the training split keeps its initial embedding and, as an output, only
+# ever has its logit pushed down: parameters that learn nothing (with a 10k vocabulary on a few thousand
+# sentences, most of the embedding table). The warning fires when they are the majority of the text pieces,
+# where the model is mostly untrained parameters; a vocabulary the size of the pieces seen fits such a corpus.
+UNSEEN_WARNING_SHARE = 0.5
+
+
 def prepare(data_cfg: DataConfig, max_positions: int, *, tokenizer: Tokenizer | None = None) -> Prepared:
     """Build or load the tokenizer and the binarized splits of ``data_cfg`` for a model of ``max_positions``.
     ``tokenizer``: use this one instead of the one ``data_cfg`` names or trains (a resumed run keeps its own).
@@ -506,6 +523,16 @@ def prepare(data_cfg: DataConfig, max_positions: int, *, tokenizer: Tokenizer | 
                         "dropped_long": dropped_long, "cache": str(path)}  # fmt: skip
         if isinstance(ds, TranslationDataset):  # "tokens" is the batching size max(src, tgt); here each side
             stats[split].update(source_tokens=int(ds.src_sizes.sum()), target_tokens=int(ds.tgt_sizes.sum()))
+        if split == "train":
+            text_pieces = tok.vocab_size - NUM_SPECIAL
+            seen = stats[split]["pieces_seen"] = pieces_seen(arrays, tok.vocab_size)
+            # only where this corpus chose the vocabulary: a fine-tuning task read with the pre-training
+            # tokenizer (or any given .model) sees part of it by design
+            if tok_corpus is corpus and text_pieces - seen > UNSEEN_WARNING_SHARE * text_pieces:
+                log.warning("%s train: %d of the vocabulary's %d text pieces (%.0f%%) never occur in the training "
+                            "split; their embeddings learn nothing. A vocabulary near the %d pieces seen fits this "
+                            "corpus: --set data.vocab_size=%d", corpus.name, text_pieces - seen, text_pieces,
+                            100 * (text_pieces - seen) / text_pieces, seen, max(seen + NUM_SPECIAL, 100))  # fmt: skip
     log.info("prepared %s in %.2f s", corpus.name, time.perf_counter() - t0)
     return Prepared(cfg=cfg, tokenizer=tok, splits=splits, stats=stats, corpus=corpus)
 
@@ -541,4 +568,4 @@ def read_test_pairs(
 
 
 __all__ = ["prepare", "fingerprint", "Prepared", "Dataset", "TranslationDataset", "MLMDataset", "ClassificationDataset", "LMDataset", "Ragged",
-           "read_test_pairs"]
+           "read_test_pairs", "pieces_seen"]

@@ -11,6 +11,7 @@ from normlab.assets import load_config_file
 from normlab.config import DataConfig, add_set_argument, apply_overrides
 from normlab.data.batch import PAD
 from normlab.data.datasets import Prepared, TranslationDataset, prepare
+from normlab.data.tokenizer import NUM_SPECIAL
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,6 +37,9 @@ def describe(data: Prepared, seed: int = 1, examples: int = 2, seconds: float | 
     corpus = data.corpus
     lines.append(f"corpus {corpus.name} ({corpus.root}), task {corpus.task}, format {corpus.format}")
     lines.append(f"tokenizer {tok.name}: sentencepiece BPE, vocab {tok.vocab_size:,}")
+    if (seen := data.stats["train"].get("pieces_seen")) is not None:  # the rest never train (prepare's warning)
+        lines.append(f"vocabulary use: {seen:,} of its {tok.vocab_size - NUM_SPECIAL:,} text pieces occur in the "
+                     "training split")
     # tokens as the model sees them: + eos per side for translation, [CLS]/[SEP] included otherwise
     sides = ("source_tokens", "target_tokens") if isinstance(data.splits["train"], TranslationDataset) else ("tokens",)
     header = ("split", "examples", *(f"{side.replace('_', ' ')}" for side in sides), "dropped empty", "dropped long")
