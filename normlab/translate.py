@@ -237,8 +237,8 @@ def _score(model: Seq2Seq, cfg: TrainConfig, tok: Tokenizer, ds: Any, n: int, *,
 # ----------------------------------------------------------------------------------------------------- CLI
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--run", required=True, help="a translation run directory (normlab train --out)")
+def _common(p: argparse.ArgumentParser, run: str = "a translation run directory (normlab train --out)") -> None:
+    p.add_argument("--run", required=True, help=run)
     p.add_argument("--checkpoint", default="best", help="best, last, an update number, or avg:N (the mean "
                    "of the last N checkpoints' weights, as fairseq's average_checkpoints.py)")
     p.add_argument("--beam", type=int, default=5, help="beam size (the paper: 5; 1 = greedy)")
@@ -302,7 +302,8 @@ def run_translate(args: argparse.Namespace) -> int:
 
 
 def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
-    _common(p)
+    _common(p, "a run directory (normlab train --out): translation (BLEU), language model (perplexity), "
+            "classification (accuracy) or masked LM (masked-token loss)")
     p.add_argument("--split", default=None, choices=["valid", "test"], help="a split of the run's corpus (default: "
                    "test; a language-model, classification or masked-LM run: test where its corpus has one, else "
                    "valid)")
