@@ -248,10 +248,16 @@ class RunDir:
         if self.tokenizer_path.is_file():
             return Tokenizer.load(self.tokenizer_path)
         named = self.read_config().data.tokenizer if self.config_path.is_file() else ""
-        if named and Path(named).is_file():
-            return Tokenizer.load(Path(named))
-        raise ConfigError(f"{self.path}: no {self.TOKENIZER}" + (f", and its data.tokenizer {named} is gone" if named
-                          else " (runs trained by normlab train have one)"))
+        if named.endswith(".model"):  # a file (prepare's rule), not a corpus whose tokenizer the cache holds
+            # a relative name is relative to where the grid ran (`normlab finetune --out ft` writes
+            # ft/tokenizer.model): that directory or one holding the run
+            where = [Path(named)] if Path(named).is_absolute() else [
+                Path.cwd() / named, *(up / named for up in self.path.resolve().parents)]  # fmt: skip
+            if found := next((p for p in where if p.is_file()), None):
+                return Tokenizer.load(found)
+        raise ConfigError(f"{self.path}: no {self.TOKENIZER}" + (
+            f", and its data.tokenizer {named} is not found (from here or a directory holding the run)" if named
+            else " (runs trained by normlab train have one)"))  # fmt: skip
 
     # ---------------------------------------------------------------------------------- status, summary
 

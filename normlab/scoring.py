@@ -72,7 +72,8 @@ def evaluate_encoder(run_dir: str | Path, split: str | None = None, *, checkpoin
                      max_tokens: int = 4096, device: str = "auto") -> dict[str, Any]:  # fmt: skip
     """Score a classification or masked-LM run on ``split`` of its corpus (default: test where the corpus has one,
     else valid) with checkpoint ``checkpoint`` (``best``, ``last``, ``update_N``, ``avg:N``); writes and returns
-    ``RUN/eval/<split>-<checkpoint>.json``. ``max_tokens``: tokens per batch (classification batches are also capped
+    ``RUN/eval/<split>-<checkpoint>.json``, on the whole split (a run that validated on ``data.valid_subset``
+    examples logged fewer). ``max_tokens``: tokens per batch (classification batches are also capped
     by ``data.max_sentences``, as in training); the scores do not depend on it (the masks are drawn per example)."""
     rd = RunDir(run_dir)
     cfg = rd.read_config()
@@ -106,8 +107,9 @@ def evaluate_encoder(run_dir: str | Path, split: str | None = None, *, checkpoin
                       majority_label=top, majority_accuracy=float(np.mean(labels == top)),
                       majority_share_of_split=majority_share(labels),
                       labels=list(cfg.data.labels))  # fmt: skip
-        if len(cfg.data.labels) == 2:
+        if len(cfg.data.labels) == 2:  # of the second label, as MRPC's F1 scores "paraphrase" (label 1)
             result["f1"] = binary_f1(predicted, labels)
+            result["f1_label"] = cfg.data.labels[1]
         # each example's predicted label, in the split's order (as translate's .hyp holds each hypothesis)
         pred = rd.path / "eval" / f"{split}-{path.name}.pred"
         write_atomic(pred, "".join(f"{cfg.data.labels[int(p)]}\n" for p in predicted))

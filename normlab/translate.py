@@ -243,7 +243,8 @@ def _common(p: argparse.ArgumentParser, run: str = "a translation run directory 
                    "of the last N checkpoints' weights, as fairseq's average_checkpoints.py)")
     p.add_argument("--beam", type=int, default=5, help="beam size (the paper: 5; 1 = greedy)")
     p.add_argument("--lenpen", type=float, default=1.2, help="length penalty (the paper: 1.2)")
-    p.add_argument("--max-tokens", type=int, default=4096, help="source tokens per decoding batch")
+    p.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch (translation: source tokens per "
+                   "decoding batch); at least the longest example")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
 
 

@@ -134,8 +134,8 @@ def _search(threshold: float, **kw) -> int:
 
 def test_the_estimate_counts_the_runs_the_planner_adds():
     """edge_runs_per_curve's counts are the planner's: 3 bisections where the grid brackets the edge, wherever in
-    the bracket the edge lies; the 6 grid points above 1e-2 to the cap and 3 more where it is above the grid; all 9
-    and no bisection (censored) where the curve is stable at the cap."""
+    the bracket the edge lies; 9 where it lies in the last step below the cap (the 6 grid points above 1e-2, then
+    3 bisections); 6 and no bisection (censored) where the curve is still stable at the cap."""
     cfg = SweepConfig()
     typical, most = edge_runs_per_curve(cfg)
     assert (typical, most) == (3, 9)
@@ -148,7 +148,7 @@ def test_the_estimate_counts_the_runs_the_planner_adds():
     assert edge_runs_per_curve(SweepConfig(resolution=1.5)) == (1, 7)  # 2.15 -> 1.47
     line = edge_estimate_line(cfg, 0.01, jobs=2)
     curves = len(cfg.schemes) * len(cfg.warmups) * len(cfg.widths) * cfg.seeds
-    assert f"{curves} curves x 3 bisection runs" in line and f"{3 * curves:,} to {9 * curves:,} runs" in line
+    assert f"{curves} curves x up to 3 bisection runs" in line and f"{3 * curves:,} to {9 * curves:,} runs" in line
     hours = 9 * curves * cfg.updates * 0.01 / 3600
     scale, unit = (3600, "h") if hours >= 1 else (60, "min")
     assert f"~{3 * curves * cfg.updates * 0.01 / scale:.1f} to {9 * curves * cfg.updates * 0.01 / scale:.1f} {unit} more" in line

@@ -167,7 +167,7 @@ def test_finetune_beats_the_majority_class(post_run, paraphrase_8k, tmp_path):
         assert got["accuracy"] == pytest.approx(np.mean([p == t for p, t in zip(predicted, truth, strict=True)]))
         tp = sum(p == t == "1" for p, t in zip(predicted, truth, strict=True))
         precision, recall = tp / predicted.count("1"), tp / truth.count("1")
-        assert got["f1"] == pytest.approx(2 * precision * recall / (precision + recall))
+        assert got["f1"] == pytest.approx(2 * precision * recall / (precision + recall)) and got["f1_label"] == "1"
         assert json.loads(Path(got["written"]).read_text())["accuracy"] == got["accuracy"]
 
 

@@ -426,3 +426,22 @@ def test_resume_restores_a_best_copy_that_a_stop_left_unwritten(tmp_path, monkey
     assert marked[0] == "update_00000004"
     best = ck.read_state(tmp_path / "checkpoints" / "best")
     assert best["update"] == best["best_update"] in (4, 8)
+
+
+def test_a_run_without_its_own_tokenizer_reads_the_one_its_config_names(tmp_path, monkeypatch, small_translation):
+    """A fine-tuning grid's runs keep no tokenizer.model; their config names the grid's (``normlab finetune --out
+    ft`` writes ``ft/tokenizer.model``, relative to where it ran). RunDir.tokenizer finds it from the run's own
+    directories wherever the command is run from, and says so in one line when it is gone."""
+    grid = tmp_path / "work" / "ft"
+    run = grid / "runs" / "bs32" / "seed1"
+    run.mkdir(parents=True)
+    (grid / "tokenizer.model").write_bytes(small_translation.tokenizer.proto)
+    cfg = TrainConfig().replace(data=TrainConfig().data.replace(tokenizer="ft/tokenizer.model"))
+    RunDir(run).write_config(cfg)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert RunDir(run).tokenizer().proto == small_translation.tokenizer.proto
+    (grid / "tokenizer.model").unlink()
+    with pytest.raises(ConfigError, match="data.tokenizer ft/tokenizer.model is not found"):
+        RunDir(run).tokenizer()

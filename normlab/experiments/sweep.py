@@ -1337,20 +1337,30 @@ def sweep_estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads
 
 
 def edge_runs_per_curve(cfg: SweepConfig) -> tuple[int, int]:
-    """The runs the edge search adds to one seed's curve after its grid (:func:`plan_edge`), as (when the grid
-    brackets the edge, at most): the bisections from one grid step down to ``resolution`` (each halves the log of
-    the bracket's ratio: 3 from 2.15x to 1.2x, RESOLUTION's note), and those plus the grid points above lr_max up to
-    the cap, run one by one while the curve stays stable. A curve unstable from lr_min adds none; the search is
-    sequential per curve, so these are counts, not a schedule."""
+    """The runs the edge search adds to one seed's curve after its grid, counted by running :func:`plan_edge` on
+    synthetic curves whose first unstable rate lies at points spread over the grid and above it: (the most where
+    the grid brackets the edge, the most anywhere). From one grid step to ``resolution`` the bisections halve the
+    log of the bracket's ratio (3 from 2.15x to 1.2x, RESOLUTION's note; the midpoints' 3-digit rounding can move
+    that by one at other settings, which is why they are counted, not computed); an edge above the grid adds the
+    grid points run one by one up to it (6 from 1e-2 to the cap 1), and its own bisection unless the curve is still
+    stable at the cap. A curve unstable from lr_min adds none."""
     if not cfg.find_edge:
         return 0, 0
-    step = 10 ** (1 / cfg.per_decade)
-    bisect = max(0, math.ceil(math.log2(math.log(step) / math.log(cfg.resolution)) - 1e-9))
-    above = 0
-    lr = cfg.lr_max
-    while (lr := next_grid_lr(lr, cfg.lr_min, cfg.per_decade)) <= cfg.lr_cap * (1 + 1e-9):
-        above += 1
-    return bisect, bisect + above
+    grid = lr_grid(cfg.lr_min, cfg.lr_max, cfg.per_decade)
+
+    def added(threshold: float) -> int:
+        runs = {lr: lr >= threshold for lr in grid}
+        n = 0
+        while (nxt := plan_edge(runs, lr_min=cfg.lr_min, per_decade=cfg.per_decade, cap=cfg.lr_cap,
+                                resolution=cfg.resolution)) is not None:  # fmt: skip
+            runs[nxt] = nxt >= threshold
+            n += 1
+        return n
+
+    lo, hi = math.log(grid[0]), math.log(max(cfg.lr_cap, grid[-1]) * 10 ** (1 / cfg.per_decade))
+    points = [math.exp(lo + (hi - lo) * (k + 0.5) / 400) for k in range(400)]
+    inside = [added(t) for t in points if t <= grid[-1]]
+    return max(inside, default=0), max(max(inside, default=0), *(added(t) for t in points))
 
 
 def edge_estimate_line(cfg: SweepConfig, pace: float | None, *, jobs: int) -> str:
@@ -1366,10 +1376,11 @@ def edge_estimate_line(cfg: SweepConfig, pace: float | None, *, jobs: int) -> st
     unit, scale = ("h", 3600) if hours >= 1 else ("min", 60)
     when = "" if pace is None else (f", ~{typical * curves * cfg.updates * pace / scale:.1f} to "
                                     f"{most * curves * cfg.updates * pace / scale:.1f} {unit} more at the same pace")
-    return (f"edge search, not in that estimate: {curves} curves x {typical} bisection runs (x{10 ** (1 / cfg.per_decade):.2f} "
-            f"to <= {cfg.resolution:g}x) where the grid brackets the edge, up to {most} a curve that is stable to the "
-            f"cap {cfg.lr_cap:g}: {typical * curves:,} to {most * curves:,} runs{when} on {jobs} job(s) (fewer: a "
-            "diverged run stops early; runs finished earlier are kept)")  # fmt: skip
+    return (f"edge search, not in that estimate: {curves} curves x up to {typical} bisection runs "
+            f"(x{10 ** (1 / cfg.per_decade):.2f} to <= {cfg.resolution:g}x) where the grid brackets the edge, up to "
+            f"{most} a curve whose edge lies above the grid (cap {cfg.lr_cap:g}): {typical * curves:,} to "
+            f"{most * curves:,} runs{when} on {jobs} job(s) (fewer: a diverged run stops early; runs finished "
+            "earlier are kept)")  # fmt: skip
 
 
 def unigram_baseline(data: Any, task: str) -> dict[str, Any]:
