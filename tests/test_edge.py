@@ -395,6 +395,7 @@ def test_held_out_scoring_beside_the_trivial_baseline():
     assert (ev_["decided"], ev_["undecided"], ev_["no_score"], ev_["agree"]) == (4, 1, 1, 2)
     # the baseline "Post-LN needs warm-up": peri, deepnorm, pre right; admin wrong
     assert ev_["baseline_agree"] == 3 and ev_["schemes"] == ["admin", "deepnorm", "peri", "pre"]
+    assert ev_["always_agree"] == 1  # "every scheme needs warm-up": right at admin only
     with pytest.raises(ValueError, match="both"):
         held_out_agreement(scores, truth, cal, cal[:1])
     # no calibration cell decides: no threshold, nothing scored
@@ -507,6 +508,7 @@ def test_held_out_report_over_sweeps(tmp_path, capsys):
     assert sh["baseline_agree"] == 5 and sorted(map(tuple, sh["baseline_wrong"])) == [
         ("sweep-a", "pre", 3, 64), ("sweep-b", "mixln", 6, 64)]
     assert sh["schemes"] == ["mixln", "output", "peri", "post", "pre"]
+    assert sh["always_agree"] == 4  # "every scheme needs warm-up": the two posts, sweep-a's pre, mixln
     splits = {s["split"]: s for s in r["splits"]}
     assert set(splits) == {"post and pre -> the other schemes", "the other tasks -> lm", "the other tasks -> translation"}
     # post/pre cells in units of today's threshold at their depth (t3 at 3 layers, t6 at 6): 2.0/t3, 0.6/t3, 0.4/t6
@@ -516,8 +518,9 @@ def test_held_out_report_over_sweeps(tmp_path, capsys):
     p = splits["post and pre -> the other schemes"]
     assert p["threshold"] == pytest.approx((0.1 / t6 + 0.6 / t3) / 2) and p["calibration"]["agree"] == 4
     assert (p["evaluation"]["decided"], p["evaluation"]["agree"], p["evaluation"]["baseline_agree"]) == (3, 3, 2)
+    assert p["evaluation"]["always_agree"] == 1  # mixln
     md = held_out_markdown(r)
-    assert "| 7 | 7 | 0 | 0 | 4/7 | 5/7 |" in md and "sweep-b | lm | mixln | 6 | 64 | 5 | needed" in md
+    assert "| 7 | 7 | 0 | 0 | 4/7 | 5/7 | 4/7 |" in md and "sweep-b | lm | mixln | 6 | 64 | 5 | needed" in md
     files = write_held_out(r, tmp_path / "out")
     assert files["md"].read_text() == md and files["json"].is_file()
     with pytest.raises(ValueError, match="given twice"):
@@ -529,8 +532,9 @@ def test_held_out_report_over_sweeps(tmp_path, capsys):
     assert (tmp_path / "cli" / "HELD_OUT.md").read_text() == md
     err = capsys.readouterr().err
     assert "the shipped rule agrees on 4 of 7 decided cells (5 schemes; 0 open, 0 without a verdict), the baseline " \
-           "'Post-LN needs warm-up' on 5; on the 4 never in view when the rule was designed 2 (baseline 3)" in err
-    assert "refitted, post and pre -> the other schemes: 3 of 3" in err
+           "'Post-LN needs warm-up' on 5, 'every scheme needs warm-up' on 4; on the 4 never in view when the rule " \
+           "was designed 2 (baselines 3, " in err
+    assert "refitted, post and pre -> the other schemes: 3 of 3 (baselines 2, 1)" in err
 
 
 def test_held_out_counts_each_experiment_once_and_reads_todays_rule(tmp_path):
@@ -571,4 +575,5 @@ def test_held_out_counts_each_experiment_once_and_reads_todays_rule(tmp_path):
     assert [c["seen"] for c in r["cells"]] == [True, True, False, False, False, False]
     assert r["shipped"]["decided"] == 6 and r["shipped_unseen"]["decided"] == 4
     assert r["shipped_unseen"]["agree"] == 4 and r["shipped_unseen"]["baseline_agree"] == 3  # DyT: needed
-    assert "| never in view: 4 | 4 | 0 | 0 | 4/4 | 3/4 | 4 |" in held_out_markdown(r)
+    assert r["shipped_unseen"]["always_agree"] == 2  # post and pre/dyt at 6 layers: needed
+    assert "| never in view: 4 | 4 | 0 | 0 | 4/4 | 3/4 | 2/4 | 4 |" in held_out_markdown(r)

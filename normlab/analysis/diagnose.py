@@ -690,6 +690,9 @@ def held_out_agreement(
                                            for r in table),
                        "agree": sum(r["agree"] for r in decided),
                        "baseline_agree": sum(bool(r["baseline_agree"]) for r in decided),
+                       # the other fixed rule, "every scheme needs warm-up": where the truth is mostly "needed", a
+                       # rule must beat it too to say more than "warm-up helps"
+                       "always_agree": sum(r["truth"] is True for r in decided),
                        "schemes": sorted({str(r["cell"][0]) for r in decided})},
         "table": table,
     }

@@ -26,7 +26,12 @@ reads the files (this module only scores).
 
 Counts reported apart: decided (a truth and a verdict), undecided (the sweep's seeds leave it open), no score
 (diagnose gave no verdict: overlapping references at that depth). The baseline is scored on exactly the decided
-cells diagnose is scored on.
+cells diagnose is scored on, and so is the other fixed rule, "every scheme needs warm-up": the truth is the sign of
+warm-up's effect on the stability edge, and where warm-up raises the edge of every scheme (the LM sweep's Pre-LN
+and Peri-LN as well as Post-LN; the edge-quick sweep's Pre-LN), that rule scores every cell; a rule that reads the
+model must beat both to tell more than "warm-up helps" (added 2026-11-28, after a preview of the held-out score
+on the LM sweep's partial report, in which every decided cell was "needed": a second comparator, which changes no
+score of diagnose's).
 
 One experiment, one cell: two sweeps that ran the same cell (the same scheme, width and
 sweep.EXPERIMENT_FIELDS, e.g. one preset on a CPU and on a GPU, or a sweep and its re-read copy) are refused
@@ -78,6 +83,7 @@ def _shipped(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "no_score": sum(c["truth"] is not None and c["diagnose"] is None for c in cells),
         "agree": sum(c["diagnose"] == c["truth"] for c in decided),
         "baseline_agree": sum(trivial_baseline(c["scheme"]) == c["truth"] for c in decided),
+        "always_agree": sum(c["truth"] is True for c in decided),  # "every scheme needs warm-up" (module doc)
         "schemes": sorted({c["scheme"] for c in decided}),
         "wrong": [list(_key(c)) for c in decided if c["diagnose"] != c["truth"]],
         "baseline_wrong": [list(_key(c)) for c in decided if trivial_baseline(c["scheme"]) != c["truth"]],
@@ -149,36 +155,39 @@ def held_out_markdown(result: dict[str, Any]) -> str:
     lines = ["# diagnose held out against the stability sweeps", "",
              f"Sweeps: {', '.join(result['sweeps'])}. A cell is one scheme x depth x width of one sweep; its truth is "
              "that sweep's seeds' sign test on the stability edge (needed / not needed / open), under the present "
-             "rules. The baseline says \"Post-LN needs warm-up, nothing else does\". normlab/experiments/heldout.py "
-             "says why each split is held out.", "",
+             "rules. The baseline says \"Post-LN needs warm-up, nothing else does\"; beside it the other fixed rule, "
+             "\"every scheme needs warm-up\". normlab/experiments/heldout.py says why each split is held out.", "",
              "## The shipped rule (thresholds from diagnose's own reference models; its depth axis was added with "
              "the 3-layer translation cells of the quick sweeps in view: the row \"never in view\" leaves them out)",
              "",
-             "| cells | decided | open (sweep) | no verdict (diagnose) | diagnose agrees | baseline agrees | schemes "
-             "decided |", "|---|---|---|---|---|---|---|",
+             "| cells | decided | open (sweep) | no verdict (diagnose) | diagnose agrees | baseline agrees | \"every "
+             "scheme needs warm-up\" agrees | schemes decided |", "|---|---|---|---|---|---|---|---|",
              f"| {sh['cells']} | {sh['decided']} | {sh['undecided']} | {sh['no_score']} | "
              f"{_score(sh['agree'], sh['decided'])} | {_score(sh['baseline_agree'], sh['decided'])} | "
+             f"{_score(sh.get('always_agree', 0), sh['decided'])} | "
              f"{len(sh['schemes'])}: {', '.join(sh['schemes']) or '–'} |"]  # fmt: skip
     if "shipped_unseen" in result:
         s = result["shipped_unseen"]
         lines.append(f"| never in view: {s['cells']} | {s['decided']} | {s['undecided']} | {s['no_score']} | "
                      f"{_score(s['agree'], s['decided'])} | {_score(s['baseline_agree'], s['decided'])} | "
-                     f"{len(s['schemes'])} |")  # fmt: skip
+                     f"{_score(s.get('always_agree', 0), s['decided'])} | {len(s['schemes'])} |")  # fmt: skip
     for t, s in result["shipped_by_task"].items():
         lines.append(f"| {t}: {s['cells']} | {s['decided']} | {s['undecided']} | {s['no_score']} | "
                      f"{_score(s['agree'], s['decided'])} | {_score(s['baseline_agree'], s['decided'])} | "
-                     f"{len(s['schemes'])} |")  # fmt: skip
+                     f"{_score(s.get('always_agree', 0), s['decided'])} | {len(s['schemes'])} |")  # fmt: skip
     if result["splits"]:
         lines += ["", "## Refitted on some cells, scored on the others (threshold on S / the shipped threshold)", "",
                   "| split | threshold (x shipped) | calibration agrees | held-out decided | open | no score | "
-                  "no threshold | diagnose agrees | baseline agrees | schemes |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "no threshold | diagnose agrees | baseline agrees | \"every scheme needs warm-up\" agrees | schemes |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for s in result["splits"]:
             cal, ev = s["calibration"], s["evaluation"]
             t = "–" if s["threshold"] is None else f"{s['threshold']:.3g}"
             lines.append(f"| {s['split']} | {t} | {_score(cal['agree'], cal['decided'])} | {ev['decided']} | "
                          f"{ev['undecided']} | {ev['no_score']} | {ev['no_threshold']} | "
                          f"{_score(ev['agree'], ev['decided'])} | "
-                         f"{_score(ev['baseline_agree'], ev['decided'])} | {', '.join(ev['schemes']) or '–'} |")
+                         f"{_score(ev['baseline_agree'], ev['decided'])} | "
+                         f"{_score(ev.get('always_agree', 0), ev['decided'])} | {', '.join(ev['schemes']) or '–'} |")
     lines += ["", "## Every cell", "", "| sweep | task | scheme | layers | width | seeds run | truth | S | shipped "
               "threshold | diagnose | in view at design |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in result["cells"]:

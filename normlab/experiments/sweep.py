@@ -1806,11 +1806,13 @@ def run(args: Any) -> int:
         sh, un = result["shipped"], result["shipped_unseen"]
         _say(f"diagnose held out: the shipped rule agrees on {sh['agree']} of {sh['decided']} decided cells "
              f"({len(sh['schemes'])} schemes; {sh['undecided']} open, {sh['no_score']} without a verdict), the "
-             f"baseline 'Post-LN needs warm-up' on {sh['baseline_agree']}; on the {un['decided']} never in view when "
-             f"the rule was designed {un['agree']} (baseline {un['baseline_agree']}); {files['md']}")
+             f"baseline 'Post-LN needs warm-up' on {sh['baseline_agree']}, 'every scheme needs warm-up' on "
+             f"{sh['always_agree']}; on the {un['decided']} never in view when the rule was designed {un['agree']} "
+             f"(baselines {un['baseline_agree']}, {un['always_agree']}); {files['md']}")
         for sp in result["splits"]:
             ev = sp["evaluation"]
-            _say(f"  refitted, {sp['split']}: {ev['agree']} of {ev['decided']} (baseline {ev['baseline_agree']})")
+            _say(f"  refitted, {sp['split']}: {ev['agree']} of {ev['decided']} (baselines {ev['baseline_agree']}, "
+                 f"{ev['always_agree']})")
         return 0
     cfg = SweepConfig.from_dict(apply_overrides(sweep_scale(args.scale).to_dict(), args.set))
     run_sweep(cfg, args.out or f"sweep/{cfg.scale}", jobs=args.jobs, threads=args.threads, corpus=args.corpus,
