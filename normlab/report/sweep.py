@@ -384,7 +384,9 @@ def _diagnose_sentence(result: dict[str, Any]) -> str:
     decided = [r for r in d["table"] if r["agree"] is not None]
     if decided:
         base = sum(trivial_baseline(r["scheme"]) == r["sweep"] for r in decided)
-        s += (f"; the baseline \"Post-LN needs warm-up, nothing else does\" on {base} of them (diagnose was "
+        always = sum(r["sweep"] is True for r in decided)  # the other fixed rule (experiments/heldout.py says why)
+        s += (f"; the baseline \"Post-LN needs warm-up, nothing else does\" on {base} of them, \"every scheme needs "
+              f"warm-up\" on {always} (diagnose was "
               "calibrated on its own reference models, none of these cells: `normlab sweep --held-out` scores it "
               "over several sweeps and refitted on some cells against others)")
     # the frontier of each arm is counted from that arm's own best loss: name the pairs where the sweep says "not
