@@ -188,6 +188,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+GRID_COMMANDS = ("reproduce", "sweep", "finetune")
+"""The commands that train many runs into one folder and resume the unfinished ones when run again."""
+
+
 def _run(args: argparse.Namespace) -> int:
     _, _, run = COMMANDS[args.command]
     try:
@@ -199,8 +203,12 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         # a second Ctrl-C in training, or one outside it (`normlab train` stops at an update boundary itself)
-        final_line(f"normlab {args.command}: interrupted; a run resumes from its last checkpoint with --resume",
-                   EXIT_INTERRUPTED)  # fmt: skip
+        # `train` resumes with --resume; the grids (reproduce, sweep, finetune) resume every unfinished run when the
+        # same command is run again (a new user followed "--resume" into sweep's "unrecognized arguments")
+        how = ("with --resume" if args.command == "train" else "when the same command is run again"
+               if args.command in GRID_COMMANDS else "")  # fmt: skip
+        final_line(f"normlab {args.command}: interrupted" + (f"; a run resumes from its last checkpoint {how}" if how
+                   else ""), EXIT_INTERRUPTED)  # fmt: skip
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         # the reader of our output went away (`normlab translate ... | head`): not an error of ours. Point stdout

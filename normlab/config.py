@@ -203,7 +203,9 @@ def _coerce(owner: str, name: str, hint: Any, value: Any) -> Any:
         return float(value)
     if hint is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
+            hint_yaml = (" (YAML reads an unquoted no, yes, on, off, true or false as a boolean: quote it, e.g. "
+                         "--set 'data.labels=[\"no\", \"yes\"]')") if isinstance(value, bool) else ""  # fmt: skip
+            raise ConfigError(f"{where}: expected a string, got {value!r}{hint_yaml}")
         return value
     if hint is Any:
         return value

@@ -27,7 +27,7 @@ from normlab.data import prepare
 from normlab.data.datasets import Dataset
 from normlab.device import autocast, autocast_dtype
 from normlab.files import strict_json, write_atomic
-from normlab.metrics import majority_share, unigram_plateau
+from normlab.metrics import unigram_plateau
 from normlab.rundir import RunDir
 from normlab.train.checkpoint import CheckpointError, read_state
 from normlab.train.objectives import compute_loss
@@ -81,6 +81,10 @@ def evaluate_encoder(run_dir: str | Path, split: str | None = None, *, checkpoin
         raise ConfigError(f"{run_dir}: a {cfg.data.task} run; this scores {' or '.join(ENCODER_TASKS)} runs")
     if max_tokens < 1:
         raise ConfigError(f"--max-tokens must be positive, got {max_tokens}")
+    if not rd.checkpoints.is_dir() or not any(rd.checkpoints.iterdir()):
+        why = (" (normlab finetune deletes a finished run's checkpoints unless --set keep_checkpoints=true; its "
+               "accuracies after each epoch are in metrics.jsonl)" if cfg.init_from else "")  # fmt: skip
+        raise ConfigError(f"{run_dir}: no checkpoint to score{why}")
     model, cfg, path = rd.load_model(cfg.data.task, checkpoint, device)
     # the run's own tokenizer (a fine-tuning run's is the pre-training one: finetune.data_config)
     data = prepare(cfg.data.replace(valid_subset=0), cfg.model.max_positions, tokenizer=rd.tokenizer())
@@ -88,6 +92,8 @@ def evaluate_encoder(run_dir: str | Path, split: str | None = None, *, checkpoin
     if split not in data.splits:
         raise ConfigError(f"{run_dir}: the corpus has no {split!r} split (has {sorted(data.splits)})")
     ds, train = data.splits[split], data.splits["train"]
+    if max_tokens < (longest := int(ds.sizes.max())):  # batching's own error names the config field, not the flag
+        raise ConfigError(f"--max-tokens {max_tokens} is below the {split} split's longest example ({longest} tokens)")
     try:  # which update the scored weights are; None for an average of checkpoints
         at = read_state(path).get("update")
     except CheckpointError:
@@ -104,8 +110,7 @@ def evaluate_encoder(run_dir: str | Path, split: str | None = None, *, checkpoin
         result.update(examples=int(len(labels)), accuracy=float(np.mean(predicted == labels)),
                       # the accuracy of always answering the training split's most frequent label: what a model
                       # that learned nothing but the label prior scores (finetune's majority baseline)
-                      majority_label=top, majority_accuracy=float(np.mean(labels == top)),
-                      majority_share_of_split=majority_share(labels),
+                      majority_label=cfg.data.labels[top], majority_accuracy=float(np.mean(labels == top)),
                       labels=list(cfg.data.labels))  # fmt: skip
         if len(cfg.data.labels) == 2:  # of the second label, as MRPC's F1 scores "paraphrase" (label 1)
             result["f1"] = binary_f1(predicted, labels)
@@ -120,6 +125,9 @@ def evaluate_encoder(run_dir: str | Path, split: str | None = None, *, checkpoin
         # frequencies alone at every target)
         result.update(masked_tokens=int(n), ppl=math.exp(min(mean, 50.0)), unigram_nll=plateau["unigram_loss"],
                       unigram_nll_all_masked=plateau["unigram_loss_all_masked"], unigram_what=plateau["what"])  # fmt: skip
+    if split == "valid" and 0 < cfg.data.valid_subset < len(ds):  # e.g. finetune's tiny and small scales
+        result["note"] = (f"the whole valid split ({len(ds):,} examples); the run validated on its first "
+                          f"{cfg.data.valid_subset:,} (data.valid_subset), so its logged numbers differ")
     result["seconds"] = round(time.perf_counter() - t0, 3)
     out = rd.path / "eval" / f"{split}-{path.name}.json"
     result["written"] = str(out)

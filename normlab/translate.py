@@ -237,12 +237,17 @@ def _score(model: Seq2Seq, cfg: TrainConfig, tok: Tokenizer, ds: Any, n: int, *,
 # ----------------------------------------------------------------------------------------------------- CLI
 
 
+DEFAULT_BEAM, DEFAULT_LENPEN = 5, 1.2  # the paper's decoding (Section 3.2: beam 5, length penalty 1.2)
+
+
 def _common(p: argparse.ArgumentParser, run: str = "a translation run directory (normlab train --out)") -> None:
     p.add_argument("--run", required=True, help=run)
     p.add_argument("--checkpoint", default="best", help="best, last, an update number, or avg:N (the mean "
                    "of the last N checkpoints' weights, as fairseq's average_checkpoints.py)")
-    p.add_argument("--beam", type=int, default=5, help="beam size (the paper: 5; 1 = greedy)")
-    p.add_argument("--lenpen", type=float, default=1.2, help="length penalty (the paper: 1.2)")
+    # None when not given (translation's defaults are filled in by _check_decoding), so that a run of another task
+    # can refuse them rather than ignore them
+    p.add_argument("--beam", type=int, default=None, help=f"beam size (default {DEFAULT_BEAM}, the paper's; 1 = greedy)")
+    p.add_argument("--lenpen", type=float, default=None, help=f"length penalty (default {DEFAULT_LENPEN}, the paper's)")
     p.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch (translation: source tokens per "
                    "decoding batch); at least the longest example")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
@@ -260,6 +265,8 @@ MAX_BEAM = 1024
 
 def _check_decoding(args: argparse.Namespace) -> None:
     """The decoding options, checked before a model is loaded (one line each)."""
+    args.beam = DEFAULT_BEAM if args.beam is None else args.beam
+    args.lenpen = DEFAULT_LENPEN if args.lenpen is None else args.lenpen
     if not 1 <= args.beam <= MAX_BEAM:
         raise ConfigError(f"--beam must be in [1, {MAX_BEAM}] (1 = greedy), got {args.beam}")
     if not (math.isfinite(args.lenpen) and args.lenpen >= 0):
@@ -320,13 +327,25 @@ def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
 def run_evaluate(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     rd = RunDir(args.run)
+    if not rd.is_run() and (rd.path / "runs").is_dir():  # a grid's folder (finetune --out, sweep --out, ...)
+        first = next((c.parent for c in sorted((rd.path / "runs").rglob(RunDir.CONFIG))), None)
+        raise ConfigError(f"{rd.path}: a folder of runs, not a run; evaluate one of them"
+                          + (f", e.g. --run {first}" if first else ""))  # fmt: skip
     task = rd.read_config().data.task if rd.is_run() else "translation"
     if task == "lm":  # perplexity, not BLEU (normlab.lm)
+        if given := [f for f, v in (("--beam", args.beam), ("--lenpen", args.lenpen), ("--limit", args.limit or None))
+                     if v is not None]:  # fmt: skip
+            raise ConfigError(f"{', '.join(given)}: not for a language-model run (translation's decoding); it is "
+                              "scored on a --split or your --text")
         return run_evaluate_lm(args)
     if task in ENCODER_TASKS:  # accuracy or masked-LM loss (normlab.scoring)
-        if args.text or args.source or args.reference or args.limit:
-            raise ConfigError(f"--text, --source/--reference and --limit are not for a {task} run: it is scored on a "
-                              "--split of its own corpus")
+        given = [flag for flag, v in (("--text", args.text), ("--source", args.source), ("--reference",
+                 args.reference), ("--limit", args.limit or None), ("--beam", args.beam), ("--lenpen", args.lenpen))
+                 if v is not None]  # fmt: skip
+        if given:
+            kind = "classification" if task == "classification" else "masked-LM (mlm)"
+            raise ConfigError(f"{', '.join(given)}: not for a {kind} run, which is scored on a --split of its own "
+                              "corpus (--beam, --lenpen, --limit are translation's decoding)")
         result = evaluate_encoder(args.run, args.split, checkpoint=args.checkpoint, max_tokens=args.max_tokens,
                                   device=args.device)  # fmt: skip
         print(json.dumps(result, indent=1))

@@ -205,3 +205,25 @@ def test_ctrl_c_while_starting_is_one_line(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "normlab.cli", Importing("normlab.cli"))
     assert entry_point.entry() == 130
     assert capsys.readouterr().err == "normlab: interrupted while starting; nothing was done\n"
+
+
+@pytest.mark.parametrize("command, advice", [
+    ("train", "; a run resumes from its last checkpoint with --resume"),
+    ("sweep", "; a run resumes from its last checkpoint when the same command is run again"),
+    ("finetune", "; a run resumes from its last checkpoint when the same command is run again"),
+    ("translate", ""),
+])  # fmt: skip
+def test_ctrl_c_in_a_command_says_how_that_command_resumes(monkeypatch, capsys, command, advice):
+    """The interrupted line named --resume for every command; a new user followed it into sweep's "unrecognized
+    arguments: --resume" (the grids resume when run again; translate has nothing to resume)."""
+    from normlab import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    help_text, arguments, _ = cli.COMMANDS[command]
+    monkeypatch.setitem(cli.COMMANDS, command, (help_text, arguments, interrupted))
+    argv = {"train": ["train", "--out", "x"], "sweep": ["sweep"], "finetune": ["finetune", "--from", "x", "--task",
+            "wic"], "translate": ["translate", "--run", "x"]}[command]  # fmt: skip
+    assert cli.main(argv) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"normlab {command}: interrupted{advice}"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from normlab.config import ConfigError, ModelConfig, Placement, apply_overrides, load_yaml, parse_override
+from normlab.config import ConfigError, DataConfig, ModelConfig, Placement, apply_overrides, load_yaml, parse_override
 
 
 @pytest.mark.parametrize(
@@ -91,3 +91,12 @@ def test_test_checkpoint_is_checked_before_training():
             TrainConfig(test_checkpoint=value)
     with pytest.raises(ConfigError, match="test BLEU is for translation, not lm"):
         TrainConfig(test_checkpoint="best", data=DataConfig(task="lm"))
+
+
+def test_an_unquoted_yaml_boolean_where_a_string_belongs_says_to_quote_it():
+    """`--set 'data.labels=[no,yes]'`: YAML reads no and yes as booleans (a new user's finding: "expected a string,
+    got False" did not say why)."""
+    with pytest.raises(ConfigError, match=r"got False \(YAML reads an unquoted no, yes, .* quote it"):
+        DataConfig.from_dict({"labels": [False, True]})
+    with pytest.raises(ConfigError, match=r"expected a string, got 3$"):  # no hint where it would not help
+        DataConfig.from_dict({"labels": [3, 4]})

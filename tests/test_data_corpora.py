@@ -289,5 +289,8 @@ def test_a_vocabulary_mostly_unseen_in_training_is_warned(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="normlab.data"):
         given = prepare(cfg.replace(tokenizer=str(model)), max_positions=256)
     assert "never occur" not in caplog.text and given.stats["train"]["pieces_seen"] == seen
+    with caplog.at_level(logging.WARNING, logger="normlab.data"):  # a run evaluated or resumed with its own
+        prepare(cfg, max_positions=256, tokenizer=data.tokenizer)
+    assert "never occur" not in caplog.text
     assert pieces_seen({"a_tokens": train.src.values, "src_text_tokens": train.src.values}, data.vocab_size) == len(
         {i for i in train.src.values.tolist() if i >= NUM_SPECIAL})

@@ -22,6 +22,7 @@ from normlab.experiments.sweep import (
     edge,
     edge_estimate_line,
     edge_runs_per_curve,
+    edge_search_runs,
     idle_curves,
     next_grid_lr,
     plan_edge,
@@ -148,7 +149,8 @@ def test_the_estimate_counts_the_runs_the_planner_adds():
     assert edge_runs_per_curve(SweepConfig(resolution=1.5)) == (1, 7)  # 2.15 -> 1.47
     line = edge_estimate_line(cfg, 0.01, jobs=2)
     curves = len(cfg.schemes) * len(cfg.warmups) * len(cfg.widths) * cfg.seeds
-    assert f"{curves} curves x up to 3 bisection runs" in line and f"{3 * curves:,} to {9 * curves:,} runs" in line
+    assert f"{curves} curves; up to 3 bisection runs a curve" in line and f"{3 * curves:,} to {9 * curves:,} runs" in line
+    assert edge_search_runs(cfg, math.inf) == 6 and "6 where a curve is still stable at the cap 1" in line
     hours = 9 * curves * cfg.updates * 0.01 / 3600
     scale, unit = (3600, "h") if hours >= 1 else (60, "min")
     assert f"~{3 * curves * cfg.updates * 0.01 / scale:.1f} to {9 * curves * cfg.updates * 0.01 / scale:.1f} {unit} more" in line

@@ -161,6 +161,7 @@ def test_finetune_beats_the_majority_class(post_run, paraphrase_8k, tmp_path):
         assert (got["task"], got["split"], got["examples"]) == ("classification", split, 400)
         assert got["accuracy"] == pytest.approx(logged, abs=1e-12)
         assert got["majority_accuracy"] == pytest.approx(baseline, abs=1e-12)
+        assert got["majority_label"] == ["0", "1"][majority["label"]]  # the label's name, as the .pred file's
         predicted = Path(got["predictions"]).read_text().splitlines()
         truth = [line.split("\t")[0] for line in (paraphrase_8k / f"{split}.tsv").read_text().splitlines()[1:]]
         assert len(predicted) == len(truth) == 400
@@ -189,8 +190,8 @@ def test_evaluate_scores_a_masked_lm_run_as_its_validation_did(post_run, tmp_pat
         # not yet below the copy-aware plateau, which lies under it
         assert got["nll"] < got["unigram_nll_all_masked"] - 0.15 and got["masked_tokens"] > 1000
         assert got["unigram_nll"] < got["unigram_nll_all_masked"]
-    proc = normlab("evaluate", "--run", str(post_run), "--source", "x.de", "--reference", "x.en")
-    assert proc.returncode == 2 and "not for a mlm run" in proc.stderr
+    proc = normlab("evaluate", "--run", str(post_run), "--source", "x.de", "--reference", "x.en", "--beam", "4")
+    assert proc.returncode == 2 and "--source, --reference, --beam: not for a masked-LM (mlm) run" in proc.stderr
 
 
 def test_finetune_cli_tiny_grid_then_skips_finished_runs(pre_run, small_corpora, tmp_path, capsys):
@@ -222,6 +223,14 @@ def test_finetune_cli_tiny_grid_then_skips_finished_runs(pre_run, small_corpora,
         assert cfg.init_from == str((pre_run / "checkpoints" / "best").resolve())  # the encoder's source
         updates = json.loads((run / "summary.json").read_text())["update"]
         assert cfg.schedule.warmup_updates == round(0.1 * updates) and cfg.schedule.decay == "linear"
+
+    # evaluate on the grid's folder, and on a run whose checkpoints were pruned: one line each, saying what to do
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(out)]) == 2
+    assert "a folder of runs, not a run; evaluate one of them, e.g. --run " in capsys.readouterr().err
+    assert main(["evaluate", "--run", str(out / "runs" / "bs32-lr0.0001-ep1" / "seed1")]) == 2
+    assert "no checkpoint to score (normlab finetune deletes a finished run's checkpoints unless --set " \
+           "keep_checkpoints=true" in capsys.readouterr().err
 
     # the same command again (in this process, to save a start-up): every run is skipped, nothing changes
     files = {p: p.read_bytes() for p in sorted((out / "runs").rglob("*")) if p.is_file()}

@@ -528,7 +528,8 @@ def prepare(data_cfg: DataConfig, max_positions: int, *, tokenizer: Tokenizer | 
             seen = stats[split]["pieces_seen"] = pieces_seen(arrays, tok.vocab_size)
             # only where this corpus chose the vocabulary: a fine-tuning task read with the pre-training
             # tokenizer (or any given .model) sees part of it by design
-            if tok_corpus is corpus and text_pieces - seen > UNSEEN_WARNING_SHARE * text_pieces:
+            # and only where this call chose it: a run evaluated or resumed with its own tokenizer cannot change it
+            if tokenizer is None and tok_corpus is corpus and text_pieces - seen > UNSEEN_WARNING_SHARE * text_pieces:
                 log.warning("%s train: %d of the vocabulary's %d text pieces (%.0f%%) never occur in the training "
                             "split; their embeddings learn nothing. A vocabulary near the %d pieces seen fits this "
                             "corpus: --set data.vocab_size=%d", corpus.name, text_pieces - seen, text_pieces,

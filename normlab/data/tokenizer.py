@@ -146,7 +146,9 @@ def train(sentences: Sequence[str], vocab_size: int, max_sentences: int = 0) -> 
             **SETTINGS,
         )
     except RuntimeError as e:  # e.g. "Vocabulary size is too high (10000). Please set it to a value <= 2361."
-        message = f"tokenizer training failed on {len(sentences)} sentences: {e} (DataConfig.vocab_size)"
+        message = (f"tokenizer training failed on {len(sentences)} sentences: {e} (DataConfig.vocab_size: --set "
+                   "data.vocab_size=N; below that maximum, `normlab data --set data.vocab_size=N` says how many of the "
+                   "pieces occur in the training split, and warns when most do not)")
         raise DataError(message) from None
     return model.getvalue()
 

@@ -141,7 +141,7 @@ __all__ = [
     "EXPERIMENT_FIELDS",
     "MARGIN", "PAPER_WARMUP_FRACTION", "SweepConfig", "SWEEP_SCALES", "sweep_scale", "lr_grid", "sweep_runs",
     "Cell", "Curve", "diverged", "unstable", "curve_failures", "Edge", "edge", "plan_edge", "plan_edges",
-    "edge_summary", "seed_sign", "idle_curves", "edge_runs_per_curve", "edge_estimate_line",
+    "edge_summary", "seed_sign", "idle_curves", "edge_runs_per_curve", "edge_search_runs", "edge_estimate_line",
     "warmup_verdict", "warmup_verdicts", "width_law", "tolerance_truth", "rerender", "LR_CAP", "RESOLUTION",
     "lr_sensitivity", "frontier", "analyze", "predicted_slope", "width_slope",
     "slope_resolution", "read_cell", "WARMUPS", "BETAS", "warm_arms", "arms", "best_loss_gap", "warmup_truth",
@@ -1347,20 +1347,24 @@ def edge_runs_per_curve(cfg: SweepConfig) -> tuple[int, int]:
     if not cfg.find_edge:
         return 0, 0
     grid = lr_grid(cfg.lr_min, cfg.lr_max, cfg.per_decade)
-
-    def added(threshold: float) -> int:
-        runs = {lr: lr >= threshold for lr in grid}
-        n = 0
-        while (nxt := plan_edge(runs, lr_min=cfg.lr_min, per_decade=cfg.per_decade, cap=cfg.lr_cap,
-                                resolution=cfg.resolution)) is not None:  # fmt: skip
-            runs[nxt] = nxt >= threshold
-            n += 1
-        return n
-
     lo, hi = math.log(grid[0]), math.log(max(cfg.lr_cap, grid[-1]) * 10 ** (1 / cfg.per_decade))
     points = [math.exp(lo + (hi - lo) * (k + 0.5) / 400) for k in range(400)]
-    inside = [added(t) for t in points if t <= grid[-1]]
-    return max(inside, default=0), max(max(inside, default=0), *(added(t) for t in points))
+    inside = [edge_search_runs(cfg, t) for t in points if t <= grid[-1]]
+    return max(inside, default=0), max(max(inside, default=0), *(edge_search_runs(cfg, t) for t in points))
+
+
+def edge_search_runs(cfg: SweepConfig, threshold: float) -> int:
+    """The runs :func:`plan_edge` adds to a synthetic curve of ``cfg``'s grid that is unstable from ``threshold``
+    up (math.inf: a curve still stable at the cap, censored)."""
+    if not cfg.find_edge:
+        return 0
+    runs = {lr: lr >= threshold for lr in lr_grid(cfg.lr_min, cfg.lr_max, cfg.per_decade)}
+    n = 0
+    while (nxt := plan_edge(runs, lr_min=cfg.lr_min, per_decade=cfg.per_decade, cap=cfg.lr_cap,
+                            resolution=cfg.resolution)) is not None:  # fmt: skip
+        runs[nxt] = nxt >= threshold
+        n += 1
+    return n
 
 
 def edge_estimate_line(cfg: SweepConfig, pace: float | None, *, jobs: int) -> str:
@@ -1376,11 +1380,15 @@ def edge_estimate_line(cfg: SweepConfig, pace: float | None, *, jobs: int) -> st
     unit, scale = ("h", 3600) if hours >= 1 else ("min", 60)
     when = "" if pace is None else (f", ~{typical * curves * cfg.updates * pace / scale:.1f} to "
                                     f"{most * curves * cfg.updates * pace / scale:.1f} {unit} more at the same pace")
-    return (f"edge search, not in that estimate: {curves} curves x up to {typical} bisection runs "
-            f"(x{10 ** (1 / cfg.per_decade):.2f} to <= {cfg.resolution:g}x) where the grid brackets the edge, up to "
-            f"{most} a curve whose edge lies above the grid (cap {cfg.lr_cap:g}): {typical * curves:,} to "
-            f"{most * curves:,} runs{when} on {jobs} job(s) (fewer: a diverged run stops early; runs finished "
-            "earlier are kept)")  # fmt: skip
+    step, censored = 10 ** (1 / cfg.per_decade), edge_search_runs(cfg, math.inf)
+    bisect = (f"up to {typical} bisection runs a curve where the grid brackets its edge (from the grid's step "
+              f"x{step:.2f} to the resolution {cfg.resolution:g}x)" if typical else
+              f"no bisection where the grid brackets a curve's edge (the grid's step x{step:.2f} is within the "
+              f"resolution {cfg.resolution:g}x)")  # fmt: skip
+    return (f"edge search, not in that estimate: {curves} curves; {bisect}, up to {most} where the edge lies above "
+            f"the grid, {censored} where a curve is still stable at the cap {cfg.lr_cap:g}: {typical * curves:,} to "
+            f"{most * curves:,} runs{when} on {jobs} job(s) (fewer: a diverged run stops early, and the curves of "
+            "a sweep run before keep what they ran)")  # fmt: skip
 
 
 def unigram_baseline(data: Any, task: str) -> dict[str, Any]:
