@@ -89,6 +89,15 @@ def test_plan_edges_bisects_between_learning_and_the_plateau():
     rows = analyze(cells, unigram=U, grid=GRID)
     assert rows[0]["edge"]["per_seed"][0]["first_unstable"] == 1e-2
     assert rows[0]["divergence_edge"]["censored"]
+    # how that first unstable run failed: on the plateau, 6.9 against the line U - 0.1
+    (first,) = rows[0]["first_unstable"]
+    assert (first["seed"], first["lr"], first["diverged"]) == (1, 1e-2, False)
+    assert first["above_line"] == pytest.approx(6.9 - (U - 0.1))
+    # a seed whose first unstable run diverged (non-finite): no distance to the line
+    nan = [Cell("post", "none", 64, lr, 2, f, L0, "completed" if f == f else "diverged")
+           for lr, f in zip(GRID, (6.9, 6.5, 6.0, 5.5, 5.2, float("nan"), float("nan")))]  # fmt: skip
+    runs = {r["seed"]: r for r in analyze(cells + nan, unigram=U, grid=GRID)[0]["first_unstable"]}
+    assert runs[2] == {"seed": 2, "lr": 4.64e-3, "final": None, "diverged": True, "above_line": None}
 
 
 # ---- the planner ----
@@ -579,3 +588,14 @@ def test_held_out_counts_each_experiment_once_and_reads_todays_rule(tmp_path):
     assert r["shipped_unseen"]["agree"] == 4 and r["shipped_unseen"]["baseline_agree"] == 3  # DyT: needed
     assert r["shipped_unseen"]["always_agree"] == 2  # post and pre/dyt at 6 layers: needed
     assert "| never in view: 4 | 4 | 0 | 0 | 4/4 | 3/4 | 2/4 | 4 |" in held_out_markdown(r)
+
+
+def test_the_first_unstable_runs_in_words():
+    from normlab.report.sweep import _first_unstable_text
+
+    runs = [{"seed": 1, "lr": 1e-2, "final": 6.8, "diverged": False, "above_line": 0.05},
+            {"seed": 2, "lr": 1e-2, "final": None, "diverged": True, "above_line": None},
+            {"seed": 3, "lr": 1e-2, "final": 6.9, "diverged": False, "above_line": 0.15}]  # fmt: skip
+    assert _first_unstable_text(runs) == "diverged 1 of 3; 2 on the plateau, +0.050 to +0.150 nats above the line"
+    assert _first_unstable_text(runs[:1]) == "1 on the plateau, +0.050 nats above the line"
+    assert _first_unstable_text([]) == "–"

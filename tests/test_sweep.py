@@ -537,6 +537,7 @@ def test_beyond_the_paper_section_reads_the_sweep():
     assert "diagnose agrees with the sweep on 0 of 0" in text
     assert "or a linear warm-up of 36 updates (the paper's share of its run), lr_max kept after it." in text
     assert [t[0] for t in section["tables"]] == ["Stability edge, LR tolerance and LR sensitivity",
+                                                 "How the edge's first unstable runs failed",
                                                  "Warm-up needed? Seed by seed, and the sign test",
                                                  "Width law: Theorem 1", "diagnose held against the sweep"]
     absent = beyond_the_paper({"ran": False, "preset": "quick", "runs": 126, "description": "d"})

@@ -705,6 +705,24 @@ def _sd(xs: Sequence[float]) -> float | None:
     return statistics.stdev(xs) if len(xs) > 1 else None
 
 
+def first_unstable_runs(by_seed: dict[int, Edge], ran: dict[tuple[str, str, int, int, float], Cell],
+                        curve: tuple[str, str, int], *, unigram: float | None, margin: float = MARGIN
+                        ) -> list[dict[str, Any]]:  # fmt: skip
+    """Per seed, the run at its edge's first unstable rate: its lr, final loss, whether it diverged (non-finite or
+    above l0) and, when it did not, how far its final loss lies above the plateau line U - margin (``above_line``,
+    nats; None without U)."""
+    out = []
+    for seed, e in by_seed.items():
+        c = ran.get((*curve, seed, e.first_unstable)) if e.first_unstable is not None else None
+        if c is None:
+            continue
+        gone = diverged(c.final, c.l0, c.status)
+        above = None if gone or unigram is None or not _finite(c.final) else c.final - (unigram - margin)
+        out.append({"seed": seed, "lr": c.lr, "final": c.final if _finite(c.final) else None, "diverged": gone,
+                    "above_line": above})
+    return out
+
+
 def analyze(cells: Sequence[Cell], *, margin: float = MARGIN, unigram: float | None = None,
             grid: Sequence[float] | None = None, plateau_fails: bool = True) -> list[dict[str, Any]]:  # fmt: skip
     """Per scheme x warm-up x width: each seed's stability edge from all its runs (:func:`edge_summary`, the
@@ -720,6 +738,7 @@ def analyze(cells: Sequence[Cell], *, margin: float = MARGIN, unigram: float | N
         keyed.setdefault((c.scheme, c.warmup, c.width), []).append(c)
     edges = edge_rows_by_seed(cells, unigram=unigram if plateau_fails else None, margin=margin)
     divergence = edge_rows_by_seed(cells)  # the same runs read by divergence alone, beside it
+    ran = {(c.scheme, c.warmup, c.width, c.seed, c.lr): c for c in cells}
     if grid is not None:
         cells = [c for c in cells if any(_on_grid(c.lr, g) for g in grid)]
     keyed = {}
@@ -756,6 +775,11 @@ def analyze(cells: Sequence[Cell], *, margin: float = MARGIN, unigram: float | N
             # non-finite or above l0 only (no plateau): where the loss itself runs away; the edge search bisects the
             # edge above, so this one is resolved only where the two coincide or the extension rounds reached it
             "divergence_edge": edge_summary(divergence.get((scheme, warmup, width), {})),
+            # how each seed's first unstable run failed: diverged, or ended on the plateau and by how much above its
+            # line (an audit before the schemes sweep: a curve that falls smoothly with the rate crosses the line
+            # just above it, where slower learning moves the crossing as much as instability does)
+            "first_unstable": first_unstable_runs(edges.get((scheme, warmup, width), {}), ran, (scheme, warmup, width),
+                                                  unigram=unigram if plateau_fails else None, margin=margin),
             "curve": curve.to_dict() if curve else None,
             "lr_tolerance": curve.lr_tolerance if curve else None,
             # the frontier is the top of the grid: the true one is at or above it (a lower bound)

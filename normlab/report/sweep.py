@@ -409,8 +409,40 @@ def _diagnose_sentence(result: dict[str, Any]) -> str:
                 "inconclusive or undecided (–) is not scored.")
 
 
+def _first_unstable_text(runs: list[dict[str, Any]]) -> str:
+    """How the seeds' first unstable runs failed, in a few words: diverged k of n; the others' loss above the
+    plateau line (range)."""
+    if not runs:
+        return "–"
+    gone = sum(bool(r["diverged"]) for r in runs)
+    above = sorted(r["above_line"] for r in runs if r.get("above_line") is not None)
+    parts = [f"diverged {gone} of {len(runs)}"] if gone else []
+    if above:
+        span = f"+{above[0]:.3f}" if len(above) == 1 else f"+{above[0]:.3f} to +{above[-1]:.3f}"
+        parts.append(f"{len(above)} on the plateau, {span} nats above the line")
+    return "; ".join(parts) or "–"
+
+
+def _first_unstable_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Per scheme x warm-up x width: how each seed's first unstable run failed (sweep.first_unstable_runs)."""
+    widths = result["config"]["widths"]
+    by = {(r["scheme"], r["warmup"], r["width"]): r for r in result["frontier"]}
+    head = ["scheme", "warm-up"] + [f"d={w}: first unstable run of each seed (diverged: non-finite or above l0; "
+                                     "else its final loss above the plateau line U - margin)" for w in widths]  # fmt: skip
+    rows = []
+    for scheme in result["config"]["schemes"]:
+        for warmup in result["config"]["warmups"]:
+            cells = [scheme, _warmup_text(result, warmup)]
+            for w in widths:
+                r = by.get((scheme, warmup, w))
+                cells.append("not run" if r is None else _first_unstable_text(r.get("first_unstable") or []))
+            rows.append(cells)
+    return head, rows
+
+
 _SECTIONS = [
     ("Stability edge, LR tolerance and LR sensitivity", _frontier_rows),
+    ("How the edge's first unstable runs failed", _first_unstable_rows),
     ("Warm-up needed? Seed by seed, and the sign test", _verdict_rows),
     ("Width law: Theorem 1", _width_rows),
 ]
