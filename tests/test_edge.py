@@ -266,6 +266,27 @@ def test_warmup_verdicts_from_rows_seed_by_seed():
     assert v["signs"] == [1, 1, 1, None, None] and v["verdict"] == "inconclusive" and v["undecided_seeds"] == 2
 
 
+def test_the_mean_rate_reading_scales_the_warm_up_arm():
+    """The second reading beside the verdict: the warm-up arm's rates times its mean share of lr_max over the run
+    (its own schedule, by hand: a 100-update linear warm-up in 300 updates averages (50.5 + 200) / 300 = 0.835), so
+    that an edge raised only as much as a constant rate lowered to the same mean would raise it counts as 0."""
+    from normlab.experiments.sweep import mean_lr_factor
+
+    cfg = SweepConfig(updates=300)
+    assert mean_lr_factor(cfg, "none") == 1.0
+    assert mean_lr_factor(cfg, "adam") == pytest.approx((sum(t / 100 for t in range(1, 101)) + 200) / 300)
+    assert mean_lr_factor(cfg, "adam") == pytest.approx(0.835)
+    # seed by seed: without warm-up [1.0e-3, 1.1e-3); with it [1.15e-3, 1.25e-3) (disjoint: +), or x0.835 =
+    # [0.96e-3, 1.04e-3), overlapping within the resolution: 0; or [1.4e-3, 1.5e-3): x0.835 = [1.17e-3, 1.25e-3), +
+    rows = [{"scheme": "post", "warmup": "none", "width": 64, "seeds": 2, "missing_lrs": [],
+             "edge": {"per_seed": [{"seed": s, "last_stable": 1.0e-3, "first_unstable": 1.1e-3} for s in (1, 2)]}},
+            {"scheme": "post", "warmup": "adam", "width": 64, "seeds": 2, "missing_lrs": [],
+             "edge": {"per_seed": [{"seed": 1, "last_stable": 1.15e-3, "first_unstable": 1.25e-3},
+                                   {"seed": 2, "last_stable": 1.4e-3, "first_unstable": 1.5e-3}]}}]  # fmt: skip
+    assert warmup_verdicts(rows, "adam")[("post", 64)]["signs"] == [1, 1]
+    assert warmup_verdicts(rows, "adam", factor=0.835)[("post", 64)]["signs"] == [0, 1]
+
+
 def test_several_warm_up_arms_share_the_level():
     """"Some warm-up is needed" reads one sign test per arm and says yes when any passes: at SIGN_ALPHA each, a
     sweep where no warm-up helps would say "needed" with a chance up to m x alpha. Each arm is read at alpha / m

@@ -275,6 +275,7 @@ def _verdict_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     reading on the LR tolerance beside it."""
     head = ["scheme", "width", "warm-up arm", "per seed (s3:+ is seed 3; +: warm-up edge above, disjoint brackets; "
             "0: overlapping brackets within the resolution; -: below; ?: open)", "verdict (one-sided sign test)",
+            "beyond its lower mean rate (the warm-up arm's rates x its mean share of lr_max): per seed, verdict",
             "LR tolerance's reading (before issue 40)"]  # fmt: skip
     sign = {1: "+", 0: "0", -1: "-", None: "?"}
     rows = []
@@ -283,9 +284,14 @@ def _verdict_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             if not v:
                 continue
             seeds = v.get("seeds") or range(1, len(v["signs"]) + 1)
+            m = (t.get("verdicts_mean_rate") or {}).get(arm)
+            f = (t.get("mean_lr_factor") or {}).get(arm)
+            mean_rate = "–" if not m else (
+                f"x{f:.3f}: " + (" ".join(f"s{s}:{sign[x]}" for s, x in zip(m.get("seeds") or seeds, m["signs"])) or "–")
+                + f"; {m['verdict']}")  # fmt: skip
             rows.append([t["scheme"], str(t["width"]), _warmup_text(result, arm),
                          " ".join(f"s{s}:{sign[x]}" for s, x in zip(seeds, v["signs"])) or "–",
-                         f"{v['verdict']}: {v['why']}", _NEEDED[t.get("tolerance_needed")]])  # fmt: skip
+                         f"{v['verdict']}: {v['why']}", mean_rate, _NEEDED[t.get("tolerance_needed")]])  # fmt: skip
     return head, rows
 
 
