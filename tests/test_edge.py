@@ -541,6 +541,11 @@ def test_held_out_report_over_sweeps(tmp_path, capsys):
         ("sweep-a", "pre", 3, 64), ("sweep-b", "mixln", 6, 64)]
     assert sh["schemes"] == ["mixln", "output", "peri", "post", "pre"]
     assert sh["always_agree"] == 4  # "every scheme needs warm-up": the two posts, sweep-a's pre, mixln
+    # the mean-rate reading: the arms lie a decade apart, far beyond x0.835 (translation's 100 of 300 updates; the
+    # LM's 40: x0.935), so its truth is the same here, and so are the scores
+    assert all(c["truth_mean_rate"] == c["truth"] for c in r["cells"])
+    m = r["mean_rate"]
+    assert (m["decided"], m["agree"], m["baseline_agree"], m["always_agree"]) == (7, 4, 5, 4)
     splits = {s["split"]: s for s in r["splits"]}
     assert set(splits) == {"post and pre -> the other schemes", "the other tasks -> lm", "the other tasks -> translation"}
     # post/pre cells in units of today's threshold at their depth (t3 at 3 layers, t6 at 6): 2.0/t3, 0.6/t3, 0.4/t6
@@ -552,7 +557,9 @@ def test_held_out_report_over_sweeps(tmp_path, capsys):
     assert (p["evaluation"]["decided"], p["evaluation"]["agree"], p["evaluation"]["baseline_agree"]) == (3, 3, 2)
     assert p["evaluation"]["always_agree"] == 1  # mixln
     md = held_out_markdown(r)
-    assert "| 7 | 7 | 0 | 0 | 4/7 | 5/7 | 4/7 |" in md and "sweep-b | lm | mixln | 6 | 64 | 5 | needed" in md
+    assert "| 7 | 7 | 0 | 0 | 4/7 | 5/7 | 4/7 |" in md
+    assert "| under the mean-rate reading (the truth: warm-up beyond its arm's lower mean rate) | 7 | – | – | 4/7 | " \
+           "5/7 | 4/7 | 5 |" in md and "sweep-b | lm | mixln | 6 | 64 | 5 | needed" in md
     files = write_held_out(r, tmp_path / "out")
     assert files["md"].read_text() == md and files["json"].is_file()
     with pytest.raises(ValueError, match="given twice"):
@@ -567,6 +574,7 @@ def test_held_out_report_over_sweeps(tmp_path, capsys):
            "'Post-LN needs warm-up' on 5, 'every scheme needs warm-up' on 4; on the 4 never in view when the rule " \
            "was designed 2 (baselines 3, " in err
     assert "refitted, post and pre -> the other schemes: 3 of 3 (baselines 2, 1)" in err
+    assert "under the mean-rate reading (warm-up beyond its arm's lower mean rate): 4 of 7 (baselines 5, 4)" in err
 
 
 def test_held_out_counts_each_experiment_once_and_reads_todays_rule(tmp_path):

@@ -121,6 +121,16 @@ def _check_once(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**c, "sweep": c["sweep"] if len(paths[c["sweep"]]) == 1 else c.get("path", c["sweep"])} for c in cells]
 
 
+def _mean_rate(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The shipped verdicts against the second truth, the mean-rate reading (sweep.RULES["mean_rate"]: warm-up beyond
+    the lower mean rate its arm trains at), with both fixed rules on the same decided cells."""
+    decided = [c for c in cells if c.get("truth_mean_rate") is not None and c["diagnose"] is not None]
+    return {"decided": len(decided), "agree": sum(c["diagnose"] == c["truth_mean_rate"] for c in decided),
+            "baseline_agree": sum(trivial_baseline(c["scheme"]) == c["truth_mean_rate"] for c in decided),
+            "always_agree": sum(c["truth_mean_rate"] is True for c in decided),
+            "schemes": sorted({c["scheme"] for c in decided})}  # fmt: skip
+
+
 def held_out(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """diagnose held out against the sweeps' ``cells`` (sweep.held_out_cells: one per scheme x width of each sweep,
     with its truth and diagnose's S, threshold and verdict): the shipped rule's score on all decided cells and on
@@ -138,7 +148,8 @@ def held_out(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
             splits.append(_split(cells, f"the other tasks -> {t}", rest, mine))
     return {"sweeps": sorted({c["sweep"] for c in cells}), "cells": cells, "shipped": _shipped(cells),
             "shipped_unseen": _shipped([c for c in cells if not c.get("seen")]),
-            "shipped_by_task": {t: _shipped(mine) for t, mine in by_task.items()}, "splits": splits}
+            "shipped_by_task": {t: _shipped(mine) for t, mine in by_task.items()}, "splits": splits,
+            "mean_rate": _mean_rate(cells)}
 
 
 def _score(n_agree: int, n: int) -> str:
@@ -175,6 +186,11 @@ def held_out_markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {t}: {s['cells']} | {s['decided']} | {s['undecided']} | {s['no_score']} | "
                      f"{_score(s['agree'], s['decided'])} | {_score(s['baseline_agree'], s['decided'])} | "
                      f"{_score(s.get('always_agree', 0), s['decided'])} | {len(s['schemes'])} |")  # fmt: skip
+    if (m := result.get("mean_rate")) is not None:
+        lines.append(f"| under the mean-rate reading (the truth: warm-up beyond its arm's lower mean rate) | "
+                     f"{m['decided']} | – | – | {_score(m['agree'], m['decided'])} | "
+                     f"{_score(m['baseline_agree'], m['decided'])} | {_score(m['always_agree'], m['decided'])} | "
+                     f"{len(m['schemes'])} |")  # fmt: skip
     if result["splits"]:
         lines += ["", "## Refitted on some cells, scored on the others (threshold on S / the shipped threshold)", "",
                   "| split | threshold (x shipped) | calibration agrees | held-out decided | open | no score | "
@@ -188,14 +204,16 @@ def held_out_markdown(result: dict[str, Any]) -> str:
                          f"{_score(ev['agree'], ev['decided'])} | "
                          f"{_score(ev['baseline_agree'], ev['decided'])} | "
                          f"{_score(ev.get('always_agree', 0), ev['decided'])} | {', '.join(ev['schemes']) or '–'} |")
-    lines += ["", "## Every cell", "", "| sweep | task | scheme | layers | width | seeds run | truth | S | shipped "
-              "threshold | diagnose | in view at design |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "## Every cell", "", "| sweep | task | scheme | layers | width | seeds run | truth | truth, mean-rate "
+              "reading | S | shipped threshold | diagnose | in view at design |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in result["cells"]:
         s = "–" if c["score"] is None else f"{c['score']:.3g}"
         t = "–" if c["threshold"] is None else f"{c['threshold']:.3g}"
         d = "–" if c["diagnose"] is None else ("warm-up" if c["diagnose"] else "none")
         lines.append(f"| {c['sweep']} | {c['task']} | {c['scheme']} | {c['layers']} | {c['width']} | {c['seeds']} | "
-                     f"{_truth(c['truth'])} | {s} | {t} | {d} | {'yes' if c.get('seen') else 'no'} |")
+                     f"{_truth(c['truth'])} | {_truth(c.get('truth_mean_rate'))} | {s} | {t} | {d} | "
+                     f"{'yes' if c.get('seen') else 'no'} |")
     return "\n".join(lines) + "\n"
 
 

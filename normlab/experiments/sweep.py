@@ -1201,13 +1201,14 @@ def tolerance_truth(rows: Sequence[dict[str, Any]], warmup: str | None = None) -
     return out
 
 
-def warmup_truth(rows: Sequence[dict[str, Any]], warmup: str | None = None, *, resolution: float | None = RESOLUTION
-                 ) -> dict[tuple[str, int], bool | None]:  # fmt: skip
+def warmup_truth(rows: Sequence[dict[str, Any]], warmup: str | None = None, *, resolution: float | None = RESOLUTION,
+                 factors: dict[str, float] | None = None) -> dict[tuple[str, int], bool | None]:  # fmt: skip
     """The sweep's ground truth per scheme x width (issue 40): the seeds' sign test on the stability edge
     (:func:`warmup_verdicts`): True ``needed``, False ``not needed``, None ``inconclusive`` or ``undecided``.
     ``warmup``: one arm against ``none``; None: every warm-up arm the rows hold, True when any arm's verdict is
     needed at SIGN_ALPHA / (the number of arms), False when every arm's is not needed, else None. ``resolution``:
-    the edge search's (:func:`seed_sign`).
+    the edge search's (:func:`seed_sign`). ``factors``: per arm, the factor its rates are read times
+    (:func:`mean_lr_factor`: the mean-rate reading); none: 1.
 
     Why the division (Bonferroni): "some warm-up is needed" reads m sign tests and says yes when any one passes,
     which, where no warm-up helps, happens with a chance up to m x alpha; at alpha / m it stays within alpha. "Not
@@ -1215,7 +1216,8 @@ def warmup_truth(rows: Sequence[dict[str, Any]], warmup: str | None = None, *, r
     held-out score) nothing changes; with two arms 5 seeds cannot reach "needed" (p = 1/32 > 0.025): 6 can."""
     names = [warmup] if warmup is not None else warm_arms(rows)
     alpha = SIGN_ALPHA / max(1, len(names))
-    per = [warmup_verdicts(rows, w, resolution=resolution, alpha=alpha) for w in names]
+    per = [warmup_verdicts(rows, w, resolution=resolution, alpha=alpha, factor=(factors or {}).get(w, 1.0))
+           for w in names]  # fmt: skip
     out: dict[tuple[str, int], bool | None] = {}
     for key in sorted({(r["scheme"], r["width"]) for r in rows}):
         said = [verdict_truth(p.get(key)) for p in per]
@@ -1804,6 +1806,9 @@ def held_out_cells(path: str | Path, *, measure: bool = True) -> list[dict[str, 
     u = (old.get("baseline") or {}).get("unigram_loss")
     rows = analyze(cells, margin=cfg.margin, unigram=u, grid=cfg.lrs, plateau_fails=cfg.plateau_fails)
     truth = warmup_truth(rows, resolution=cfg.resolution)
+    # the second reading (RULES["mean_rate"]): warm-up beyond the lower mean rate its arm trains at
+    mean_rate = warmup_truth(rows, resolution=cfg.resolution,
+                             factors={w: mean_lr_factor(cfg, w) for w in warm_arms(rows)})  # fmt: skip
     scores = {(r["scheme"], r["width"]): r.get("score") for r in (old.get("diagnose") or {}).get("table", [])}
     if measure and (lacking := [k for k in truth if k not in scores]):
         scores.update({k: d.score for k, d in diagnoses(cfg, keys=lacking).items()})
@@ -1819,7 +1824,8 @@ def held_out_cells(path: str | Path, *, measure: bool = True) -> list[dict[str, 
         verdict, threshold = score_verdict(s, cfg.layers)
         out.append({"sweep": label, "path": str(path.resolve()), "task": cfg.task, "scheme": scheme,
                     "layers": cfg.layers, "width": width, "seeds": len(seeds.get((scheme, width), ())),
-                    "truth": truth[(scheme, width)], "score": s, "threshold": threshold, "diagnose": verdict,
+                    "truth": truth[(scheme, width)], "truth_mean_rate": mean_rate.get((scheme, width)),
+                    "score": s, "threshold": threshold, "diagnose": verdict,
                     "seen": (cfg.task, cfg.layers, scheme) in SEEN_IN_DESIGN,
                     "experiment": {**experiment, "scheme": scheme, "width": width}})  # fmt: skip
     return out
@@ -1873,6 +1879,9 @@ def run(args: Any) -> int:
              f"baseline 'Post-LN needs warm-up' on {sh['baseline_agree']}, 'every scheme needs warm-up' on "
              f"{sh['always_agree']}; on the {un['decided']} never in view when the rule was designed {un['agree']} "
              f"(baselines {un['baseline_agree']}, {un['always_agree']}); {files['md']}")
+        m = result["mean_rate"]
+        _say(f"  under the mean-rate reading (warm-up beyond its arm's lower mean rate): {m['agree']} of "
+             f"{m['decided']} (baselines {m['baseline_agree']}, {m['always_agree']})")
         for sp in result["splits"]:
             ev = sp["evaluation"]
             _say(f"  refitted, {sp['split']}: {ev['agree']} of {ev['decided']} (baselines {ev['baseline_agree']}, "
