@@ -488,7 +488,7 @@ def test_the_asynchronous_search_waits_for_every_run_of_a_curve():
                                                                          per_decade=3)
 
 
-def _sweep_json(path, *, task, layers, truths, scores):
+def _sweep_json(path, *, task, layers, truths, scores, tops=None):
     """A sweep.json of synthetic cells (5 seeds, the grid only): per scheme, warm-up needed (the warm-up arm stable
     a decade above the no-warm-up arm's edge: disjoint brackets, +1 on every seed) or not (the reverse: -1 on
     every seed); diagnose's table with the S given (threshold 1.0)."""
@@ -501,8 +501,8 @@ def _sweep_json(path, *, task, layers, truths, scores):
                       find_edge=False)  # fmt: skip
     cells = []
     for scheme, needed in truths.items():
-        tops = {"none": 1e-3, "adam": 1e-2} if needed else {"none": 1e-2, "adam": 1e-3}
-        for warm, top in tops.items():
+        arms_top = (tops or {}).get(scheme) or ({"none": 1e-3, "adam": 1e-2} if needed else {"none": 1e-2, "adam": 1e-3})
+        for warm, top in arms_top.items():
             for seed in range(1, 6):
                 for lr in GRID:
                     ok = lr <= top
@@ -514,6 +514,23 @@ def _sweep_json(path, *, task, layers, truths, scores):
     (path / "sweep.json").write_text(json.dumps({"config": cfg.to_dict(), "cells": cells,
                                                   "baseline": {"unigram_loss": U}, "diagnose": {"table": table}}))
     return path
+
+
+def test_the_mean_rate_truth_reads_the_arms_factor(tmp_path):
+    """held_out_cells' second truth: warm-up arms one grid step apart ([1e-3, 2.15e-3) without, [2.15e-3, 4.64e-3)
+    with it: disjoint, needed in 5 of 5) are read on the mean-rate scale at translation's x0.835, where the brackets
+    overlap and are a grid step wide (wider than the resolution): open, so the cell is undecided; the LM's x0.935
+    (40 warm-up updates) overlaps too. With the factor 1 the two truths would coincide."""
+    from normlab.experiments.heldout import held_out
+    from normlab.experiments.sweep import held_out_cells
+
+    a = _sweep_json(tmp_path / "sweep-a", task="translation", layers=3, truths={"post": True, "pre": True},
+                    scores={"post": 2.0, "pre": 0.6}, tops={"post": {"none": 1e-3, "adam": 2.15e-3}})  # fmt: skip
+    by = {c["scheme"]: c for c in held_out_cells(a)}
+    assert by["post"]["truth"] is True and by["post"]["truth_mean_rate"] is None  # one step: within the mean rate
+    assert by["pre"]["truth"] is True and by["pre"]["truth_mean_rate"] is True  # a decade: beyond it
+    m = held_out(list(by.values()))["mean_rate"]
+    assert (m["decided"], m["undecided"], m["agree"], m["always_agree"]) == (1, 1, 0, 1)
 
 
 def test_held_out_report_over_sweeps(tmp_path, capsys):
@@ -558,7 +575,7 @@ def test_held_out_report_over_sweeps(tmp_path, capsys):
     assert p["evaluation"]["always_agree"] == 1  # mixln
     md = held_out_markdown(r)
     assert "| 7 | 7 | 0 | 0 | 4/7 | 5/7 | 4/7 |" in md
-    assert "| under the mean-rate reading (the truth: warm-up beyond its arm's lower mean rate) | 7 | – | – | 4/7 | " \
+    assert "| under the mean-rate reading (the truth: warm-up beyond its arm's lower mean rate) | 7 | 0 | 0 | 4/7 | " \
            "5/7 | 4/7 | 5 |" in md and "sweep-b | lm | mixln | 6 | 64 | 5 | needed" in md
     files = write_held_out(r, tmp_path / "out")
     assert files["md"].read_text() == md and files["json"].is_file()

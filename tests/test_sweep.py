@@ -792,5 +792,21 @@ def test_from_json_rereads_a_committed_sweep(tmp_path):
     edge.mkdir()
     shutil.copy(Path(__file__).parents[1] / "docs/results/sweep-quick/edge-quick/sweep.json", edge / "sweep.json")
     assert normlab("sweep", "--from-json", str(edge / "sweep.json")).returncode == 0
-    meta = json.loads((edge / "sweep.json").read_text())["meta"]
+    data = json.loads((edge / "sweep.json").read_text())
+    meta = data["meta"]
     assert meta["edge_runs"] == 175 and "were not run" not in meta["rerendered"]
+    # the mean-rate reading (x0.835 for 100 warm-up updates in 300): Post-LN 5 of 5 seeds beyond it at both widths,
+    # Pre-LN 4 of 5 (inconclusive); its column in SWEEP.md says the same
+    mean_rate = {(t["scheme"], t["width"]): t["verdicts_mean_rate"]["adam"] for t in data["warmup_truth"]}
+    assert {k: (v["plus"], v["verdict"]) for k, v in mean_rate.items()} == {
+        ("post", 64): (5, "needed"), ("post", 128): (5, "needed"),
+        ("pre", 64): (4, "inconclusive"), ("pre", 128): (4, "inconclusive")}  # fmt: skip
+    edge_md = (edge / "SWEEP.md").read_text()
+    assert "| post | 64 | 100 updates (2/(1-beta2)) | s1:+ s2:+ s3:+ s4:+ s5:+ | needed: 5 of 5 seeds raise the edge " \
+           "(disjoint brackets; sign test p = 0.0312) | x0.835: s1:+ s2:+ s3:+ s4:+ s5:+; needed |" in edge_md
+    assert "| pre | 64 | 100 updates (2/(1-beta2)) | s1:+ s2:+ s3:+ s4:+ s5:+ | needed: 5 of 5 seeds raise the edge " \
+           "(disjoint brackets; sign test p = 0.0312) | x0.835: s1:+ s2:0 s3:+ s4:+ s5:+; inconclusive |" in edge_md
+    # how the edges were met: all 40 first unstable runs on the plateau, none diverged
+    firsts = [x for r in data["frontier"] for x in r["first_unstable"]]
+    assert len(firsts) == 40 and not any(x["diverged"] for x in firsts)
+    assert min(x["above_line"] for x in firsts) > 0

@@ -125,7 +125,9 @@ def _mean_rate(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The shipped verdicts against the second truth, the mean-rate reading (sweep.RULES["mean_rate"]: warm-up beyond
     the lower mean rate its arm trains at), with both fixed rules on the same decided cells."""
     decided = [c for c in cells if c.get("truth_mean_rate") is not None and c["diagnose"] is not None]
-    return {"decided": len(decided), "agree": sum(c["diagnose"] == c["truth_mean_rate"] for c in decided),
+    return {"decided": len(decided), "undecided": sum(c.get("truth_mean_rate") is None for c in cells),
+            "no_score": sum(c.get("truth_mean_rate") is not None and c["diagnose"] is None for c in cells),
+            "agree": sum(c["diagnose"] == c["truth_mean_rate"] for c in decided),
             "baseline_agree": sum(trivial_baseline(c["scheme"]) == c["truth_mean_rate"] for c in decided),
             "always_agree": sum(c["truth_mean_rate"] is True for c in decided),
             "schemes": sorted({c["scheme"] for c in decided})}  # fmt: skip
@@ -188,7 +190,7 @@ def held_out_markdown(result: dict[str, Any]) -> str:
                      f"{_score(s.get('always_agree', 0), s['decided'])} | {len(s['schemes'])} |")  # fmt: skip
     if (m := result.get("mean_rate")) is not None:
         lines.append(f"| under the mean-rate reading (the truth: warm-up beyond its arm's lower mean rate) | "
-                     f"{m['decided']} | – | – | {_score(m['agree'], m['decided'])} | "
+                     f"{m['decided']} | {m['undecided']} | {m['no_score']} | {_score(m['agree'], m['decided'])} | "
                      f"{_score(m['baseline_agree'], m['decided'])} | {_score(m['always_agree'], m['decided'])} | "
                      f"{len(m['schemes'])} |")  # fmt: skip
     if result["splits"]:

@@ -1327,11 +1327,14 @@ RULES = {
     "test passes at sign_alpha / (the number of arms) (Bonferroni), and does not when every arm's says not needed",
     "mean_rate": "beside the verdict, the same seeds and test with the warm-up arm's rates times its mean learning "
     "rate over the run as a share of lr_max (sweep.mean_lr_factor: 0.835 for a 100-update warm-up in 300 updates, "
-    "0.935 for 40): a warm-up arm trains at a lower mean rate than its lr_max, which alone raises the rate at which "
-    "the 300-update loss crosses the plateau line; this reading asks whether warm-up raises the edge beyond that, "
-    "i.e. beyond what a constant rate lowered to the same mean would (written before the LM sweep's seeds 2-5 and "
-    "the schemes sweep were read, after an audit of 2026-11-28 pointed at it; the verdict above stays the truth "
-    "diagnose is scored against)",
+    "0.935 for 40): a warm-up arm trains at a lower mean rate than its lr_max, which would raise the rate at which "
+    "the 300-update loss crosses the plateau line by 1/factor if that crossing followed the mean rate alone (the "
+    "reading's hypothesis, not measured); this reading asks whether warm-up raises the edge beyond that, i.e. "
+    "beyond what a constant rate lowered to the same mean would. The scaled brackets lie off the shared bisection "
+    "midpoints, so a seed's 0 spans about two bisection steps and + asks a wider gap than in the verdict: the "
+    "reading is conservative for 'needed', and its 0 and - both mean 'not beyond'. Written before the LM sweep's "
+    "seeds 2-5 and the schemes sweep were read, after an audit of 2026-11-28 pointed at it; the verdict above stays "
+    "the truth diagnose is scored against",
     "margin": MARGIN,
     "lr_tolerance": "LR tolerance (until issue 40 called 'maximum stable lr'; a near-best band, not a stability "
     "boundary): the largest grid point within `margin` nats of the best final loss l* of its curve that did not "
