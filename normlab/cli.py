@@ -126,6 +126,12 @@ def _diagnose(args: argparse.Namespace) -> int:
           "synthetic batches of its task (Zipf-distributed token ids, normlab.analysis.sources: the model as built, not "
           "your data)")
     print(result.summary())
+    if task == "lm":  # the calibration never held a causal LM (a new user's finding, 2026-11-28)
+        print("note: diagnose's thresholds were calibrated on encoder, encoder-decoder and masked-LM models, never on "
+              "a causal LM; held out on the LM sweep's cells (normlab sweep --held-out docs/results/sweep-lm) its "
+              "verdicts disagree with the measured warm-up effect, Post-LN's included, and they move with settings "
+              "that are not the placement (positional, activation, scale_embedding): for an LM, measure the edge "
+              "with normlab sweep --set task=lm")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result.to_dict(), f, indent=1, allow_nan=False)  # strict: undefined numbers are null

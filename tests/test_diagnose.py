@@ -264,3 +264,36 @@ def test_diagnose_command(placement, word, advised, tmp_path):
     assert "decoder.layers: 12 layers" in proc.stdout
     res = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
     assert res["warmup_advised"] is advised and len(res["stacks"]) == 2
+
+
+def test_a_verdict_without_the_pattern_or_inside_the_gap_says_it_is_uncertain():
+    """A new user's 12-layer Post-LN LM read "the gradient norm does not grow ... damps ... Large, undamped gradients
+    near the output": S above the threshold without Lemma 2's pattern now says the verdict is the threshold's side,
+    not the mechanism; an S between the calibration's Pre-LN and Post-LN models at its depth says so too."""
+    lo, hi = thresholds(12)
+    # r < 1 and G > 1.5, yet S = r / sqrt(G) above the 12-layer threshold: the words must not claim growing gradients
+    flat = LayerProfile("s", list(range(12)), [1.0] * 11 + [0.99], [1.0] * 11 + [1.6])
+    assert flat.score > depth_threshold(12) and flat.grad_ratio < 1
+    advised, reason = verdict([flat])
+    assert advised is True and "Large, undamped gradients" not in reason and "read it as uncertain" in reason
+    assert (lo < flat.score < hi) == ("S lies in the gap" in reason)
+    # inside the gap by construction: S just above the threshold
+    mid = (lo * hi) ** 0.5 * 1.01
+    inside = LayerProfile("s", list(range(12)), [1.0] * 11 + [mid], [1.0] * 12)
+    assert lo < inside.score < hi and "S lies in the gap" in verdict([inside])[1]
+    # a clear Post-LN pattern far above the gap: the plain advice, no caveat
+    post = LayerProfile("s", list(range(12)), [1.0 + i for i in range(12)], [1.0] * 12)
+    advised, reason = verdict([post])
+    assert advised and "Large, undamped gradients" in reason and "uncertain" not in reason
+
+
+def test_diagnose_says_its_calibration_held_no_causal_lm(capsys):
+    from normlab.cli import main
+
+    assert main(["diagnose", "--task", "lm", "--set", "d_model=32", "--set", "n_heads=2", "--set", "d_ffn=64",
+                 "--set", "decoder_layers=2", "--steps", "1"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "never on a causal LM" in out and "normlab sweep --set task=lm" in out
+    assert main(["diagnose", "--set", "d_model=32", "--set", "n_heads=2", "--set", "d_ffn=64", "--set",
+                 "encoder_layers=2", "--set", "decoder_layers=2", "--steps", "1"]) == 0  # fmt: skip
+    assert "causal LM" not in capsys.readouterr().out

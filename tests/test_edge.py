@@ -588,8 +588,8 @@ def test_held_out_report_over_sweeps(tmp_path, capsys):
     assert (tmp_path / "cli" / "HELD_OUT.md").read_text() == md
     err = capsys.readouterr().err
     assert "the shipped rule agrees on 4 of 7 decided cells (5 schemes; 0 open, 0 without a verdict), the baseline " \
-           "'Post-LN needs warm-up' on 5, 'every scheme needs warm-up' on 4; on the 4 never in view when the rule " \
-           "was designed 2 (baselines 3, " in err
+           "'Post-LN needs warm-up' on 5, 'every scheme needs warm-up' on 4; of the 4 decided cells never in view " \
+           "when the rule was designed, 2 (baselines 3, " in err
     assert "refitted, post and pre -> the other schemes: 3 of 3 (baselines 2, 1)" in err
     assert "under the mean-rate reading (warm-up beyond its arm's lower mean rate): 4 of 7 (baselines 5, 4)" in err
 

@@ -442,12 +442,24 @@ def _verdict(profiles: Sequence[LayerProfile], threshold: float | None) -> tuple
     where = {True: "above", False: "below", None: "inside the overlap:"}[advised]
     reason = (f"In {worst.stack!r} the gradient norm {direction} towards the output (last/first r = "
               f"{worst.grad_ratio:.3g}) and {mechanism}: S = r/sqrt(G) = {worst.score:.3g} is {where} {rule}.")
-    if advised:
+    pattern = worst.grad_ratio > 1 and (growth is None or growth < 1.5)  # Lemma 2's: growing and undamped
+    if advised and pattern:
         reason += " Large, undamped gradients near the output make large early steps unstable: use a learning-rate warm-up."
-        if all(len(j[0].layers) <= SHALLOW_LAYERS for j in advised_stacks):  # no deeper stack is flagged too
-            reason += " " + SHALLOW_NOTE
+    elif advised:
+        # S above the threshold without the pattern the threshold stands for (a new user's finding, 2026-11-28: a
+        # 12-layer Post-LN LM read "does not grow ... damps ... Large, undamped gradients")
+        reason += (" The pattern the threshold stands for (gradients growing towards the output, undamped) is not "
+                   "what this stack shows: the verdict is the side of the calibration's threshold S falls on, not "
+                   "the paper's mechanism seen here; read it as uncertain, and measure the edge (normlab sweep) if "
+                   "it matters.")
     elif advised is None:
         reason += " This diagnosis cannot tell the two placements apart at this depth; no verdict."
+    gap = thresholds(len(worst.layers))
+    if advised is not None and threshold is None and gap[0] < worst.score < gap[1]:
+        reason += (f" S lies in the gap between the calibration's Pre-LN models (up to {gap[0]:.3g}) and Post-LN "
+                   f"models (from {gap[1]:.3g}) at this depth, where no calibration model is: an uncertain verdict.")
+    if advised and all(len(j[0].layers) <= SHALLOW_LAYERS for j in advised_stacks):  # no deeper stack is flagged
+        reason += " " + SHALLOW_NOTE
     return advised, reason, applied
 
 

@@ -1880,8 +1880,8 @@ def run(args: Any) -> int:
         _say(f"diagnose held out: the shipped rule agrees on {sh['agree']} of {sh['decided']} decided cells "
              f"({len(sh['schemes'])} schemes; {sh['undecided']} open, {sh['no_score']} without a verdict), the "
              f"baseline 'Post-LN needs warm-up' on {sh['baseline_agree']}, 'every scheme needs warm-up' on "
-             f"{sh['always_agree']}; on the {un['decided']} never in view when the rule was designed {un['agree']} "
-             f"(baselines {un['baseline_agree']}, {un['always_agree']}); {files['md']}")
+             f"{sh['always_agree']}; of the {un['decided']} decided cells never in view when the rule was designed, "
+             f"{un['agree']} (baselines {un['baseline_agree']}, {un['always_agree']}); {files['md']}")
         m = result["mean_rate"]
         _say(f"  under the mean-rate reading (warm-up beyond its arm's lower mean rate): {m['agree']} of "
              f"{m['decided']} (baselines {m['baseline_agree']}, {m['always_agree']})")

@@ -85,7 +85,8 @@ def plot_loss_vs_lr(result: dict[str, Any], path: Path) -> Path:
         ax.set_title(f"d = {width}", fontsize=9)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("final validation NLL (nats)")
-    axes[0][0].legend(fontsize=7)
+    if axes[0][0].get_legend_handles_labels()[0]:  # a sweep with no finished run has nothing to label
+        axes[0][0].legend(fontsize=7)
     fig.suptitle("Final loss against learning rate (x: diverged, non-finite or above l0; faint vertical lines: last "
                  "stable lr of the edge, which also counts a collapse onto the unigram plateau; dotted where censored)",
                  fontsize=9)  # fmt: skip
@@ -187,7 +188,8 @@ def plot_frontier(result: dict[str, Any], path: Path) -> Path:
     ax.set_title("Stability edge against width (log-log): seeds' interval; a triangle is a censored lower bound",
                  fontsize=9)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:  # no curve with an edge: nothing to label (and no matplotlib warning)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
