@@ -334,11 +334,12 @@ def train_task(
     return EXIT_DIVERGED if status == "diverged" else 0
 
 
-def _majority(data: Any) -> dict[str, float | int]:
+def _majority(data: Any) -> dict[str, float | int | str]:
     """The majority-class baseline: the most frequent training label, scored on each split."""
     labels = data.splits["train"].labels
     top = int(np.bincount(labels).argmax())
-    out: dict[str, float | int] = {"label": top}
+    # the label's index and its name (the task's labels; `normlab evaluate` prints the name)
+    out: dict[str, float | int | str] = {"label": top, "label_name": str(data.cfg.labels[top])}
     for split, ds in data.splits.items():
         out[split] = float(np.mean(ds.labels == top))
     return out
@@ -411,7 +412,8 @@ def table(results: dict[str, Any]) -> str:
     else:
         test = _fmt_acc(c["test"]) if c["test"] else "no test split"
         rows.append(f"chosen by validation accuracy: {c['setting']} | valid {_fmt_acc(c['valid'])} | test {test}")
-    rows.append("majority-class baseline: valid {:.4f}".format(maj["valid"])
+    rows.append((f"majority-class baseline ({maj['label_name']!r}): " if "label_name" in maj else
+                 "majority-class baseline: ") + "valid {:.4f}".format(maj["valid"])
                 + (" | test {:.4f}".format(maj["test"]) if "test" in maj else ""))  # fmt: skip
     return "\n".join(rows)
 

@@ -161,7 +161,7 @@ def test_finetune_beats_the_majority_class(post_run, paraphrase_8k, tmp_path):
         assert (got["task"], got["split"], got["examples"]) == ("classification", split, 400)
         assert got["accuracy"] == pytest.approx(logged, abs=1e-12)
         assert got["majority_accuracy"] == pytest.approx(baseline, abs=1e-12)
-        assert got["majority_label"] == ["0", "1"][majority["label"]]  # the label's name, as the .pred file's
+        assert got["majority_label"] == ["0", "1"][majority["label"]] == majority["label_name"]  # the name
         predicted = Path(got["predictions"]).read_text().splitlines()
         truth = [line.split("\t")[0] for line in (paraphrase_8k / f"{split}.tsv").read_text().splitlines()[1:]]
         assert len(predicted) == len(truth) == 400
@@ -203,7 +203,7 @@ def test_finetune_cli_tiny_grid_then_skips_finished_runs(pre_run, small_corpora,
     proc = normlab(*args)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "search space SCALED from the paper's" in proc.stderr and "epochs {1}, 2 seeds" in proc.stderr
-    assert "bs32-lr0.0001-ep1" in proc.stdout and "majority-class baseline" in proc.stdout
+    assert "bs32-lr0.0001-ep1" in proc.stdout and "majority-class baseline ('" in proc.stdout
     assert "test no test split" in proc.stdout  # the small corpus has no test split
     results = json.loads((out / "results.json").read_text())
     (setting,) = results["settings"]
