@@ -10,6 +10,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -395,7 +396,9 @@ def test_smoke_lm_sweep_cli(small_corpora, data_cache, tmp_path, monkeypatch):
     proc = normlab("sweep", "--scale", "smoke", "--out", str(out), "--jobs", "2", "--threads", "1", "--corpus",
                    str(small_corpora["mono"]), "--set", "task=lm")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "estimate: not available for the lm task" in proc.stderr
+    # the probe times the LM's own update now (budget._updater on rows of its block size), with its edge-search line
+    assert re.search(r"estimate: 24 runs, \d+ updates \(d=16: [\d.]+ s/update; d=32: [\d.]+ s/update\)", proc.stderr)
+    assert "edge search, not in that estimate: 8 curves" in proc.stderr
     data = json.loads((out / "report" / "sweep.json").read_text())
     assert data["config"]["task"] == "lm" and data["meta"]["outcomes"]["failed"] == 0
     assert all(c["l0"] is not None for c in data["cells"])

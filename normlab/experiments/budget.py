@@ -31,7 +31,7 @@ from normlab.experiments.figures import Context, RunSpec
 from normlab.experiments.progress import eta, lanes_left
 from normlab.model import build_model, set_attention
 from normlab.train.kernels import choose_attention
-from normlab.train.losses import translation_loss
+from normlab.train.losses import lm_loss, translation_loss
 from normlab.train.optim import build_optimizer
 from normlab.train.throughput import kept_pages, limit_onednn_cache, matmul_peak_flops, tune_malloc
 
@@ -109,32 +109,44 @@ def probe_update_seconds(cfg: TrainConfig, *, threads: int, updates: int = 3, se
         torch.set_num_threads(before)
 
 
+PROBED = ("translation", "lm")
+"""The tasks the probe can time (:func:`_updater`); a grid's estimate probes its first run of the first of them."""
+
+
 def _updater(cfg: TrainConfig, sentence_len: int) -> Any:
-    """One training update of ``cfg``'s translation model on a fixed random batch of ``cfg.data.max_tokens`` tokens,
-    as a function (synchronised on CUDA, so that timing it times the update)."""
+    """One training update of ``cfg``'s model on a fixed random batch of ``cfg.data.max_tokens`` tokens, as a
+    function (synchronised on CUDA, so that timing it times the update): a translation model on sentence pairs of
+    ``sentence_len``, a language model (task lm) on rows of its ``data.block_size``."""
     device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
                           else "cpu")  # fmt: skip
     if device.type == "cpu":
         # as the grid's workers run: oneDNN's cache capped (normlab/train/throughput.py)
         limit_onednn_cache()
     gen = torch.Generator().manual_seed(0)
-    model = build_model(cfg.model).to(device)
+    lm = cfg.data.task == "lm"
+    model = build_model(cfg.model, "lm" if lm else "translation").to(device)
     opt = build_optimizer(model, cfg.optim)
     amp = autocast_dtype(cfg.precision, device)
-    batch = max(1, cfg.data.max_tokens // sentence_len)
+    length = cfg.data.block_size if lm else sentence_len
+    batch = max(1, cfg.data.max_tokens // length)
     v = cfg.model.vocab_size
-    src = torch.randint(8, v, (batch, sentence_len), generator=gen).to(device)
-    tgt = torch.randint(8, v, (batch, sentence_len), generator=gen).to(device)
+    src = torch.randint(8, v, (batch, length), generator=gen).to(device)
+    tgt = torch.randint(8, v, (batch, length), generator=gen).to(device)
+
+    def loss_of() -> Any:
+        if lm:  # next-token targets of the same length (their values do not change the work)
+            return lm_loss(model, src, tgt)
+        return translation_loss(model, src, tgt, tgt, cfg.label_smoothing)
+
     # the attention kernel the run would train with (the trainer measures it the same way at its start)
     impl = cfg.attention
     if impl == "auto":
-        impl = choose_attention(model, lambda: translation_loss(model, src, tgt, tgt, cfg.label_smoothing),
-                                context=lambda: autocast(device, amp)).impl  # fmt: skip
+        impl = choose_attention(model, loss_of, context=lambda: autocast(device, amp)).impl
     set_attention(model, impl)
 
     def step() -> None:
         with autocast(device, amp):
-            loss, _ = translation_loss(model, src, tgt, tgt, cfg.label_smoothing)
+            loss, _ = loss_of()
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -278,11 +290,13 @@ def grid_work(specs: Sequence[RunSpec], ctx: Context, ref: TrainConfig) -> tuple
 
 def estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int,
              budget_minutes: float | None = None, compete: bool = False) -> Estimate:  # fmt: skip
-    """The grid's wall time on this machine from a probe of its first translation run (see the module's doc);
+    """The grid's wall time on this machine from a probe of its first translation (else language-model) run (see the
+    module's doc);
     pre-training and fine-tuning updates are weighted by their tokens and layers against the probed one.
     ``compete``: on a CPU, probe beside ``jobs - 1`` processes training the same model, as the grid will run
     (``normlab sweep``; reproduce's probe already runs beside its Figure 3 analysis)."""
-    trans = [s for s in specs if s.kind == "translation"]
+    # the first translation run, else the first language-model run (an LM sweep): the tasks the probe can time
+    trans = next(([s for s in specs if s.kind == k] for k in PROBED if any(s.kind == k for s in specs)), [])
     ref = (trans or list(specs))[0].config
     device = torch.device("cuda" if ref.device == "cuda" or (ref.device == "auto" and torch.cuda.is_available())
                           else "cpu")  # fmt: skip

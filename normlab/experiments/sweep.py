@@ -115,7 +115,7 @@ from normlab.config import (
 )
 from normlab.data import prepare
 from normlab.device import cpu_name
-from normlab.experiments.budget import estimate, updates_per_epoch
+from normlab.experiments.budget import PROBED, estimate, updates_per_epoch
 from normlab.experiments.figures import Context, RunSpec
 from normlab.experiments.grid import (
     FINISHED,
@@ -1366,8 +1366,9 @@ def sweep_estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads
     """budget.estimate per width (its probe times one model, beside jobs - 1 processes training it as the grid
     will; the widths of a sweep differ in cost), summed: the line to print, and the pace it comes from (seconds per
     update of the grid, progress.pace's prior: the grid's ETA starts from it), None where there is no probe."""
-    if specs and specs[0].kind != "translation":
-        return f"estimate: not available for the {specs[0].kind} task (budget.py probes a translation model)", None
+    if specs and specs[0].kind not in PROBED:
+        return (f"estimate: not available for the {specs[0].kind} task (budget.py probes translation and language "
+                "models)"), None  # fmt: skip
     by_width: dict[int, list[RunSpec]] = {}
     for s in specs:
         by_width.setdefault(s.config.model.d_model, []).append(s)
