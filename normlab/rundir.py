@@ -247,14 +247,18 @@ class RunDir:
         runs share the pre-training one, ``normlab finetune --out``'s tokenizer.model, and keep no copy)."""
         if self.tokenizer_path.is_file():
             return Tokenizer.load(self.tokenizer_path)
-        named = self.read_config().data.tokenizer if self.config_path.is_file() else ""
+        cfg = self.read_config() if self.config_path.is_file() else None
+        named = cfg.data.tokenizer if cfg is not None else ""
         if named.endswith(".model"):  # a file (prepare's rule), not a corpus whose tokenizer the cache holds
             # a relative name is relative to where the grid ran (`normlab finetune --out ft` writes
-            # ft/tokenizer.model): that directory or one holding the run
+            # ft/tokenizer.model): a directory holding the run first (the grid's own), then the current one; a
+            # file whose vocabulary is not the model's is another experiment's, never used (a review found a stray
+            # ft/tokenizer.model in the current directory would have won)
             where = [Path(named)] if Path(named).is_absolute() else [
-                Path.cwd() / named, *(up / named for up in self.path.resolve().parents)]  # fmt: skip
-            if found := next((p for p in where if p.is_file()), None):
-                return Tokenizer.load(found)
+                *(up / named for up in self.path.resolve().parents), Path.cwd() / named]  # fmt: skip
+            for p in where:
+                if p.is_file() and (tok := Tokenizer.load(p)).vocab_size == cfg.model.vocab_size:  # type: ignore[union-attr]
+                    return tok
         raise ConfigError(f"{self.path}: no {self.TOKENIZER}" + (
             f", and its data.tokenizer {named} is not found (from here or a directory holding the run)" if named
             else " (runs trained by normlab train have one)"))  # fmt: skip

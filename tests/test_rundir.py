@@ -436,12 +436,19 @@ def test_a_run_without_its_own_tokenizer_reads_the_one_its_config_names(tmp_path
     run = grid / "runs" / "bs32" / "seed1"
     run.mkdir(parents=True)
     (grid / "tokenizer.model").write_bytes(small_translation.tokenizer.proto)
-    cfg = TrainConfig().replace(data=TrainConfig().data.replace(tokenizer="ft/tokenizer.model"))
+    vocab = small_translation.tokenizer.vocab_size
+    cfg = TrainConfig().replace(data=TrainConfig().data.replace(tokenizer="ft/tokenizer.model"),
+                                model=TrainConfig().model.replace(vocab_size=vocab))  # fmt: skip
     RunDir(run).write_config(cfg)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     assert RunDir(run).tokenizer().proto == small_translation.tokenizer.proto
+    # another experiment's ft/tokenizer.model in the current directory: the run's own grid folder comes first
+    (elsewhere / "ft").mkdir()
+    (elsewhere / "ft" / "tokenizer.model").write_bytes(b"not this one")
+    assert RunDir(run).tokenizer().proto == small_translation.tokenizer.proto
+    (elsewhere / "ft" / "tokenizer.model").unlink()
     (grid / "tokenizer.model").unlink()
     with pytest.raises(ConfigError, match="data.tokenizer ft/tokenizer.model is not found"):
         RunDir(run).tokenizer()

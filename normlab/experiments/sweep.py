@@ -974,8 +974,10 @@ def mean_lr_factor(cfg: SweepConfig, arm: str) -> float:
     """A warm-up arm's mean learning rate over its run, as a share of lr_max: its own schedule (the runs' linear
     warm-up, eq. (1), then lr_max held), averaged over updates 1..updates. 1 for ``none``; a 100-update warm-up in
     300 updates: 0.835; 40 in 300: 0.935."""
-    sched = build_schedule(ScheduleConfig(warmup_updates=cfg.warmup_length(arm), decay="constant"), 1.0,
-                           cfg.updates, 1)  # fmt: skip
+    # the schedule a run of the arm trains with (_train_config's), whatever the scheme, width, rate and seed
+    run = _train_config(cfg, Context(translation_updates_per_epoch=1), scheme=cfg.schemes[0], warmup=arm,
+                        width=cfg.widths[0], lr=1.0, seed=1)  # fmt: skip
+    sched = build_schedule(run.schedule, 1.0, cfg.updates, 1)
     return math.fsum(sched(t) for t in range(1, cfg.updates + 1)) / cfg.updates
 
 
@@ -1332,9 +1334,9 @@ RULES = {
     "the warm-up arm stays stable where that constant run of equal mean rate would not (the verdict compares equal "
     "peak rates; which comparison is right is a choice, not a measurement). The scaled brackets lie off the shared bisection "
     "midpoints, so a seed's 0 spans about two bisection steps and + asks a wider gap than in the verdict: the "
-    "reading is conservative for 'needed', and its 0 and - both mean 'not beyond'. Written before the LM sweep's "
-    "seeds 2-5 and the schemes sweep were read, after an audit of 2026-11-28 pointed at it; the verdict above stays "
-    "the truth diagnose is scored against",
+    "reading is conservative for 'needed', and its 0 and - both mean 'not beyond'. Written on 2026-11-28 after an "
+    "audit pointed at it and after a preview of the LM sweep's partial seeds 2-5 report, before the schemes sweep "
+    "ran; the verdict above stays the truth diagnose is scored against",
     "margin": MARGIN,
     "lr_tolerance": "LR tolerance (until issue 40 called 'maximum stable lr'; a near-best band, not a stability "
     "boundary): the largest grid point within `margin` nats of the best final loss l* of its curve that did not "

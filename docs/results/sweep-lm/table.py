@@ -2,8 +2,8 @@
 
     .venv/bin/python docs/results/sweep-lm/table.py [PATH/sweep.json]
 
-1. per scheme x warm-up: each width's stability edge over the seeds [lowest last stable, highest first unstable),
-   the best grid point (its seed-mean final loss) and the LR sensitivity;
+1. per scheme x warm-up: each width's stability edge over the seeds [lowest last stable, highest first unstable)
+   (`*`: a grid point not finished), the best grid point (its seed-mean final loss) and the LR sensitivity;
 2. per scheme x width: the warm-up verdict (seeds' sign test), its mean-rate reading, and how the first unstable
    runs failed.
 Works on any sweep.json of `normlab sweep` (the edge-quick or schemes folders too).
@@ -11,9 +11,12 @@ Works on any sweep.json of `normlab sweep` (the edge-quick or schemes folders to
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
+
+from normlab.experiments.sweep import SweepConfig
 
 
 def _lr(x: float | None) -> str:
@@ -45,13 +48,16 @@ def _first(runs: list[dict]) -> str:
 def main(path: Path) -> None:
     d = json.loads(path.read_text(encoding="utf-8"))
     widths, schemes, warmups = d["config"]["widths"], d["config"]["schemes"], d["config"]["warmups"]
+    cfg = SweepConfig.from_dict({k: v for k, v in d["config"].items()
+                                 if k in {f.name for f in dataclasses.fields(SweepConfig)}})  # fmt: skip
+    arm_text = {w: "none" if w == "none" else f"{cfg.warmup_length(w)} updates" for w in warmups}
     by = {(r["scheme"], r["warmup"], r["width"]): r for r in d["frontier"]}
     head = ["scheme", "warm-up"] + [x for w in widths for x in (f"d = {w}: edge", "best lr (loss)", "sensitivity")]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for s in schemes:
         for w in warmups:
-            cells = [s, w]
+            cells = [s, arm_text[w]]
             for width in widths:
                 r = by.get((s, w, width))
                 if r is None:
@@ -59,7 +65,9 @@ def main(path: Path) -> None:
                     continue
                 loss = "–" if r.get("best_loss") is None else f"{r['best_loss']:.3f}"
                 sens = "–" if r.get("sensitivity") is None else f"{r['sensitivity']:.2f}"
-                cells += [_edge(r.get("edge") or {}), f"{_lr(r.get('best_lr'))} ({loss})", sens]
+                # '*': a grid point of the curve has not finished (a report written while the sweep runs)
+                star = "*" if r.get("missing_lrs") else ""
+                cells += [_edge(r.get("edge") or {}) + star, f"{_lr(r.get('best_lr'))} ({loss})", sens]
             print("| " + " | ".join(cells) + " |")
     print()
     print("| scheme | width | warm-up verdict (seeds +) | mean-rate reading (seeds +) | first unstable runs, no warm-up "
