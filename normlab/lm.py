@@ -112,7 +112,7 @@ def evaluate_lm(run_dir: str | Path, split: str | None = None, *, checkpoint: st
     result = {"run": str(run_dir), "checkpoint": str(path), **what, **scores,
               "unigram_nll": unigram, "unigram_ppl": math.exp(unigram),
               "seconds": round(time.perf_counter() - t0, 3)}  # fmt: skip
-    out = RunDir(run_dir).path / "eval" / f"{stem}-{path.name}.json"
+    out = RunDir(run_dir).eval_file(stem, path)
     result["written"] = str(out)
     write_atomic(out, json.dumps(strict_json(result), indent=1))
     return result

@@ -10,6 +10,8 @@ Layout::
                       score, timings
     tb/               TensorBoard event files
     checkpoints/      update_XXXXXXXX/ (the last ``keep_last``) and best/  (see normlab/train/checkpoint.py)
+    eval/             ``normlab evaluate``'s scores: <what>-<checkpoint>.json, beside it .hyp (translations) or
+                      .pred (classifications), one line per example (:meth:`RunDir.eval_file`)
     .lock             the trainer's lock (``flock``) and its pid
 
 Every file is written atomically: into a temporary file in the same directory, ``fsync``, renamed into place,
@@ -108,6 +110,7 @@ class RunDir:
     METRICS = "metrics.jsonl"
     SUMMARY = "summary.json"
     CHECKPOINTS = "checkpoints"
+    EVAL = "eval"
     TENSORBOARD = "tb"
     LOCK = ".lock"
     # What a finished run is without its weights: enough for a grid to count it as finished and for a report to
@@ -241,6 +244,11 @@ class RunDir:
         import hashlib
 
         write_json_atomic(self.path / self.DATA, {"files": files, "tokenizer": hashlib.sha256(tokenizer).hexdigest()})
+
+    def eval_file(self, what: str, checkpoint: Path, suffix: str = ".json") -> Path:
+        """Where ``normlab evaluate`` writes its score of ``what`` (a split, or ``own-NAME-HASH`` for a user's file)
+        with ``checkpoint`` (its directory, or an average's name): ``eval/<what>-<checkpoint name><suffix>``."""
+        return self.path / self.EVAL / f"{what}-{checkpoint.name}{suffix}"
 
     def tokenizer(self) -> Tokenizer:
         """The run's tokenizer: its own copy, or the file its config names (``data.tokenizer``: a fine-tuning grid's

@@ -116,7 +116,7 @@ def evaluate_encoder(run_dir: str | Path, split: str | None = None, *, checkpoin
             result["f1"] = binary_f1(predicted, labels)
             result["f1_label"] = cfg.data.labels[1]
         # each example's predicted label, in the split's order (as translate's .hyp holds each hypothesis)
-        pred = rd.path / "eval" / f"{split}-{path.name}.pred"
+        pred = rd.eval_file(split, path, ".pred")
         write_atomic(pred, "".join(f"{cfg.data.labels[int(p)]}\n" for p in predicted))
         result["predictions"] = str(pred)
     else:
@@ -129,7 +129,7 @@ def evaluate_encoder(run_dir: str | Path, split: str | None = None, *, checkpoin
         result["note"] = (f"the whole valid split ({len(ds):,} examples); the run validated on its first "
                           f"{cfg.data.valid_subset:,} (data.valid_subset), so its logged numbers differ")
     result["seconds"] = round(time.perf_counter() - t0, 3)
-    out = rd.path / "eval" / f"{split}-{path.name}.json"
+    out = rd.eval_file(split, path)
     result["written"] = str(out)
     write_atomic(out, json.dumps(strict_json(result), indent=1))
     return result

@@ -197,11 +197,10 @@ def evaluate_run(
     result = {"run": str(run_dir), "checkpoint": str(path), **what,
               **_score(model, cfg, tok, ds, n, beam=beam, lenpen=lenpen, max_tokens=max_tokens)}  # fmt: skip
     hyps = result.pop("hypotheses")
-    out = RunDir(run_dir).path / "eval"
-    stem = f"{stem}-{path.name}"
-    result["written"] = str(out / f"{stem}.json")
-    write_atomic(out / f"{stem}.json", json.dumps(strict_json(result), indent=1))
-    write_atomic(out / f"{stem}.hyp", "".join(h + "\n" for h in hyps))
+    rd = RunDir(run_dir)
+    result["written"] = str(rd.eval_file(stem, path))
+    write_atomic(rd.eval_file(stem, path), json.dumps(strict_json(result), indent=1))
+    write_atomic(rd.eval_file(stem, path, ".hyp"), "".join(h + "\n" for h in hyps))
     return result
 
 
