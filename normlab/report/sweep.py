@@ -200,43 +200,47 @@ def _lr(x: Any) -> str:
     return "–" if x is None else f"{x:.3g}"
 
 
-def _frontier_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """Rows scheme x warm-up; per width: max stable lr, sensitivity, best lr and loss (and the seed spread)."""
+def _curve_table(result: dict[str, Any], header: str, cell: Any) -> tuple[list[str], list[list[str]]]:
+    """Rows scheme x warm-up, one column per width headed ``d=W: header``, each ``cell(row)`` of that curve's
+    frontier row ("not run" where the sweep has none)."""
     widths = result["config"]["widths"]
     by = {(r["scheme"], r["warmup"], r["width"]): r for r in result["frontier"]}
-    head = ["scheme", "warm-up"] + [f"d={w}: stability edge [last stable, first unstable) / LR tolerance / LR "
-                                     "sensitivity / best lr (loss)" for w in widths]  # fmt: skip
+    head = ["scheme", "warm-up"] + [f"d={w}: {header}" for w in widths]
     rows = []
     for scheme in result["config"]["schemes"]:
         for warmup in result["config"]["warmups"]:
-            cells = [scheme, _warmup_text(result, warmup)]
-            for w in widths:
-                r = by.get((scheme, warmup, w))
-                if r is None:
-                    cells.append("not run")
-                    continue
-                if r.get("missing_lrs") and r.get("best_loss") is None and not (r.get("edge") or {}).get("per_seed"):
-                    # no run of the curve finished (--report-only on a grid in progress): nothing measured, so not
-                    # "never trains", which would say the runs ran and learned nothing
-                    cells.append("no finished run (not run, running or failed)")
-                    continue
-                top = ">=" if r.get("tolerance_censored") else ""
-                never = "never leaves the unigram plateau" if r.get("plateau") else "never trains"
-                e = r.get("edge") or {}
-                text = (f"{edge_text(e)}{' (censored)' if e.get('censored') else ''} / "
-                        f"{top + _lr(r['lr_tolerance']) if r['lr_tolerance'] else never} / "
-                        f"{format_number(r['sensitivity'])} / {_lr(r['best_lr'])} ({format_number(r['best_loss'])})")
-                if r["seeds"] > 1:
-                    text += (f"; seeds: edge {', '.join(_seed_edge(x) for x in e.get('per_seed', []))}, LR tolerance "
-                             f"{', '.join(_lr(x) for x in r['lr_tolerance_per_seed'])}, sensitivity sd "
-                             f"{format_number(r['sensitivity_sd'])}, best-loss sd {format_number(r['best_loss_sd'])}")
-                if r["diverged_lrs"]:
-                    text += f"; diverged at {', '.join(_lr(x) for x in r['diverged_lrs'])}"
-                if r["missing_lrs"]:  # failed, or not finished (--report-only): the curve decides nothing
-                    text += f"; incomplete, no result at {', '.join(_lr(x) for x in r['missing_lrs'])}"
-                cells.append(text)
-            rows.append(cells)
+            rows.append([scheme, _warmup_text(result, warmup)] + [
+                "not run" if (r := by.get((scheme, warmup, w))) is None else cell(r) for w in widths])  # fmt: skip
     return head, rows
+
+
+def _frontier_cell(r: dict[str, Any]) -> str:
+    """One curve's stability edge, LR tolerance, sensitivity and best lr (and the seed spread)."""
+    if r.get("missing_lrs") and r.get("best_loss") is None and not (r.get("edge") or {}).get("per_seed"):
+        # no run of the curve finished (--report-only on a grid in progress): nothing measured, so not "never
+        # trains", which would say the runs ran and learned nothing
+        return "no finished run (not run, running or failed)"
+    top = ">=" if r.get("tolerance_censored") else ""
+    never = "never leaves the unigram plateau" if r.get("plateau") else "never trains"
+    e = r.get("edge") or {}
+    text = (f"{edge_text(e)}{' (censored)' if e.get('censored') else ''} / "
+            f"{top + _lr(r['lr_tolerance']) if r['lr_tolerance'] else never} / "
+            f"{format_number(r['sensitivity'])} / {_lr(r['best_lr'])} ({format_number(r['best_loss'])})")
+    if r["seeds"] > 1:
+        text += (f"; seeds: edge {', '.join(_seed_edge(x) for x in e.get('per_seed', []))}, LR tolerance "
+                 f"{', '.join(_lr(x) for x in r['lr_tolerance_per_seed'])}, sensitivity sd "
+                 f"{format_number(r['sensitivity_sd'])}, best-loss sd {format_number(r['best_loss_sd'])}")
+    if r["diverged_lrs"]:
+        text += f"; diverged at {', '.join(_lr(x) for x in r['diverged_lrs'])}"
+    if r["missing_lrs"]:  # failed, or not finished (--report-only): the curve decides nothing
+        text += f"; incomplete, no result at {', '.join(_lr(x) for x in r['missing_lrs'])}"
+    return text
+
+
+def _frontier_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Rows scheme x warm-up; per width: the stability edge, LR tolerance, sensitivity, best lr and loss."""
+    return _curve_table(result, "stability edge [last stable, first unstable) / LR tolerance / LR sensitivity / "
+                        "best lr (loss)", _frontier_cell)
 
 
 def _seed_edge(e: dict[str, Any]) -> str:
@@ -433,19 +437,9 @@ def _first_unstable_text(runs: list[dict[str, Any]]) -> str:
 
 def _first_unstable_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Per scheme x warm-up x width: how each seed's first unstable run failed (sweep.first_unstable_runs)."""
-    widths = result["config"]["widths"]
-    by = {(r["scheme"], r["warmup"], r["width"]): r for r in result["frontier"]}
-    head = ["scheme", "warm-up"] + [f"d={w}: first unstable run of each seed (diverged: non-finite or above l0; "
-                                     "else its final loss above the plateau line U - margin)" for w in widths]  # fmt: skip
-    rows = []
-    for scheme in result["config"]["schemes"]:
-        for warmup in result["config"]["warmups"]:
-            cells = [scheme, _warmup_text(result, warmup)]
-            for w in widths:
-                r = by.get((scheme, warmup, w))
-                cells.append("not run" if r is None else _first_unstable_text(r.get("first_unstable") or []))
-            rows.append(cells)
-    return head, rows
+    return _curve_table(result, "first unstable run of each seed (diverged: non-finite or above l0; else its final "
+                        "loss above the plateau line U - margin)",
+                        lambda r: _first_unstable_text(r.get("first_unstable") or []))
 
 
 _SECTIONS = [
