@@ -637,11 +637,11 @@ def test_held_out_counts_each_experiment_once_and_reads_todays_rule(tmp_path):
 
 
 def test_the_first_unstable_runs_in_words():
-    from normlab.report.sweep import _first_unstable_text
+    from normlab.report.sweep import first_unstable_text
 
     runs = [{"seed": 1, "lr": 1e-2, "final": 6.8, "diverged": False, "above_line": 0.05},
             {"seed": 2, "lr": 1e-2, "final": None, "diverged": True, "above_line": None},
             {"seed": 3, "lr": 1e-2, "final": 6.9, "diverged": False, "above_line": 0.15}]  # fmt: skip
-    assert _first_unstable_text(runs) == "diverged 1 of 3; 2 on the plateau, +0.050 to +0.150 nats above the line"
-    assert _first_unstable_text(runs[:1]) == "1 on the plateau, +0.050 nats above the line"
-    assert _first_unstable_text([]) == "–"
+    assert first_unstable_text(runs) == "diverged 1 of 3; 2 on the plateau, +0.050 to +0.150 nats above the line"
+    assert first_unstable_text(runs[:1]) == "1 on the plateau, +0.050 nats above the line"
+    assert first_unstable_text([]) == "–"

@@ -19,7 +19,7 @@ from normlab.results import WARMUPS, arms, best_loss_gap, edge_text, trivial_bas
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["write_sweep_report", "plot_loss_vs_lr", "plot_frontier", "beyond_the_paper"]
+__all__ = ["write_sweep_report", "plot_loss_vs_lr", "plot_frontier", "beyond_the_paper", "first_unstable_text"]
 
 _COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive",
            "tab:cyan", "tab:gray"]  # fmt: skip
@@ -421,7 +421,7 @@ def _diagnose_sentence(result: dict[str, Any]) -> str:
                 "inconclusive or undecided (–) is not scored.")
 
 
-def _first_unstable_text(runs: list[dict[str, Any]]) -> str:
+def first_unstable_text(runs: list[dict[str, Any]]) -> str:
     """How the seeds' first unstable runs failed, in a few words: diverged k of n; the others' loss above the
     plateau line (range)."""
     if not runs:
@@ -439,7 +439,7 @@ def _first_unstable_rows(result: dict[str, Any]) -> tuple[list[str], list[list[s
     """Per scheme x warm-up x width: how each seed's first unstable run failed (sweep.first_unstable_runs)."""
     return _curve_table(result, "first unstable run of each seed (diverged: non-finite or above l0; else its final "
                         "loss above the plateau line U - margin)",
-                        lambda r: _first_unstable_text(r.get("first_unstable") or []))
+                        lambda r: first_unstable_text(r.get("first_unstable") or []))
 
 
 _SECTIONS = [

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from normlab.experiments.sweep import SweepConfig
+from normlab.report.sweep import first_unstable_text
 
 
 def _lr(x: float | None) -> str:
@@ -31,18 +32,6 @@ def _edge(e: dict) -> str:
     if e.get("lo") is None:
         return f"< {_lr(e['hi'])}"
     return f"[{_lr(e['lo'])}, {_lr(e['hi'])})"
-
-
-def _first(runs: list[dict]) -> str:
-    if not runs:
-        return "–"
-    gone = sum(bool(r["diverged"]) for r in runs)
-    above = sorted(r["above_line"] for r in runs if r.get("above_line") is not None)
-    out = [f"{gone} diverged"] if gone else []
-    if above:
-        span = f"+{above[0]:.2f}" if len(above) == 1 else f"+{above[0]:.2f}..+{above[-1]:.2f}"
-        out.append(f"{len(above)} on the plateau ({span})")
-    return ", ".join(out)
 
 
 def main(path: Path) -> None:
@@ -80,7 +69,8 @@ def main(path: Path) -> None:
         none, warm = by.get((t["scheme"], "none", t["width"])), by.get((t["scheme"], arm, t["width"]))
         print(f"| {t['scheme']} | {t['width']} | {v.get('verdict', '–')} ({v.get('plus', 0)} of {v.get('decided', 0)}) "
               f"| {m.get('verdict', '–')} ({m.get('plus', 0)} of {m.get('decided', 0)}) "
-              f"| {_first((none or {}).get('first_unstable') or [])} | {_first((warm or {}).get('first_unstable') or [])} |")
+              f"| {first_unstable_text((none or {}).get('first_unstable') or [])} | "
+              f"{first_unstable_text((warm or {}).get('first_unstable') or [])} |")
 
 
 if __name__ == "__main__":
