@@ -296,7 +296,7 @@ def estimate(specs: Sequence[RunSpec], ctx: Context, *, jobs: int, threads: int,
     ``compete``: on a CPU, probe beside ``jobs - 1`` processes training the same model, as the grid will run
     (``normlab sweep``; reproduce's probe already runs beside its Figure 3 analysis)."""
     # the first translation run, else the first language-model run (an LM sweep): the tasks the probe can time
-    trans = next(([s for s in specs if s.kind == k] for k in PROBED if any(s.kind == k for s in specs)), [])
+    trans = [s for k in PROBED for s in specs if s.kind == k]
     ref = (trans or list(specs))[0].config
     device = torch.device("cuda" if ref.device == "cuda" or (ref.device == "auto" and torch.cuda.is_available())
                           else "cpu")  # fmt: skip

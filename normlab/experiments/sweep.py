@@ -1008,6 +1008,18 @@ def warmup_verdicts(rows: Sequence[dict[str, Any]], warmup: str, *, resolution: 
     return out
 
 
+def _arm_verdicts(rows: Sequence[dict[str, Any]], cfg: SweepConfig, arms_run: Sequence[str]
+                  ) -> dict[tuple[str, int], dict[str, Any]]:  # fmt: skip
+    """sweep.json's per-arm verdicts, per scheme x width: the verdict, each arm's mean-rate factor and the same seeds
+    on the scale of the mean rate each run trained at (RULES["mean_rate"]); each arm's test run once for all cells."""
+    factors = {w: mean_lr_factor(cfg, w) for w in arms_run}
+    plain = {w: warmup_verdicts(rows, w, resolution=cfg.resolution) for w in arms_run}
+    scaled = {w: warmup_verdicts(rows, w, resolution=cfg.resolution, factor=factors[w]) for w in arms_run}
+    return {k: {"verdicts": {w: plain[w].get(k) for w in arms_run}, "mean_lr_factor": factors,
+                "verdicts_mean_rate": {w: scaled[w].get(k) for w in arms_run}}
+            for k in {(r["scheme"], r["width"]) for r in rows}}  # fmt: skip
+
+
 def verdict_truth(v: dict[str, Any] | None) -> bool | None:
     """A verdict as diagnose's ground truth: True needed, False not needed, None otherwise."""
     return {"needed": True, "not needed": False}.get(v["verdict"]) if v else None
@@ -1404,8 +1416,8 @@ def edge_runs_per_curve(cfg: SweepConfig) -> tuple[int, int]:
     grid = lr_grid(cfg.lr_min, cfg.lr_max, cfg.per_decade)
     lo, hi = math.log(grid[0]), math.log(max(cfg.lr_cap, grid[-1]) * 10 ** (1 / cfg.per_decade))
     points = [math.exp(lo + (hi - lo) * (k + 0.5) / 400) for k in range(400)]
-    inside = [edge_search_runs(cfg, t) for t in points if t <= grid[-1]]
-    return max(inside, default=0), max(max(inside, default=0), *(edge_search_runs(cfg, t) for t in points))
+    added = {t: edge_search_runs(cfg, t) for t in points}  # each synthetic curve searched once
+    return max((n for t, n in added.items() if t <= grid[-1]), default=0), max(added.values())
 
 
 def edge_search_runs(cfg: SweepConfig, threshold: float) -> int:
@@ -1622,6 +1634,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
                    plateau_fails=cfg.plateau_fails)
     truth = warmup_truth(rows, resolution=cfg.resolution)
     truth_per_arm = {w: warmup_truth(rows, w, resolution=cfg.resolution) for w in warm_arms(rows)}
+    by_arm = _arm_verdicts(rows, cfg, list(truth_per_arm))
     agreement = None
     if diagnose:  # models at initialisation only (seconds each): measured again by --report-only too, so the
         # verdicts always follow the present rule, not the rule of whichever version wrote the last report
@@ -1646,13 +1659,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
                                 for w in cfg.warmups],
         "warmup_truth": [{"scheme": k[0], "width": k[1], "warmup_needed": v,
                           "per_arm": {w: t.get(k) for w, t in truth_per_arm.items()},
-                          "verdicts": {w: warmup_verdicts(rows, w, resolution=cfg.resolution).get(k)
-                                       for w in truth_per_arm},
-                          # the same seeds on the scale of the mean rate each run trained at (RULES["mean_rate"])
-                          "mean_lr_factor": {w: mean_lr_factor(cfg, w) for w in truth_per_arm},
-                          "verdicts_mean_rate": {w: warmup_verdicts(rows, w, resolution=cfg.resolution,
-                                                                    factor=mean_lr_factor(cfg, w)).get(k)
-                                                 for w in truth_per_arm},
+                          **by_arm.get(k, {}),
                           "tolerance_needed": tolerance_truth(rows).get(k)} for k, v in truth.items()],
         "diagnose": agreement,
         "cells": records,
@@ -1733,6 +1740,7 @@ def rerender(path: str | Path, *, say: Any = _say) -> dict[str, Any]:
     rows = analyze(cells, margin=cfg.margin, unigram=u, grid=cfg.lrs, plateau_fails=cfg.plateau_fails)
     truth = warmup_truth(rows, resolution=cfg.resolution)
     arms_present = warm_arms(rows)
+    by_arm = _arm_verdicts(rows, cfg, arms_present)
     planned = plan_edges(cells, lr_min=cfg.lr_min, per_decade=cfg.per_decade, cap=cfg.lr_cap,
                          resolution=cfg.resolution, unigram=u if cfg.plateau_fails else None,
                          margin=cfg.margin) if cfg.find_edge else []  # fmt: skip
@@ -1753,12 +1761,7 @@ def rerender(path: str | Path, *, say: Any = _say) -> dict[str, Any]:
               "warmup_truth": [{"scheme": k[0], "width": k[1], "warmup_needed": v,
                                 "per_arm": {w: warmup_truth(rows, w, resolution=cfg.resolution).get(k)
                                             for w in arms_present},
-                                "verdicts": {w: warmup_verdicts(rows, w, resolution=cfg.resolution).get(k)
-                                             for w in arms_present},
-                                "mean_lr_factor": {w: mean_lr_factor(cfg, w) for w in arms_present},
-                                "verdicts_mean_rate": {w: warmup_verdicts(rows, w, resolution=cfg.resolution,
-                                                                          factor=mean_lr_factor(cfg, w)).get(k)
-                                                       for w in arms_present},
+                                **by_arm.get(k, {}),
                                 "tolerance_needed": tolerance_truth(rows).get(k)} for k, v in truth.items()],
               "diagnose": agreement, "cells": records,
               # a sweep written with the edge search keeps its counts (its runs are among the cells); one written
