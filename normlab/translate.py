@@ -323,6 +323,13 @@ def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
                    "translation's)")
 
 
+def _given(args: argparse.Namespace, *flags: str) -> list[str]:
+    """Which of evaluate's ``flags`` the user gave (--limit 0 is its default, "all"), in the order named."""
+    value = {"--text": args.text, "--source": args.source, "--reference": args.reference,
+             "--limit": args.limit or None, "--beam": args.beam, "--lenpen": args.lenpen}  # fmt: skip
+    return [f for f in flags if value[f] is not None]
+
+
 def run_evaluate(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     rd = RunDir(args.run)
@@ -332,16 +339,12 @@ def run_evaluate(args: argparse.Namespace) -> int:
                           + (f", e.g. --run {first}" if first else ""))  # fmt: skip
     task = rd.read_config().data.task if rd.is_run() else "translation"
     if task == "lm":  # perplexity, not BLEU (normlab.lm)
-        if given := [f for f, v in (("--beam", args.beam), ("--lenpen", args.lenpen), ("--limit", args.limit or None))
-                     if v is not None]:  # fmt: skip
+        if given := _given(args, "--beam", "--lenpen", "--limit"):
             raise ConfigError(f"{', '.join(given)}: not for a language-model run (translation's decoding); it is "
                               "scored on a --split or your --text")
         return run_evaluate_lm(args)
     if task in ENCODER_TASKS:  # accuracy or masked-LM loss (normlab.scoring)
-        given = [flag for flag, v in (("--text", args.text), ("--source", args.source), ("--reference",
-                 args.reference), ("--limit", args.limit or None), ("--beam", args.beam), ("--lenpen", args.lenpen))
-                 if v is not None]  # fmt: skip
-        if given:
+        if given := _given(args, "--text", "--source", "--reference", "--limit", "--beam", "--lenpen"):
             kind = "classification" if task == "classification" else "masked-LM (mlm)"
             raise ConfigError(f"{', '.join(given)}: not for a {kind} run, which is scored on a --split of its own "
                               "corpus (--beam, --lenpen, --limit are translation's decoding)")

@@ -74,19 +74,20 @@ def _base(scheme: str) -> str:
     return scheme.split("/")[0]
 
 
-def _shipped(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The shipped verdicts against the truth on every cell, beside the baseline on the same decided cells."""
-    decided = [c for c in cells if c["truth"] is not None and c["diagnose"] is not None]
+def _shipped(cells: Sequence[dict[str, Any]], truth: str = "truth") -> dict[str, Any]:
+    """The shipped verdicts against the truth (``truth``: the cells' key, ``truth_mean_rate`` for the mean-rate
+    reading) on every cell, beside both fixed rules on the same decided cells."""
+    decided = [c for c in cells if c.get(truth) is not None and c["diagnose"] is not None]
     return {
         "cells": len(cells), "decided": len(decided),
-        "undecided": sum(c["truth"] is None for c in cells),
-        "no_score": sum(c["truth"] is not None and c["diagnose"] is None for c in cells),
-        "agree": sum(c["diagnose"] == c["truth"] for c in decided),
-        "baseline_agree": sum(trivial_baseline(c["scheme"]) == c["truth"] for c in decided),
-        "always_agree": sum(c["truth"] is True for c in decided),  # "every scheme needs warm-up" (module doc)
+        "undecided": sum(c.get(truth) is None for c in cells),
+        "no_score": sum(c.get(truth) is not None and c["diagnose"] is None for c in cells),
+        "agree": sum(c["diagnose"] == c[truth] for c in decided),
+        "baseline_agree": sum(trivial_baseline(c["scheme"]) == c[truth] for c in decided),
+        "always_agree": sum(c[truth] is True for c in decided),  # "every scheme needs warm-up" (module doc)
         "schemes": sorted({c["scheme"] for c in decided}),
-        "wrong": [list(_key(c)) for c in decided if c["diagnose"] != c["truth"]],
-        "baseline_wrong": [list(_key(c)) for c in decided if trivial_baseline(c["scheme"]) != c["truth"]],
+        "wrong": [list(_key(c)) for c in decided if c["diagnose"] != c[truth]],
+        "baseline_wrong": [list(_key(c)) for c in decided if trivial_baseline(c["scheme"]) != c[truth]],
     }  # fmt: skip
 
 
@@ -121,18 +122,6 @@ def _check_once(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**c, "sweep": c["sweep"] if len(paths[c["sweep"]]) == 1 else c.get("path", c["sweep"])} for c in cells]
 
 
-def _mean_rate(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The shipped verdicts against the second truth, the mean-rate reading (sweep.RULES["mean_rate"]: warm-up beyond
-    the lower mean rate its arm trains at), with both fixed rules on the same decided cells."""
-    decided = [c for c in cells if c.get("truth_mean_rate") is not None and c["diagnose"] is not None]
-    return {"decided": len(decided), "undecided": sum(c.get("truth_mean_rate") is None for c in cells),
-            "no_score": sum(c.get("truth_mean_rate") is not None and c["diagnose"] is None for c in cells),
-            "agree": sum(c["diagnose"] == c["truth_mean_rate"] for c in decided),
-            "baseline_agree": sum(trivial_baseline(c["scheme"]) == c["truth_mean_rate"] for c in decided),
-            "always_agree": sum(c["truth_mean_rate"] is True for c in decided),
-            "schemes": sorted({c["scheme"] for c in decided})}  # fmt: skip
-
-
 def held_out(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """diagnose held out against the sweeps' ``cells`` (sweep.held_out_cells: one per scheme x width of each sweep,
     with its truth and diagnose's S, threshold and verdict): the shipped rule's score on all decided cells and on
@@ -151,7 +140,9 @@ def held_out(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {"sweeps": sorted({c["sweep"] for c in cells}), "cells": cells, "shipped": _shipped(cells),
             "shipped_unseen": _shipped([c for c in cells if not c.get("seen")]),
             "shipped_by_task": {t: _shipped(mine) for t, mine in by_task.items()}, "splits": splits,
-            "mean_rate": _mean_rate(cells)}
+            # the second truth, the mean-rate reading (sweep.RULES["mean_rate"]: warm-up beyond the lower mean rate
+            # its arm trains at)
+            "mean_rate": _shipped(cells, "truth_mean_rate")}
 
 
 def _score(n_agree: int, n: int) -> str:
