@@ -31,6 +31,7 @@ deviation); :func:`t_quantile` computes the t quantile from the regularized inco
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Sequence
 from functools import lru_cache
@@ -40,7 +41,7 @@ import numpy as np
 from sacrebleu.metrics import BLEU
 
 __all__ = ["BleuScores", "bleu", "moses_available", "accuracy", "t_quantile", "MeanCI", "mean_ci", "unigram_entropy",
-           "majority_share", "masked_lm_unigram_loss", "unigram_plateau"]
+           "majority_share", "masked_lm_unigram_loss", "unigram_plateau", "RankCorrelation", "spearman"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,6 +245,66 @@ def mean_ci(values: Sequence[float], confidence: float = 0.95) -> MeanCI:
     sd = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
     half = t_quantile((1.0 + confidence) / 2.0, n - 1) * sd / math.sqrt(n)
     return MeanCI(mean=mean, half_width=half, sd=sd, n=n, confidence=confidence)
+
+
+@dataclasses.dataclass(frozen=True)
+class RankCorrelation:
+    """Spearman's rank correlation ``rho`` of ``n`` pairs and the one-sided permutation p-value of a correlation at
+    most ``rho`` (``p_below``: the alternative "the second variable falls as the first rises"), over every
+    permutation when ``exact``, else over ``permutations`` random ones."""
+
+    rho: float
+    n: int
+    p_below: float
+    exact: bool
+    permutations: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _ranks(xs: np.ndarray) -> np.ndarray:
+    """Ranks 1..n, ties given their mean rank (Spearman's convention)."""
+    order = np.argsort(xs, kind="stable")
+    ranks = np.empty(len(xs), dtype=float)
+    ranks[order] = np.arange(1, len(xs) + 1, dtype=float)
+    for v in np.unique(xs):
+        tied = xs == v
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+def _rho(rx: np.ndarray, ry: np.ndarray) -> np.ndarray:
+    """Pearson's correlation of rank vectors: ``ry`` may be a (k, n) stack of permutations."""
+    a = rx - rx.mean()
+    b = ry - ry.mean(axis=-1, keepdims=True)
+    return (b @ a) / np.sqrt((a @ a) * (b * b).sum(axis=-1))
+
+
+def spearman(x: Sequence[float], y: Sequence[float], *, permutations: int = 20_000, seed: int = 0) -> RankCorrelation:
+    """Spearman's rho of ``x`` and ``y`` and its one-sided permutation p-value (RankCorrelation). A permutation test
+    needs no large-n approximation, which a handful of sweep cells would not meet; exact (every one of the n!
+    orderings of ``y``) while n! <= ``permutations``, else ``permutations`` random orderings from ``seed``
+    (deterministic) and p = (1 + count) / (1 + permutations), never 0 (Phipson & Smyth 2010). NaN rho and p = 1
+    when either variable is constant or n < 3."""
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if xs.shape != ys.shape or xs.ndim != 1:
+        raise ValueError(f"spearman needs two sequences of one length, got {xs.shape} and {ys.shape}")
+    n = len(xs)
+    if n < 3 or np.ptp(xs) == 0 or np.ptp(ys) == 0:
+        return RankCorrelation(rho=math.nan, n=n, p_below=1.0, exact=True, permutations=0)
+    rx, ry = _ranks(xs), _ranks(ys)
+    rho = float(_rho(rx, ry))
+    tol = 1e-12  # ties of rho between orderings count as "at most" (the p-value's own ordering)
+    if math.factorial(n) <= permutations:
+        stack = np.array(list(itertools.permutations(ry)))
+        below = int((_rho(rx, stack) <= rho + tol).sum())
+        return RankCorrelation(rho=rho, n=n, p_below=below / len(stack), exact=True, permutations=len(stack))
+    rng = np.random.default_rng(seed)
+    stack = np.array([rng.permutation(ry) for _ in range(permutations)])
+    below = int((_rho(rx, stack) <= rho + tol).sum())
+    return RankCorrelation(rho=rho, n=n, p_below=(1 + below) / (1 + permutations), exact=False,
+                           permutations=permutations)
 
 
 def unigram_entropy(tokens: Sequence[int] | np.ndarray, reference: Sequence[int] | np.ndarray | None = None) -> float:

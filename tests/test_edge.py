@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from normlab.analysis.diagnose import held_out_agreement
 from normlab.experiments.sweep import (
@@ -544,11 +545,15 @@ def test_held_out_report_over_sweeps(tmp_path, capsys):
     def cells(*paths):
         return [c for p in paths for c in held_out_cells(p)]
 
+    # the "not needed" cells' no-warm-up arms end inside the grid (a decade above their warm-up arms), so that every
+    # no-warm-up edge is bracketed (the rank test of S against it, below)
     a = _sweep_json(tmp_path / "results" / "sweep-a", task="translation", layers=3,
-                    truths={"post": True, "pre": True, "peri": False}, scores={"post": 2.0, "pre": 0.6, "peri": 0.3})
+                    truths={"post": True, "pre": True, "peri": False}, scores={"post": 2.0, "pre": 0.6, "peri": 0.3},
+                    tops={"peri": {"none": 4.64e-3, "adam": 4.64e-4}})
     b = _sweep_json(tmp_path / "results" / "sweep-b", task="lm", layers=6,
                     truths={"post": True, "pre": False, "mixln": True, "output": False},
-                    scores={"post": 0.4, "pre": 0.1, "mixln": 0.3, "output": 0.05})  # fmt: skip
+                    scores={"post": 0.4, "pre": 0.1, "mixln": 0.3, "output": 0.05},
+                    tops={"pre": {"none": 4.64e-3, "adam": 4.64e-4}, "output": {"none": 2.15e-3, "adam": 2.15e-4}})  # fmt: skip
     r = held_out(cells(a, b / "sweep.json"))
     assert r["sweeps"] == ["sweep-a", "sweep-b"] and len(r["cells"]) == 7
     sh = r["shipped"]  # diagnose says warm-up only for sweep-a's post (S > 1): right there and at every "not needed"
@@ -573,7 +578,21 @@ def test_held_out_report_over_sweeps(tmp_path, capsys):
     assert p["threshold"] == pytest.approx((0.1 / t6 + 0.6 / t3) / 2) and p["calibration"]["agree"] == 4
     assert (p["evaluation"]["decided"], p["evaluation"]["agree"], p["evaluation"]["baseline_agree"]) == (3, 3, 2)
     assert p["evaluation"]["always_agree"] == 1  # mixln
+    # does S order the no-warm-up edges, per sweep? sweep-b's S (0.05, 0.1, 0.3, 0.4 for output, pre, mixln, post)
+    # against edges at the grid points 2.15e-3, 4.64e-3, 1e-3, 1e-3: rho is the Pearson correlation of the ranks
+    # (1, 2, 3, 4) and (3, 4, 1.5, 1.5), -3.5 / sqrt(22.5); of the 24 orderings of the edges' ranks, 4 reach it (the
+    # two 1.5s last, 4 and 3 or 3 and 4 first); sweep-a's (peri 0.3, pre 0.6, post 2.0 against 4.64e-3, 1e-3,
+    # 1e-3): -sqrt(3) / 2, 2 of 6
+    er = {e["sweep"]: e for e in r["edge_rank"]}
+    assert (er["sweep-b"]["n"], er["sweep-b"]["cells"], er["sweep-b"]["exact"]) == (4, 4, True)
+    torch.testing.assert_close(er["sweep-b"]["rho"], -3.5 / math.sqrt(22.5), rtol=0, atol=1e-12)
+    torch.testing.assert_close(er["sweep-a"]["rho"], -math.sqrt(3) / 2, rtol=0, atol=1e-12)
+    assert er["sweep-b"]["p_below"] == pytest.approx(4 / 24) and er["sweep-a"]["p_below"] == pytest.approx(2 / 6)
+    by = {(c["sweep"], c["scheme"]): c for c in r["cells"]}  # each cell's no-warm-up edge: one grid step, bracketed
+    assert by[("sweep-b", "post")]["edge_none"]["lo"] == pytest.approx(1e-3)
+    assert by[("sweep-b", "post")]["edge_none"]["hi"] == pytest.approx(GRID[GRID.index(1e-3) + 1])
     md = held_out_markdown(r)
+    assert "| sweep-b | lm | 6 | 4 | 4 | -0.74 | 0.167 | all 24 |" in md
     assert "| 7 | 7 | 0 | 0 | 4/7 | 5/7 | 4/7 |" in md
     assert "| under the mean-rate reading (the truth: warm-up beyond its arm's lower mean rate) | 7 | 0 | 0 | 4/7 | " \
            "5/7 | 4/7 | 5 |" in md and "sweep-b | lm | mixln | 6 | 64 | 5 | needed" in md
@@ -592,6 +611,8 @@ def test_held_out_report_over_sweeps(tmp_path, capsys):
            "when the rule was designed, 2 (baselines 3, " in err
     assert "refitted, post and pre -> the other schemes: 3 of 3 (baselines 2, 1)" in err
     assert "under the mean-rate reading (warm-up beyond its arm's lower mean rate): 4 of 7 (baselines 5, 4)" in err
+    assert "S against the no-warm-up edge, sweep-b: Spearman's rho -0.74 over 4 cells (one-sided permutation p " \
+           "0.167)" in err
 
 
 def test_held_out_counts_each_experiment_once_and_reads_todays_rule(tmp_path):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from normlab.metrics import accuracy, bleu, mean_ci, moses_available, t_cdf, t_quantile
+from normlab.metrics import accuracy, bleu, mean_ci, moses_available, spearman, t_cdf, t_quantile
 
 
 def _geo(*precisions: float) -> float:
@@ -133,6 +133,35 @@ def test_mean_ci_by_hand():
     assert one.mean == 0.7 and math.isnan(one.half_width)
     with pytest.raises(ValueError):
         mean_ci([])
+
+
+def test_spearman_by_hand_and_its_permutation_p():
+    """Spearman's rho against the textbook formula 1 - 6 sum d^2 / (n (n^2 - 1)) (no ties), ties at their mean rank,
+    and the one-sided permutation p counted by hand (exact while n! <= permutations, else Monte Carlo, seeded)."""
+    x, y = [1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 1.0, 4.0, 3.0, 5.0]  # rank differences 1, 1, 1, 1, 0: sum d^2 = 4
+    r = spearman(x, y)
+    torch.testing.assert_close(r.rho, 1 - 6 * 4 / (5 * 24), rtol=0, atol=1e-12)
+    assert r.exact and r.permutations == 120
+    down = spearman(x, x[::-1])  # the most negative ordering of 120: p = 1/120
+    assert down.rho == pytest.approx(-1.0) and down.p_below == pytest.approx(1 / 120)
+    # ties: y's two 1e-2s share rank 3.5, its two 1e-3s rank 1.5 (a sweep's edges one grid step apart); rho is the
+    # Pearson correlation of (1, 2, 3, 4) and (3.5, 3.5, 1.5, 1.5); of the 24 orderings of y, the 4 that put both
+    # 3.5s first reach it
+    t = spearman([0.05, 0.1, 0.3, 0.4], [1e-2, 1e-2, 1e-3, 1e-3])
+    torch.testing.assert_close(t.rho, -4 / math.sqrt(20), rtol=0, atol=1e-12)
+    assert t.p_below == pytest.approx(4 / 24)
+    # beyond n! > permutations: random orderings from the seed, p never 0, the same every call
+    big = spearman(list(range(16)), list(range(16))[::-1], permutations=2000)
+    assert not big.exact and big.p_below == pytest.approx(1 / 2001) and big.rho == pytest.approx(-1.0)
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=12), rng.normal(size=12)
+    assert spearman(a, b, permutations=500) == spearman(a, b, permutations=500)
+    rx, ry = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))  # no ties: rho is Pearson's of the ranks
+    torch.testing.assert_close(spearman(a, b).rho, float(np.corrcoef(rx, ry)[0, 1]), rtol=0, atol=1e-12)
+    flat = spearman([1.0, 1.0, 1.0], [1.0, 2.0, 3.0])  # a constant variable: no correlation to speak of
+    assert math.isnan(flat.rho) and flat.p_below == 1.0
+    with pytest.raises(ValueError, match="one length"):
+        spearman([1.0, 2.0], [1.0])
 
 
 def test_accuracy():

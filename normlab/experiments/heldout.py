@@ -33,6 +33,10 @@ model must beat both to tell more than "warm-up helps" (added 2026-11-28, after 
 on the LM sweep's partial report, in which every decided cell was "needed": a second comparator, which changes no
 score of diagnose's).
 
+Beside the verdict's score, per sweep, whether S orders the cells' no-warm-up stability edges (a rank
+correlation with its permutation p, :func:`_edge_rank`): the level of the edge, not the yes/no verdict, is what
+separates the schemes at these scales.
+
 One experiment, one cell: two sweeps that ran the same cell (the same scheme, width and
 sweep.EXPERIMENT_FIELDS, e.g. one preset on a CPU and on a GPU, or a sweep and its re-read copy) are refused
 together, since a cell counted twice would count its truth twice; so is one file given twice under two names.
@@ -47,6 +51,7 @@ from typing import Any
 
 from normlab.analysis.diagnose import depth_threshold, held_out_agreement
 from normlab.files import write_atomic, write_json_atomic
+from normlab.metrics import spearman
 from normlab.results import trivial_baseline
 
 __all__ = ["held_out", "held_out_markdown", "write_held_out"]
@@ -89,6 +94,30 @@ def _shipped(cells: Sequence[dict[str, Any]], truth: str = "truth") -> dict[str,
         "wrong": [list(_key(c)) for c in decided if c["diagnose"] != c[truth]],
         "baseline_wrong": [list(_key(c)) for c in decided if trivial_baseline(c["scheme"]) != c[truth]],
     }  # fmt: skip
+
+
+def _edge_rank(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per sweep, does diagnose's S order its cells' stability edges? Spearman's rho of S against the no-warm-up
+    arm's edge (the geometric centre of the seeds' brackets; a cell with a censored or unbracketed seed has none
+    and is left out) over the cells where both are known, with the one-sided permutation p of a correlation at
+    most rho (metrics.spearman).
+
+    Why. The verdict asks a yes/no question whose truth came out "needed" for nearly every scheme (a warm-up
+    raises every scheme's edge at these scales), so its score says little; what separates the schemes is the
+    edge's level (in the LM sweep Post-LN's is 25-180x below the others'), which is what a user asking "up to which
+    learning rate is it stable?" needs. S measures the gradient pattern that Theorem 1 ties to Post-LN's small
+    stable rate, so the direction is the theory's: a larger S, a lower edge (hence one-sided). Per sweep, because
+    an edge belongs to its recipe (task, length, batch, optimiser): S can only order the edges of one recipe. Added
+    on 2026-11-28 after a preview of the LM sweep's partial report (rho = -0.49 over its 16 cells): that sweep
+    was in view, so this is a measurement of S, not a held-out test of a rule, and nothing is fitted to it."""
+    out = []
+    for label in sorted({c["sweep"] for c in cells}):
+        mine = [c for c in cells if c["sweep"] == label]
+        known = [c for c in mine if c["score"] is not None and (c.get("edge_none") or {}).get("centre") is not None]
+        r = spearman([c["score"] for c in known], [c["edge_none"]["centre"] for c in known])
+        out.append({"sweep": label, "task": mine[0]["task"], "layers": mine[0]["layers"], "cells": len(mine),
+                    **r.to_dict(), "schemes": sorted({c["scheme"] for c in known})})  # fmt: skip
+    return out
 
 
 def _split(cells: Sequence[dict[str, Any]], name: str, calibrate: Sequence[dict[str, Any]],
@@ -142,7 +171,9 @@ def held_out(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "shipped_by_task": {t: _shipped(mine) for t, mine in by_task.items()}, "splits": splits,
             # the second truth, the mean-rate reading (sweep.RULES["mean_rate"]: warm-up beyond the lower mean rate
             # its arm trains at)
-            "mean_rate": _shipped(cells, "truth_mean_rate")}
+            "mean_rate": _shipped(cells, "truth_mean_rate"),
+            # S against the level of the no-warm-up edge, per sweep (_edge_rank)
+            "edge_rank": _edge_rank(cells)}
 
 
 def _score(n_agree: int, n: int) -> str:
@@ -151,6 +182,18 @@ def _score(n_agree: int, n: int) -> str:
 
 def _truth(x: bool | None) -> str:
     return {True: "needed", False: "not needed", None: "open"}[x]
+
+
+def _edge_cell(e: dict[str, Any]) -> str:
+    """[lo, hi) of the seeds' brackets and the centre; '>= lo' when a seed is censored; '–' without runs."""
+    lo, hi, centre = e.get("lo"), e.get("hi"), e.get("centre")
+    if lo is None and hi is None:
+        return "–"
+    if hi is None:
+        return f">= {lo:.3g}"
+    if lo is None:
+        return f"< {hi:.3g}"
+    return f"[{lo:.3g}, {hi:.3g})" + ("" if centre is None else f", centre {centre:.3g}")
 
 
 def held_out_markdown(result: dict[str, Any]) -> str:
@@ -197,16 +240,28 @@ def held_out_markdown(result: dict[str, Any]) -> str:
                          f"{_score(ev['agree'], ev['decided'])} | "
                          f"{_score(ev['baseline_agree'], ev['decided'])} | "
                          f"{_score(ev.get('always_agree', 0), ev['decided'])} | {', '.join(ev['schemes']) or '–'} |")
+    if result.get("edge_rank"):
+        lines += ["", "## Does S order the stability edges? (per sweep: Spearman's rho of S against the no-warm-up "
+                  "edge's centre; p: one-sided permutation test of a correlation at most rho, the theory's "
+                  "direction: a larger S, a lower edge; heldout._edge_rank says why, and that it was added with the "
+                  "LM sweep in view)", "",
+                  "| sweep | task | layers | cells | with S and a bracketed edge | rho | p (rho or lower) | "
+                  "permutations |", "|---|---|---|---|---|---|---|---|"]
+        for r in result["edge_rank"]:
+            rho = "–" if r["rho"] != r["rho"] else f"{r['rho']:+.2f}"
+            how = f"all {r['permutations']:,}" if r["exact"] else f"{r['permutations']:,} random"
+            lines.append(f"| {r['sweep']} | {r['task']} | {r['layers']} | {r['cells']} | {r['n']} | {rho} | "
+                         f"{r['p_below']:.3g} | {how if r['permutations'] else '–'} |")
     lines += ["", "## Every cell", "", "| sweep | task | scheme | layers | width | seeds run | truth | truth, mean-rate "
-              "reading | S | shipped threshold | diagnose | in view at design |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "reading | S | shipped threshold | diagnose | in view at design | no-warm-up edge |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in result["cells"]:
         s = "–" if c["score"] is None else f"{c['score']:.3g}"
         t = "–" if c["threshold"] is None else f"{c['threshold']:.3g}"
         d = "–" if c["diagnose"] is None else ("warm-up" if c["diagnose"] else "none")
         lines.append(f"| {c['sweep']} | {c['task']} | {c['scheme']} | {c['layers']} | {c['width']} | {c['seeds']} | "
                      f"{_truth(c['truth'])} | {_truth(c.get('truth_mean_rate'))} | {s} | {t} | {d} | "
-                     f"{'yes' if c.get('seen') else 'no'} |")
+                     f"{'yes' if c.get('seen') else 'no'} | {_edge_cell(c.get('edge_none') or {})} |")
     return "\n".join(lines) + "\n"
 
 

@@ -1798,7 +1798,9 @@ def held_out_cells(path: str | Path, *, measure: bool = True) -> list[dict[str, 
     threshold on that S today (:func:`~normlab.analysis.diagnose.score_verdict`, not the file's: a file written
     under an older threshold is read under today's), whether the cell was in view when the rule was designed
     (:data:`~normlab.analysis.diagnose.SEEN_IN_DESIGN`), and what makes it one experiment
-    (:data:`EXPERIMENT_FIELDS`, for heldout's check that no experiment is counted twice). ``path``: a sweep.json,
+    (:data:`EXPERIMENT_FIELDS`, for heldout's check that no experiment is counted twice), and the no-warm-up arm's
+    stability edge over the seeds (``edge_none``: lo, hi and the geometric centre, None where a seed is censored or
+    unbracketed: heldout's rank test of S against it). ``path``: a sweep.json,
     its folder, or a sweep's ``--out`` folder (its report/sweep.json)."""
     path = Path(path)
     if path.is_dir():
@@ -1818,6 +1820,8 @@ def held_out_cells(path: str | Path, *, measure: bool = True) -> list[dict[str, 
     # the second reading (RULES["mean_rate"]): warm-up beyond the lower mean rate its arm trains at
     mean_rate = warmup_truth(rows, resolution=cfg.resolution,
                              factors={w: mean_lr_factor(cfg, w) for w in warm_arms(rows)})  # fmt: skip
+    # the no-warm-up arm's edge (heldout's rank test: does S order the edges?)
+    edge_none = {(r["scheme"], r["width"]): r.get("edge") or {} for r in rows if r["warmup"] == "none"}
     scores = {(r["scheme"], r["width"]): r.get("score") for r in (old.get("diagnose") or {}).get("table", [])}
     if measure and (lacking := [k for k in truth if k not in scores]):
         scores.update({k: d.score for k, d in diagnoses(cfg, keys=lacking).items()})
@@ -1835,6 +1839,7 @@ def held_out_cells(path: str | Path, *, measure: bool = True) -> list[dict[str, 
                     "layers": cfg.layers, "width": width, "seeds": len(seeds.get((scheme, width), ())),
                     "truth": truth[(scheme, width)], "truth_mean_rate": mean_rate.get((scheme, width)),
                     "score": s, "threshold": threshold, "diagnose": verdict,
+                    "edge_none": {k: edge_none.get((scheme, width), {}).get(k) for k in ("lo", "hi", "centre")},
                     "seen": (cfg.task, cfg.layers, scheme) in SEEN_IN_DESIGN,
                     "experiment": {**experiment, "scheme": scheme, "width": width}})  # fmt: skip
     return out
@@ -1895,6 +1900,10 @@ def run(args: Any) -> int:
             ev = sp["evaluation"]
             _say(f"  refitted, {sp['split']}: {ev['agree']} of {ev['decided']} (baselines {ev['baseline_agree']}, "
                  f"{ev['always_agree']})")
+        for r in result["edge_rank"]:
+            if r["n"] >= 3:  # S against the no-warm-up edge (heldout._edge_rank)
+                _say(f"  S against the no-warm-up edge, {r['sweep']}: Spearman's rho {r['rho']:+.2f} over {r['n']} "
+                     f"cells (one-sided permutation p {r['p_below']:.3g})")
         return 0
     cfg = SweepConfig.from_dict(apply_overrides(sweep_scale(args.scale).to_dict(), args.set))
     run_sweep(cfg, args.out or f"sweep/{cfg.scale}", jobs=args.jobs, threads=args.threads, corpus=args.corpus,
