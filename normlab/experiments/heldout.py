@@ -52,7 +52,7 @@ from typing import Any
 from normlab.analysis.diagnose import depth_threshold, held_out_agreement
 from normlab.files import write_atomic, write_json_atomic
 from normlab.metrics import spearman
-from normlab.results import trivial_baseline
+from normlab.results import edge_text, trivial_baseline
 
 __all__ = ["held_out", "held_out_markdown", "write_held_out"]
 
@@ -185,15 +185,8 @@ def _truth(x: bool | None) -> str:
 
 
 def _edge_cell(e: dict[str, Any]) -> str:
-    """[lo, hi) of the seeds' brackets and the centre; '>= lo' when a seed is censored; '–' without runs."""
-    lo, hi, centre = e.get("lo"), e.get("hi"), e.get("centre")
-    if lo is None and hi is None:
-        return "–"
-    if hi is None:
-        return f">= {lo:.3g}"
-    if lo is None:
-        return f"< {hi:.3g}"
-    return f"[{lo:.3g}, {hi:.3g})" + ("" if centre is None else f", centre {centre:.3g}")
+    """results.edge_text's interval, and the centre the rank test reads."""
+    return edge_text(e) + ("" if e.get("centre") is None else f", centre {e['centre']:.3g}")
 
 
 def held_out_markdown(result: dict[str, Any]) -> str:

@@ -1799,8 +1799,8 @@ def held_out_cells(path: str | Path, *, measure: bool = True) -> list[dict[str, 
     under an older threshold is read under today's), whether the cell was in view when the rule was designed
     (:data:`~normlab.analysis.diagnose.SEEN_IN_DESIGN`), and what makes it one experiment
     (:data:`EXPERIMENT_FIELDS`, for heldout's check that no experiment is counted twice), and the no-warm-up arm's
-    stability edge over the seeds (``edge_none``: lo, hi and the geometric centre, None where a seed is censored or
-    unbracketed: heldout's rank test of S against it). ``path``: a sweep.json,
+    stability edge over the seeds (``edge_none``, :func:`edge_summary`'s: its geometric centre is None where a seed
+    is censored or unbracketed; heldout's rank test of S against it). ``path``: a sweep.json,
     its folder, or a sweep's ``--out`` folder (its report/sweep.json)."""
     path = Path(path)
     if path.is_dir():
@@ -1839,7 +1839,7 @@ def held_out_cells(path: str | Path, *, measure: bool = True) -> list[dict[str, 
                     "layers": cfg.layers, "width": width, "seeds": len(seeds.get((scheme, width), ())),
                     "truth": truth[(scheme, width)], "truth_mean_rate": mean_rate.get((scheme, width)),
                     "score": s, "threshold": threshold, "diagnose": verdict,
-                    "edge_none": {k: edge_none.get((scheme, width), {}).get(k) for k in ("lo", "hi", "centre")},
+                    "edge_none": edge_none.get((scheme, width), {}),
                     "seen": (cfg.task, cfg.layers, scheme) in SEEN_IN_DESIGN,
                     "experiment": {**experiment, "scheme": scheme, "width": width}})  # fmt: skip
     return out
