@@ -552,7 +552,8 @@ class ModelConfig(Strict):
     encoder_layers: int = field(6, help="encoder depth L")
     decoder_layers: int = field(6, help="decoder depth: of the encoder-decoder, and of the decoder-only language model "
                                 "(task lm); ignored by encoder-only models")
-    vocab_size: int = field(10000, help="joint vocabulary size (the paper: 10k joint BPE)")
+    vocab_size: int = field(10000, help="the embedding and output size: a training run sets it to its tokenizer's "
+                            "size (set data.vocab_size to change that; the paper: 10k joint BPE)")
     pad_id: int = field(0, help="padding token id (embedding row kept at zero, ignored by attention)")
     dropout: float = field(0.1, help="dropout on embeddings and on every residual branch (paper: 0.1)")
     attention_dropout: float = field(0.0, help="dropout on attention probabilities")
@@ -792,7 +793,8 @@ class DataConfig(Strict):
     corpus: str = field(
         "",
         help="a vendored corpus (de-en, en-mono, paraphrase, wic) or a directory of your own files "
-        "(train/valid[/test] splits, see normlab/assets/corpora/README.md); '' = the task's default: de-en, en-mono, "
+        "(train/valid[/test] splits; their names and formats per task: normlab/assets/corpora/README.md, \"Your own "
+        "files\"); '' = the task's default: de-en, en-mono, "
         "paraphrase, en-mono (lm)",
     )
     format: Literal["auto", "tsv", "raw"] = field(

@@ -38,7 +38,6 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from sacrebleu.metrics import BLEU
 
 __all__ = ["BleuScores", "bleu", "moses_available", "accuracy", "t_quantile", "MeanCI", "mean_ci", "unigram_entropy",
            "majority_share", "masked_lm_unigram_loss", "unigram_plateau", "RankCorrelation", "spearman"]
@@ -101,12 +100,18 @@ def bleu(
     if tokenizer not in ("moses", "13a"):
         raise ValueError(f"tokenizer must be 'moses' or '13a', got {tokenizer!r}")
 
+    # imported here, not with normlab: sacreBLEU pulls in lxml, ~0.2 s of every command's start-up, and a Ctrl-C
+    # that lands inside lxml.etree's C initialisation is lost (a new user's interrupt at start-up let the run train on)
+    from sacrebleu.metrics import BLEU
+
     standard = BLEU()
     s = standard.corpus_score(hyps, streams)
     if tokenizer == "moses":
         if not moses_available():
             raise ImportError("tokenizer='moses' needs sacremoses: pip install sacremoses")
-        tok_metric = BLEU(tokenize="none", smooth_method="none", force=True)
+        # the text is already lowercased (_moses_lc); lowercase=True changes no score and makes the signature say
+        # case:lc rather than sacreBLEU's case:mixed for the text it was given
+        tok_metric = BLEU(tokenize="none", lowercase=True, smooth_method="none", force=True)
         tok_hyps = [_moses_lc(h, lang) for h in hyps]
         t = tok_metric.corpus_score(tok_hyps, [[_moses_lc(r, lang) for r in st] for st in streams])
         prefix = f"moses-{lang}+lc|"

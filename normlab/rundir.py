@@ -11,7 +11,8 @@ Layout::
     tb/               TensorBoard event files
     checkpoints/      update_XXXXXXXX/ (the last ``keep_last``) and best/  (see normlab/train/checkpoint.py)
     eval/             ``normlab evaluate``'s scores: <what>-<checkpoint>.json, beside it .hyp (translations) or
-                      .pred (classifications), one line per example (:meth:`RunDir.eval_file`)
+                      .pred (classifications), one line per data row of the scored file, empty for a row that
+                      was not scored (:meth:`RunDir.eval_file`, :meth:`RunDir.write_eval_lines`)
     .lock             the trainer's lock (``flock``) and its pid
 
 Every file is written atomically: into a temporary file in the same directory, ``fsync``, renamed into place,
@@ -28,7 +29,7 @@ import contextlib
 import errno
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -249,6 +250,33 @@ class RunDir:
         """Where ``normlab evaluate`` writes its score of ``what`` (a split, or ``own-NAME-HASH`` for a user's file)
         with ``checkpoint`` (its directory, or an average's name): ``eval/<what>-<checkpoint name><suffix>``."""
         return self.path / self.EVAL / f"{what}-{checkpoint.name}{suffix}"
+
+    def write_eval_lines(self, what: str, checkpoint: Path, suffix: str, outputs: Sequence[str],
+                         rows: Sequence[int] | None, data_rows: int | None) -> dict[str, Any]:
+        """Write ``outputs`` (a .hyp's translations, a .pred's labels), one per line, into :meth:`eval_file`, on
+        the rows of the file they were scored from: ``rows[i]`` is output i's data row (0-based: a raw file's
+        line, a TSV's row after its header), and a row not scored (an empty pair, one longer than max_positions)
+        gets an empty line. So line k of the .pred is row k's prediction, and beside the user's file it stays in
+        line with it (a new user found every prediction after a dropped row one row off). ``data_rows``: the
+        file's data rows, when every example kept was scored (the lines then cover the whole file); None when
+        only the first ones were (``--limit``: up to the last row scored). ``rows`` None: the outputs as they are.
+        Returns the file, its lines and the 1-based numbers of the rows not scored among them."""
+        path = self.eval_file(what, checkpoint, suffix)
+        if rows is None:
+            write_atomic(path, "".join(f"{o}\n" for o in outputs))
+            return {"file": str(path), "lines": len(outputs), "rows_not_scored": []}
+        rows = [int(r) for r in rows[: len(outputs)]]
+        if len(rows) < len(outputs) or any(b <= a for a, b in zip(rows, rows[1:])) or (rows and rows[0] < 0):
+            raise ValueError(f"one increasing row per output needed: {len(outputs)} outputs, rows {rows[:5]}...")
+        n = data_rows if data_rows is not None else (rows[-1] + 1 if rows else 0)
+        if rows and rows[-1] >= n:
+            raise ValueError(f"row {rows[-1]} is beyond the file's {n} data rows")
+        lines = [""] * n
+        for r, o in zip(rows, outputs):
+            lines[r] = o
+        write_atomic(path, "".join(f"{line}\n" for line in lines))
+        scored = set(rows)
+        return {"file": str(path), "lines": n, "rows_not_scored": [k + 1 for k in range(n) if k not in scored]}
 
     def tokenizer(self) -> Tokenizer:
         """The run's tokenizer: its own copy, or the file its config names (``data.tokenizer``: a fine-tuning grid's

@@ -115,10 +115,14 @@ def evaluate_encoder(run_dir: str | Path, split: str | None = None, *, checkpoin
         if len(cfg.data.labels) == 2:  # of the second label, as MRPC's F1 scores "paraphrase" (label 1)
             result["f1"] = binary_f1(predicted, labels)
             result["f1_label"] = cfg.data.labels[1]
-        # each example's predicted label, in the split's order (as translate's .hyp holds each hypothesis)
-        pred = rd.eval_file(split, path, ".pred")
-        write_atomic(pred, "".join(f"{cfg.data.labels[int(p)]}\n" for p in predicted))
-        result["predictions"] = str(pred)
+        # each example's predicted label on its row of the split's file (as translate's .hyp holds each
+        # hypothesis): an empty line for a row not scored (an empty sentence), so that the .pred stays in line with
+        # the file (RunDir.write_eval_lines); the rows not scored are named, and the scores are of the others
+        st = data.stats[split]
+        lines = rd.write_eval_lines(split, path, ".pred", [cfg.data.labels[int(p)] for p in predicted],
+                                    data.rows.get(split), st["data_rows"])  # fmt: skip
+        result.update(predictions=lines["file"], data_rows=st["data_rows"], dropped_empty=st["dropped_empty"],
+                      rows_not_scored=lines["rows_not_scored"])  # fmt: skip
     else:
         plateau = unigram_plateau(ds.all_targets(), train.all_targets(), masked_lm=True)
         # the copy-aware plateau (the report's gate: BERT's kept 10% can be copied) and the all-masked one (the

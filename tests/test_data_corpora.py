@@ -129,6 +129,7 @@ def test_empty_pairs_dropped_and_logged(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="normlab.data"):
         pairs = read_parallel_raw(tmp_path / "s.de", tmp_path / "s.en")
     assert pairs.src == ["a", "d"] and pairs.tgt == ["A", "D"] and pairs.dropped_empty == 2
+    assert pairs.rows == [0, 3]  # each kept pair's line (0-based): evaluate's .hyp keeps the file's lines
     assert "dropped 2 of 4 examples: empty source or target line" in caplog.text
 
 
@@ -137,6 +138,30 @@ def test_empty_tsv_lines_dropped(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="normlab.data"):
         pairs = read_parallel_tsv(tmp_path / "t.tsv", "de", "en")
     assert pairs.src == ["Hallo"] and pairs.dropped_empty == 2 and "dropped 2 of 3" in caplog.text
+    assert pairs.rows == [0]  # data rows after the header
+    (tmp_path / "c.tsv").write_text("label\ta\tb\n1\tx\ty\n0\t\tz\n\n1\tu\tv\n", encoding="utf-8")
+    labelled = read_pairs(tmp_path / "c.tsv", ("0", "1"))
+    assert labelled.rows == [0, 3] and labelled.labels.tolist() == [1, 1] and labelled.dropped_empty == 2
+
+
+def test_prepare_keeps_each_examples_row(tmp_path):
+    """Each kept example's data row in its file, through prepare's cache and its max_positions drop (evaluate
+    writes its .hyp / .pred on those rows: a new user's predictions drifted one row off after a dropped one)."""
+    lines = _vendored_lines("de-en/train.tsv.xz", 301)
+    corpus = tmp_path / "mine"
+    corpus.mkdir()
+    test = lines[:1] + lines[1:3] + ["x\t\tEmpty"] + lines[3:5] + ["x\t" + " ".join(["Haus"] * 1000) + "\thouse"] + lines[5:7]
+    for split, rows in (("train", lines), ("valid", lines[:21]), ("test", test)):
+        (corpus / f"{split}.tsv").write_text("".join(r + "\n" for r in rows), encoding="utf-8")
+    cfg = DataConfig(corpus=str(corpus), cache_dir=str(tmp_path / "cache"), vocab_size=600)
+    for _ in range(2):  # binarized, then read from the cache
+        data = prepare(cfg, max_positions=256)
+        assert data.rows["test"].tolist() == [0, 1, 3, 4, 6, 7]  # row 2 empty, row 5 too long for 256 positions
+        st = data.stats["test"]
+        assert (st["data_rows"], st["dropped_empty"], st["dropped_long"], st["examples"]) == (8, 1, 1, 6)
+        assert data.splits["test"].target(2) == lines[3].split("\t")[2]  # example 2 is row 3's pair
+    assert data.rows["valid"].tolist() == list(range(20))
+    assert prepare(cfg.replace(valid_subset=5), max_positions=256).rows["valid"].tolist() == list(range(5))
 
 
 # ---------------------------------------------------------------------------------------------- bad input

@@ -297,6 +297,7 @@ def test_ctrl_c_stops_at_an_update_boundary_saves_and_resumes_exactly(small_corp
                        f"--out {run} --resume")  # fmt: skip
     rd = RunDir(run)
     assert rd.status() == "interrupted" and rd.summary()["update"] == 3
+    assert rd.summary()["stopped_by"] == "interrupt"  # not a limit the run would have met (a new user's finding)
     assert [p.name for p in rd.list_checkpoints()] == ["update_00000003"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
     monkeypatch.setattr(Trainer, "train_step", real_step)

@@ -66,6 +66,7 @@ def test_tokenized_bleu_moses_splits_contractions():
     s = bleu(HYP, REF, tokenizer="moses")
     assert s.tokenized_bleu == pytest.approx(_geo(7 / 8, 5 / 7, 3 / 6, 2 / 5), abs=1e-9)
     assert s.tokenized_bleu_signature.startswith("moses-en+lc|") and "tok:none" in s.tokenized_bleu_signature
+    assert "case:lc" in s.tokenized_bleu_signature  # what was scored: lowercased text (a new user read case:mixed)
     # Moses keeps known abbreviations in one token (mr. smith , e.g. here .); 13a splits every period
     t = bleu(["Mr. Smith, e.g. here."], ["Mr. Smith, e.g. there."], tokenizer="moses")
     assert t.tokenized_bleu == pytest.approx(_geo(5 / 6, 3 / 5, 2 / 4, 1 / 3), abs=1e-9)

@@ -452,3 +452,21 @@ def test_a_run_without_its_own_tokenizer_reads_the_one_its_config_names(tmp_path
     (grid / "tokenizer.model").unlink()
     with pytest.raises(ConfigError, match="data.tokenizer ft/tokenizer.model is not found"):
         RunDir(run).tokenizer()
+
+
+def test_eval_lines_keep_the_scored_files_rows(tmp_path):
+    """evaluate's .hyp / .pred: output i on data row rows[i] of the scored file, an empty line for a row not scored
+    (dropped when read or for its length), the whole file when every kept example was scored, up to the last one
+    scored when only the first were (--limit); the rows not scored named 1-based."""
+    rd = RunDir(tmp_path)
+    ckpt = tmp_path / "checkpoints" / "best"
+    got = rd.write_eval_lines("test", ckpt, ".pred", ["a", "b", "c"], [0, 2, 3], 6)
+    assert Path(got["file"]) == rd.eval_file("test", ckpt, ".pred")
+    assert Path(got["file"]).read_text() == "a\n\nb\nc\n\n\n" and got["rows_not_scored"] == [2, 5, 6]
+    first = rd.write_eval_lines("test", ckpt, ".hyp", ["a", "b"], [0, 2, 3], None)  # --limit 2
+    assert Path(first["file"]).read_text() == "a\n\nb\n" and (first["lines"], first["rows_not_scored"]) == (3, [2])
+    plain = rd.write_eval_lines("own", ckpt, ".hyp", ["x", "y"], None, None)  # no rows known: as they are
+    assert Path(plain["file"]).read_text() == "x\ny\n" and plain["rows_not_scored"] == []
+    for rows, data_rows in (([0, 0, 1], 6), ([0, 2, 9], 6), ([0, 2], 6)):  # repeated, beyond the file, too few
+        with pytest.raises(ValueError):
+            rd.write_eval_lines("test", ckpt, ".pred", ["a", "b", "c"], rows, data_rows)

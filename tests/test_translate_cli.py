@@ -54,7 +54,11 @@ def test_evaluate_writes_json(trained_run):
     assert {"bleu", "bleu_tokenized", "bleu_signature", "bleu_tokenized_signature", "nll"} <= set(result)
     assert result["decoding"]["beam"] == 2 and result["nll"] > 0
     assert json.loads((trained_run / "eval" / "test-best.json").read_text())["bleu"] == result["bleu"]
-    assert len((trained_run / "eval" / "test-best.hyp").read_text().splitlines()) == 10
+    # the .hyp keeps the split's rows up to the tenth scored: an empty line for each row not scored (longer than
+    # the run's 64 positions), so that it stays in line with the test file
+    hyp = (trained_run / "eval" / "test-best.hyp").read_text().splitlines()
+    assert len(hyp) == 10 + len(result["rows_not_scored"]) and all(hyp[r - 1] == "" for r in result["rows_not_scored"])
+    assert result["data_rows"] == 2000
 
 
 def test_evaluate_and_translate_with_the_average_of_the_last_checkpoints(trained_run):
@@ -102,8 +106,14 @@ def test_evaluate_on_your_own_files(trained_run, small_corpora, tmp_path):
     assert own["nll"] == pytest.approx(split["nll"], rel=1e-6)
     written = Path(own["written"])
     assert written.parent == trained_run / "eval" and written.name.startswith("own-own.de-")
-    assert written.with_suffix(".hyp").read_text().splitlines() == Path(split["written"]).with_suffix(
-        ".hyp").read_text().splitlines()
+    # the .hyp keeps the file's lines (an empty one for each pair not scored), as the split's keeps its rows up to
+    # the last one its --limit scored
+    hyp = written.with_suffix(".hyp").read_text().splitlines()
+    assert len(hyp) == own["data_rows"] == 22 and {21, 22} <= set(own["rows_not_scored"])
+    assert len(own["rows_not_scored"]) == 22 - own["sentences"] and all(hyp[r - 1] == "" for r in own["rows_not_scored"])
+    split_hyp = Path(split["written"]).with_suffix(".hyp").read_text().splitlines()
+    assert hyp[: len(split_hyp)] == split_hyp and split["rows_not_scored"] == [
+        r for r in own["rows_not_scored"] if r <= len(split_hyp)]
     # a file of the same name elsewhere does not overwrite these scores
     (tmp_path / "b").mkdir()
     for name in ("own.de", "own.en"):

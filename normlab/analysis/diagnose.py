@@ -410,7 +410,12 @@ def verdict(profiles: Sequence[LayerProfile], threshold: float | None = None) ->
 def _verdict(profiles: Sequence[LayerProfile], threshold: float | None) -> tuple[bool | None, str, float | None]:
     layered = [p for p in profiles if len(p.layers) > 1]
     if not layered:
-        return None, "no stack of two or more layers was found (pass group_fn to say how parameters map to layers)", None
+        # both readers' remedies: a command-line user has no group_fn (a new user's one-layer config was told to
+        # pass it), a Python caller's model may number its layers otherwise
+        return None, ("no stack of two or more layers was found: the profile compares a stack's first and last "
+                      "layers (normlab diagnose: a model of 2 or more layers, e.g. --set encoder_layers=2 --set "
+                      "decoder_layers=2; diagnose() on your own model: pass group_fn to say how parameters map to "
+                      "layers)"), None
     undefined = [p for p in layered if p.grad_ratio is None]
     if undefined:
         # a 0/0 ratio is no evidence either way: ReZero at init (alpha = 0) gives zero gradients to every weight in

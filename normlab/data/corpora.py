@@ -202,11 +202,14 @@ def _log_dropped(path: Path | str, dropped: int, total: int, why: str) -> None:
 
 @dataclasses.dataclass
 class Parallel:
-    """Sentence pairs of one split (empty pairs already dropped and counted)."""
+    """Sentence pairs of one split (empty pairs already dropped and counted); ``rows``: each kept pair's data row
+    in its file (0-based: a raw file's lines, a TSV's rows after its header), so that what is written per example
+    (evaluate's .hyp) can keep the file's lines."""
 
     src: list[str]
     tgt: list[str]
     dropped_empty: int = 0
+    rows: list[int] | None = None
 
 
 @dataclasses.dataclass
@@ -226,6 +229,7 @@ class Pairs:
     b: list[str]
     word: list[str] | None = None
     dropped_empty: int = 0
+    rows: list[int] | None = None  # each kept example's data row (0-based, after the header), as Parallel's
 
 
 def _tsv_rows(path: Path, lines: list[str], header: list[str]) -> list[list[str]]:
@@ -262,11 +266,11 @@ def read_parallel_tsv(path: Path, source_lang: str, target_lang: str) -> Paralle
     i = _header_index(path, header, source_lang, "DataConfig.source_lang")
     j = _header_index(path, header, target_lang, "DataConfig.target_lang")
     rows = _tsv_rows(path, lines, header)
-    keep = [r for r in rows if r and not _blank(r[i]) and not _blank(r[j])]
+    keep = [k for k, r in enumerate(rows) if r and not _blank(r[i]) and not _blank(r[j])]
     _log_dropped(path, len(rows) - len(keep), len(rows), "empty source or target")
     if not keep:
         raise DataError(f"{path}: no non-empty sentence pair")
-    return Parallel([r[i] for r in keep], [r[j] for r in keep], len(rows) - len(keep))
+    return Parallel([rows[k][i] for k in keep], [rows[k][j] for k in keep], len(rows) - len(keep), keep)
 
 
 def read_parallel_raw(src_path: Path, tgt_path: Path) -> Parallel:
@@ -280,7 +284,7 @@ def read_parallel_raw(src_path: Path, tgt_path: Path) -> Parallel:
     _log_dropped(f"{src_path} + {tgt_path}", len(src) - len(keep), len(src), "empty source or target line")
     if not keep:
         raise DataError(f"{src_path}, {tgt_path}: no non-empty sentence pair")
-    return Parallel([src[k] for k in keep], [tgt[k] for k in keep], len(src) - len(keep))
+    return Parallel([src[k] for k in keep], [tgt[k] for k in keep], len(src) - len(keep), keep)
 
 
 def read_mono(path: Path) -> Mono:
@@ -304,12 +308,13 @@ def read_pairs(path: Path, labels: tuple[str, ...] | None) -> Pairs:
     wi = header.index("word") if "word" in header else None
     rows = _tsv_rows(path, lines, header)
     ids = {label: k for k, label in enumerate(labels or ())}
-    out_labels, a, b, word = [], [], [], []
+    out_labels, a, b, word, kept = [], [], [], [], []
     dropped = 0
     for lineno, r in enumerate(rows, start=2):
         if not r or _blank(r[ai]) or _blank(r[bi]) or (wi is not None and _blank(r[wi])):
             dropped += 1
             continue
+        kept.append(lineno - 2)
         label = ids.get(r[li], 0 if labels is None else None)
         if label is None:
             raise DataError(
@@ -323,7 +328,7 @@ def read_pairs(path: Path, labels: tuple[str, ...] | None) -> Pairs:
     _log_dropped(path, dropped, len(rows), "empty sentence or word")
     if not a:
         raise DataError(f"{path}: no non-empty sentence pair")
-    return Pairs(np.asarray(out_labels, dtype=np.int64), a, b, word if wi is not None else None, dropped)
+    return Pairs(np.asarray(out_labels, dtype=np.int64), a, b, word if wi is not None else None, dropped, kept)
 
 
 def read_split(corpus: Corpus, split: str, cfg: DataConfig, *, text_only: bool = False) -> Parallel | Mono | Pairs:

@@ -322,6 +322,9 @@ class Prepared:
     splits: dict[str, Dataset]  # "train", "valid" and, where the corpus has one, "test"
     stats: dict[str, dict[str, Any]]  # per split: examples, tokens (sum of sizes), dropped_empty, dropped_long, ...
     corpus: Corpus
+    # per split of a translation or classification corpus: each example's data row in its file (0-based: a raw
+    # file's lines, a TSV's rows after the header), so that evaluate's .hyp and .pred keep the file's lines
+    rows: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     @property
     def vocab_size(self) -> int:
@@ -385,6 +388,8 @@ def _binarize(data: Parallel | Mono | Pairs, tok: Tokenizer) -> dict[str, np.nda
         if data.word is not None:
             put("word", data.word)
         arrays["labels"] = data.labels
+    if not isinstance(data, Mono) and data.rows is not None:
+        arrays["rows"] = np.asarray(data.rows, dtype=np.int64)
     return arrays
 
 
@@ -394,41 +399,47 @@ def _ragged(arrays: dict[str, np.ndarray], name: str) -> Ragged:
 
 def _dataset(
     task: str, arrays: dict[str, np.ndarray], cfg: DataConfig, max_positions: int, vocab_size: int
-) -> tuple[Dataset, int]:
-    """The dataset of a cached split, and how many examples were dropped for exceeding ``max_positions``."""
+) -> tuple[Dataset, int, np.ndarray | None]:
+    """The dataset of a cached split, how many examples were dropped for exceeding ``max_positions``, and the
+    indices of those kept when some were (None: every one)."""
     if task == "translation":
         ds = TranslationDataset(_ragged(arrays, "src"), _ragged(arrays, "tgt"), _ragged(arrays, "src_text"),
                                 _ragged(arrays, "tgt_text"))  # fmt: skip
         keep = np.flatnonzero((ds.src_sizes <= max_positions) & (ds.tgt_sizes <= max_positions))
         if len(keep) < len(ds):
-            return ds.select(keep), len(ds) - len(keep)
-        return ds, 0
+            return ds.select(keep), len(ds) - len(keep), keep
+        return ds, 0, None
     if task == "mlm":
         text = _ragged(arrays, "text")
         stream = tasks.join_with_separator(text.values, text.offsets)
         bounds = tasks.block_bounds(len(stream), cfg.block_size)
-        return MLMDataset(stream, bounds, vocab_size=vocab_size, mask_prob=cfg.mask_prob), 0
+        return MLMDataset(stream, bounds, vocab_size=vocab_size, mask_prob=cfg.mask_prob), 0, None
     if task == "lm":
         text = _ragged(arrays, "text")
         stream = tasks.lm_stream(text.values, text.offsets)
-        return LMDataset(stream, tasks.lm_block_starts(len(stream), cfg.block_size), cfg.block_size), 0
+        return LMDataset(stream, tasks.lm_block_starts(len(stream), cfg.block_size), cfg.block_size), 0, None
     word = _ragged(arrays, "word") if "word_tokens" in arrays else None
     max_len = min(cfg.block_size, max_positions)
-    return ClassificationDataset(_ragged(arrays, "a"), _ragged(arrays, "b"), word, arrays["labels"], max_len), 0
+    return ClassificationDataset(_ragged(arrays, "a"), _ragged(arrays, "b"), word, arrays["labels"], max_len), 0, None
 
 
 def _fitted(label: str, task: str, arrays: dict[str, np.ndarray], cfg: DataConfig, max_positions: int,
-            vocab_size: int) -> tuple[Dataset, int]:
+            vocab_size: int) -> tuple[Dataset, int, np.ndarray | None]:
     """:func:`_dataset`, with the examples longer than ``max_positions`` dropped, counted and logged; a
-    DataError when none is left (else a "completed" run of 0 updates, or no validation at all)."""
-    ds, dropped_long = _dataset(task, arrays, cfg, max_positions, vocab_size)
+    DataError when none is left (else a "completed" run of 0 updates, or no validation at all). Also each kept
+    example's data row in its file (``arrays["rows"]`` through the kept indices), None where the split has none
+    (running text)."""
+    ds, dropped_long, keep = _dataset(task, arrays, cfg, max_positions, vocab_size)
+    rows = arrays.get("rows")
+    if rows is not None and keep is not None:
+        rows = rows[keep]
     if dropped_long and len(ds) == 0:
         raise DataError(f"{label}: all {dropped_long} examples are longer than the model's "
                         f"max_positions={max_positions}; raise model.max_positions")  # fmt: skip
     if dropped_long:
         log.warning("%s: dropped %d of %d examples longer than max_positions=%d", label, dropped_long,
                     dropped_long + len(ds), max_positions)  # fmt: skip
-    return ds, dropped_long
+    return ds, dropped_long, rows
 
 
 def pieces_seen(arrays: dict[str, np.ndarray], vocab_size: int) -> int:
@@ -446,6 +457,11 @@ def pieces_seen(arrays: dict[str, np.ndarray], vocab_size: int) -> int:
 # sentences, most of the embedding table). The warning fires when they are the majority of the text pieces,
 # where the model is mostly untrained parameters; a vocabulary the size of the pieces seen fits such a corpus.
 UNSEEN_WARNING_SHARE = 0.5
+
+
+SPLIT_ARRAYS = 2
+"""The arrays a cached split holds, in the split's cache key: 2 added ``rows`` (each example's data row in its
+file); a split cached before is binarized again rather than read without them."""
 
 
 def prepare(data_cfg: DataConfig, max_positions: int, *, tokenizer: Tokenizer | None = None) -> Prepared:
@@ -484,7 +500,7 @@ def prepare(data_cfg: DataConfig, max_positions: int, *, tokenizer: Tokenizer | 
     reading = _reading(corpus, cfg)
     paths = {
         split: root / "splits" / f"{_label(corpus)}-{split}-"
-        f"{digest('split', reading, [file_digest(p) for p in files], tok_id)}.npz"
+        f"{digest('split', SPLIT_ARRAYS, reading, [file_digest(p) for p in files], tok_id)}.npz"
         for split, files in corpus.splits.items()
     }
     missing = [split for split, path in paths.items() if not path.is_file()]
@@ -508,9 +524,11 @@ def prepare(data_cfg: DataConfig, max_positions: int, *, tokenizer: Tokenizer | 
 
     splits: dict[str, Dataset] = {}
     stats: dict[str, dict[str, Any]] = {}
+    rows: dict[str, np.ndarray] = {}
     for split, path in paths.items():
         arrays, meta = load_arrays(path)
-        ds, dropped_long = _fitted(f"{corpus.name} {split}", corpus.task, arrays, cfg, max_positions, tok.vocab_size)
+        ds, dropped_long, kept_rows = _fitted(f"{corpus.name} {split}", corpus.task, arrays, cfg, max_positions,
+                                              tok.vocab_size)  # fmt: skip
         if meta["dropped_empty"]:  # logged by the reader when it read the file; repeated on every cached load
             level = logging.INFO if corpus.task == "mlm" else logging.WARNING  # empty lines separate paragraphs
             log.log(level, "%s %s: %d empty examples were dropped when reading", corpus.name, split,
@@ -518,9 +536,13 @@ def prepare(data_cfg: DataConfig, max_positions: int, *, tokenizer: Tokenizer | 
         subset = {"train": cfg.train_subset, "valid": cfg.valid_subset}.get(split, 0)
         if subset and subset < len(ds):
             ds = ds.select(np.arange(subset))
+            kept_rows = None if kept_rows is None else kept_rows[:subset]
         splits[split] = ds
+        if kept_rows is not None:
+            rows[split] = kept_rows
         stats[split] = {"examples": len(ds), "tokens": int(ds.sizes.sum()), "dropped_empty": meta["dropped_empty"],
-                        "dropped_long": dropped_long, "cache": str(path)}  # fmt: skip
+                        "dropped_long": dropped_long, "data_rows": meta["examples"] + meta["dropped_empty"],
+                        "cache": str(path)}  # fmt: skip
         if isinstance(ds, TranslationDataset):  # "tokens" is the batching size max(src, tgt); here each side
             stats[split].update(source_tokens=int(ds.src_sizes.sum()), target_tokens=int(ds.tgt_sizes.sum()))
         if split == "train":
@@ -535,7 +557,7 @@ def prepare(data_cfg: DataConfig, max_positions: int, *, tokenizer: Tokenizer | 
                             "corpus: --set data.vocab_size=%d", corpus.name, text_pieces - seen, text_pieces,
                             100 * (text_pieces - seen) / text_pieces, seen, max(seen + NUM_SPECIAL, 100))  # fmt: skip
     log.info("prepared %s in %.2f s", corpus.name, time.perf_counter() - t0)
-    return Prepared(cfg=cfg, tokenizer=tok, splits=splits, stats=stats, corpus=corpus)
+    return Prepared(cfg=cfg, tokenizer=tok, splits=splits, stats=stats, corpus=corpus, rows=rows)
 
 
 def fingerprint(data_cfg: DataConfig) -> dict[str, str]:
@@ -557,15 +579,18 @@ def fingerprint(data_cfg: DataConfig) -> dict[str, str]:
 
 def read_test_pairs(
     source: Path, reference: Path, tok: Tokenizer, max_positions: int
-) -> tuple[TranslationDataset, dict[str, int]]:
+) -> tuple[TranslationDataset, dict[str, int], np.ndarray]:
     """Your own test set, two fairseq-style parallel files (one sentence per line, possibly compressed), read and
     encoded exactly as :func:`prepare` reads a corpus' split: empty pairs and pairs with a side longer than
-    ``max_positions`` (EOS included) are dropped and counted (the dict). Nothing is cached. Raises DataError."""
+    ``max_positions`` (EOS included) are dropped and counted (the dict, with the files' lines, ``data_rows``);
+    each kept pair's line (0-based). Nothing is cached. Raises DataError."""
     data = read_parallel_raw(source, reference)
-    ds, dropped_long = _fitted(str(source), "translation", _binarize(data, tok), DataConfig(), max_positions,
-                               tok.vocab_size)
-    counts = {"dropped_empty": data.dropped_empty, "dropped_longer_than_max_positions": dropped_long}
-    return ds, counts  # type: ignore[return-value]  # the translation task's dataset
+    ds, dropped_long, rows = _fitted(str(source), "translation", _binarize(data, tok), DataConfig(), max_positions,
+                                     tok.vocab_size)  # fmt: skip
+    counts = {"dropped_empty": data.dropped_empty, "dropped_longer_than_max_positions": dropped_long,
+              "data_rows": len(data.src) + data.dropped_empty}  # fmt: skip
+    assert rows is not None  # read_parallel_raw keeps its rows
+    return ds, counts, rows  # type: ignore[return-value]  # the translation task's dataset
 
 
 __all__ = ["prepare", "fingerprint", "Prepared", "Dataset", "TranslationDataset", "MLMDataset", "ClassificationDataset", "LMDataset", "Ragged",

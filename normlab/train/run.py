@@ -102,7 +102,13 @@ def _fit_to_data(cfg: TrainConfig, data: Any) -> TrainConfig:
     model = cfg.model.replace(vocab_size=data.vocab_size)
     if cfg.data.task == "classification":
         model = model.replace(num_classes=data.num_classes)
-    if model != cfg.model:
+    default = type(cfg.model)().vocab_size
+    if cfg.model.vocab_size not in (data.vocab_size, default):
+        # a size the user chose and the run does not use: said where it is seen (a new user's --set
+        # model.vocab_size=2000 was replaced without a word), with the setting that does change it
+        log.warning("model.vocab_size=%d is replaced by the tokenizer's size, %d; data.vocab_size sets that",
+                    cfg.model.vocab_size, data.vocab_size)  # fmt: skip
+    elif model != cfg.model:
         log.info("model.vocab_size=%d (the tokenizer's)", model.vocab_size)
     return cfg.replace(model=model)
 
@@ -115,7 +121,7 @@ def _bleu_hook(cfg: TrainConfig, tokenizer: Any, valid: Any, is_main: bool) -> A
             return {}
         bf16 = autocast_dtype(cfg.precision, next(model.parameters()).device) is not None
         return validation_bleu(model, tokenizer, valid, sentences=cfg.valid_bleu, beam=cfg.beam, lenpen=cfg.lenpen,
-                               max_tokens=cfg.data.max_tokens, bf16=bf16)  # fmt: skip
+                               max_tokens=cfg.data.max_tokens, bf16=bf16, lang=cfg.data.target_lang)  # fmt: skip
 
     return extra
 

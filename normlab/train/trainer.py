@@ -773,7 +773,7 @@ class Trainer:
                 return self._loop(schedule, total, extra)
         except KeyboardInterrupt:  # a second Ctrl-C, mid-update: what the checkpoints hold is kept
             with contextlib.suppress(OSError):
-                self._summary("interrupted", **extra)
+                self._summary("interrupted", **{**extra, "stopped_by": "interrupt"})
             raise
         finally:
             if self._bar is not None:
@@ -895,7 +895,9 @@ class Trainer:
 
     def _interrupted(self, extra: dict[str, Any]) -> dict[str, Any]:
         self.save()
-        return self._summary("interrupted", **extra)
+        # the user stopped it, whatever limit would have (extra's stopped_by is the planned stop: a new user's
+        # interrupted run said max_epochs)
+        return self._summary("interrupted", **{**extra, "stopped_by": "interrupt"})
 
     def _on_interrupt(self, signum: int, frame: Any) -> None:
         """SIGINT (Ctrl-C): stop at the next update boundary, with a checkpoint; a second one stops at once (a
