@@ -165,7 +165,11 @@ def _coerce(owner: str, name: str, hint: Any, value: Any) -> Any:
         return value
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
+            # YAML's list syntax, which --set reads too (a new user tried "a,b")
+            hint_text = (f" (a YAML list: '[{', '.join(v.strip() for v in value.split(','))}]', quoted for the shell)"
+                         if isinstance(value, str) and "," in value else " (a YAML list, e.g. '[a, b]', quoted for the "
+                         "shell)")  # fmt: skip
+            raise ConfigError(f"{where}: expected a list, got {value!r}{hint_text}")
         args = typing.get_args(hint)
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_coerce(owner, name, args[0], v) for v in value)

@@ -100,3 +100,12 @@ def test_an_unquoted_yaml_boolean_where_a_string_belongs_says_to_quote_it():
         DataConfig.from_dict({"labels": [False, True]})
     with pytest.raises(ConfigError, match=r"expected a string, got 3$"):  # no hint where it would not help
         DataConfig.from_dict({"labels": [3, 4]})
+
+
+def test_a_list_setting_given_as_plain_text_names_the_yaml_list():
+    """--set data.labels=a,b (a new user's try) is a string, not a list: the error shows the YAML list it meant."""
+    with pytest.raises(ConfigError, match=r"expected a list, got 'different,same' \(a YAML list: '\[different, same\]'"):
+        DataConfig.from_dict(apply_overrides({}, ["labels=different,same"]))
+    with pytest.raises(ConfigError, match=r"expected a list, got 'same' \(a YAML list, e\.g\. '\[a, b\]'"):
+        DataConfig.from_dict(apply_overrides({}, ["labels=same"]))
+    assert DataConfig.from_dict(apply_overrides({}, ["labels=[different, same]"])).labels == ("different", "same")
