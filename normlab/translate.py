@@ -207,7 +207,9 @@ def evaluate_run(
     # score, and the result says which rows those were (1-based: a raw file's lines, a TSV's rows after its
     # header; a new user found a test BLEU over 24 of 40 pairs that said so only in a log line); the .hyp keeps
     # the file's rows, an empty line where a pair was not scored
-    result.update(hypotheses_file=lines["file"], rows_not_scored=lines["rows_not_scored"])
+    # (with --limit the .hyp covers the rows up to the last one scored, hyp_lines of them, and rows_not_scored
+    # names those among them; data_rows and the drop counts are the whole file's)
+    result.update(hypotheses_file=lines["file"], hyp_lines=lines["lines"], rows_not_scored=lines["rows_not_scored"])
     result["written"] = str(rd.eval_file(stem, path))
     write_atomic(rd.eval_file(stem, path), json.dumps(strict_json(result), indent=1))
     return result

@@ -592,7 +592,7 @@ def test_held_out_report_over_sweeps(tmp_path, capsys):
     assert by[("sweep-b", "post")]["edge_none"]["lo"] == pytest.approx(1e-3)
     assert by[("sweep-b", "post")]["edge_none"]["hi"] == pytest.approx(GRID[GRID.index(1e-3) + 1])
     md = held_out_markdown(r)
-    assert "| sweep-b | lm | 6 | 4 | 4 | -0.74 | 0.167 | all 24 |" in md
+    assert "| sweep-b | lm | 6 | 4 | 64 | 4 | -0.74 | 0.167 | all 24 |" in md
     assert "| 7 | 7 | 0 | 0 | 4/7 | 5/7 | 4/7 |" in md
     assert "| under the mean-rate reading (the truth: warm-up beyond its arm's lower mean rate) | 7 | 0 | 0 | 4/7 | " \
            "5/7 | 4/7 | 5 |" in md and "sweep-b | lm | mixln | 6 | 64 | 5 | needed" in md
@@ -611,8 +611,8 @@ def test_held_out_report_over_sweeps(tmp_path, capsys):
            "when the rule was designed, 2 (baselines 3, " in err
     assert "refitted, post and pre -> the other schemes: 3 of 3 (baselines 2, 1)" in err
     assert "under the mean-rate reading (warm-up beyond its arm's lower mean rate): 4 of 7 (baselines 5, 4)" in err
-    assert "S against the no-warm-up edge, sweep-b: Spearman's rho -0.74 over 4 cells (one-sided permutation p " \
-           "0.167)" in err
+    assert "S against the no-warm-up edge, sweep-b: Spearman's rho -0.74 within each width over 4 schemes " \
+           "(one-sided permutation p 0.167, schemes moved whole)" in err
 
 
 def test_held_out_counts_each_experiment_once_and_reads_todays_rule(tmp_path):

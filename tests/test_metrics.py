@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from normlab.metrics import accuracy, bleu, mean_ci, moses_available, spearman, t_cdf, t_quantile
+from normlab.metrics import accuracy, bleu, mean_ci, moses_available, spearman, spearman_within, t_cdf, t_quantile
 
 
 def _geo(*precisions: float) -> float:
@@ -163,6 +163,31 @@ def test_spearman_by_hand_and_its_permutation_p():
     assert math.isnan(flat.rho) and flat.p_below == 1.0
     with pytest.raises(ValueError, match="one length"):
         spearman([1.0, 2.0], [1.0])
+
+
+def test_spearman_within_strata_moves_whole_units():
+    """Units measured in several strata (a sweep's schemes at two widths): the rank correlation within each stratum,
+    averaged, and a permutation p that reassigns whole units. With one stratum it is spearman's; with a stratum
+    trend that runs against the units' order (both x and y rise within every unit) the within-stratum rho keeps the
+    units' order only."""
+    one = {(u, 64): (x, y) for u, x, y in zip("abcde", [1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 1.0, 4.0, 3.0, 5.0])}
+    r, plain = spearman_within(one), spearman([1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 1.0, 4.0, 3.0, 5.0])
+    assert (r.rho, r.p_below, r.n, r.permutations) == pytest.approx((plain.rho, plain.p_below, 5, 120))
+    # four units whose y falls as x rises (rho -1 in each stratum), and every unit's x and y 10x larger at 128: the
+    # pooled correlation over the 8 cells is dragged up by the stratum trend, the within-stratum one is not
+    x = {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0}
+    cells = {(u, w): (x[u] * k, (5 - x[u]) * k) for u in x for w, k in ((64, 1.0), (128, 10.0))}
+    within = spearman_within(cells)
+    assert within.rho == pytest.approx(-1.0) and within.p_below == pytest.approx(1 / 24) and within.exact
+    pooled = spearman([v[0] for v in cells.values()], [v[1] for v in cells.values()])
+    assert pooled.rho > -0.7  # the trend of the strata mixed in
+    # a unit missing a stratum is left out; a constant stratum adds nothing; non-finite is an error
+    assert spearman_within({**cells, ("e", 64): (9.0, 0.1)}).n == 4
+    assert math.isnan(spearman_within({(u, 64): (1.0, x[u]) for u in x}).rho)
+    with pytest.raises(ValueError, match="non-finite"):
+        spearman_within({**cells, ("a", 64): (math.nan, 1.0)})
+    with pytest.raises(ValueError, match="non-finite"):
+        spearman([1.0, 2.0, math.inf], [1.0, 2.0, 3.0])
 
 
 def test_accuracy():

@@ -57,8 +57,8 @@ def test_evaluate_writes_json(trained_run):
     # the .hyp keeps the split's rows up to the tenth scored: an empty line for each row not scored (longer than
     # the run's 64 positions), so that it stays in line with the test file
     hyp = (trained_run / "eval" / "test-best.hyp").read_text().splitlines()
-    assert len(hyp) == 10 + len(result["rows_not_scored"]) and all(hyp[r - 1] == "" for r in result["rows_not_scored"])
-    assert result["data_rows"] == 2000
+    assert len(hyp) == result["hyp_lines"] == 10 + len(result["rows_not_scored"]) and result["data_rows"] == 2000
+    assert result["rows_not_scored"] and all(hyp[r - 1] == "" for r in result["rows_not_scored"])  # the fixture drops
 
 
 def test_evaluate_and_translate_with_the_average_of_the_last_checkpoints(trained_run):
@@ -90,9 +90,10 @@ def test_evaluate_on_your_own_files(trained_run, small_corpora, tmp_path):
     do as the run's test split."""
     raw = small_corpora["de-en-raw"]
     de, en = ((raw / f"test.{lang}").read_text(encoding="utf-8").splitlines()[:20] for lang in ("de", "en"))
-    # a byte-order mark (not text), an empty pair, a pair too long for the run's 64 positions
-    (tmp_path / "own.de").write_text("\ufeff" + "\n".join(de + ["", " ".join(["Haus"] * 200)]) + "\n", encoding="utf-8")
-    (tmp_path / "own.en").write_text("\n".join(en + ["", "house"]) + "\n", encoding="utf-8")
+    # a byte-order mark (not text), an empty pair (line 5), a pair too long for the run's 64 positions (line 22)
+    (tmp_path / "own.de").write_text("\ufeff" + "\n".join(de[:4] + [""] + de[4:] + [" ".join(["Haus"] * 200)]) + "\n",
+                                     encoding="utf-8")  # fmt: skip
+    (tmp_path / "own.en").write_text("\n".join(en[:4] + [""] + en[4:] + ["house"]) + "\n", encoding="utf-8")
     proc = normlab("evaluate", "--run", str(trained_run), "--source", str(tmp_path / "own.de"), "--reference",
                    str(tmp_path / "own.en"), "--beam", "2")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -106,14 +107,16 @@ def test_evaluate_on_your_own_files(trained_run, small_corpora, tmp_path):
     assert own["nll"] == pytest.approx(split["nll"], rel=1e-6)
     written = Path(own["written"])
     assert written.parent == trained_run / "eval" and written.name.startswith("own-own.de-")
-    # the .hyp keeps the file's lines (an empty one for each pair not scored), as the split's keeps its rows up to
-    # the last one its --limit scored
+    # the .hyp keeps the file's lines, an empty one for each pair not scored: the split's translations of its rows
+    # 1-4 on lines 1-4, line 5 empty (the empty pair), its rows 5.. on lines 6.. (one further down), as the split's
+    # .hyp keeps its rows up to the last one its --limit scored
     hyp = written.with_suffix(".hyp").read_text().splitlines()
-    assert len(hyp) == own["data_rows"] == 22 and {21, 22} <= set(own["rows_not_scored"])
-    assert len(own["rows_not_scored"]) == 22 - own["sentences"] and all(hyp[r - 1] == "" for r in own["rows_not_scored"])
+    assert len(hyp) == own["hyp_lines"] == own["data_rows"] == 22 and {5, 22} <= set(own["rows_not_scored"])
+    assert len(own["rows_not_scored"]) == 22 - own["sentences"] and hyp[4] == ""
     split_hyp = Path(split["written"]).with_suffix(".hyp").read_text().splitlines()
-    assert hyp[: len(split_hyp)] == split_hyp and split["rows_not_scored"] == [
-        r for r in own["rows_not_scored"] if r <= len(split_hyp)]
+    assert hyp[:4] == split_hyp[:4] and hyp[5 : len(split_hyp) + 1] == split_hyp[4:] and len(split_hyp) > 4
+    assert [r + 1 if r > 4 else r for r in split["rows_not_scored"]] == [r for r in own["rows_not_scored"] if r != 5][
+        : len(split["rows_not_scored"])]
     # a file of the same name elsewhere does not overwrite these scores
     (tmp_path / "b").mkdir()
     for name in ("own.de", "own.en"):

@@ -460,8 +460,10 @@ UNSEEN_WARNING_SHARE = 0.5
 
 
 SPLIT_ARRAYS = 2
-"""The arrays a cached split holds, in the split's cache key: 2 added ``rows`` (each example's data row in its
-file); a split cached before is binarized again rather than read without them."""
+"""The arrays a cached split of :data:`ROW_TASKS` holds, in its cache key: 2 added ``rows`` (each example's data row
+in its file); such a split cached before is binarized again rather than read without them. Running text (mlm, lm)
+keeps no rows, and its key (and cache: en-mono's 7.1M words) is as it was."""
+ROW_TASKS = ("translation", "classification")
 
 
 def prepare(data_cfg: DataConfig, max_positions: int, *, tokenizer: Tokenizer | None = None) -> Prepared:
@@ -498,9 +500,10 @@ def prepare(data_cfg: DataConfig, max_positions: int, *, tokenizer: Tokenizer | 
             tok = tokenizer
 
     reading = _reading(corpus, cfg)
+    keyed = (SPLIT_ARRAYS,) if corpus.task in ROW_TASKS else ()  # running text keeps no rows: its cache stands
     paths = {
         split: root / "splits" / f"{_label(corpus)}-{split}-"
-        f"{digest('split', SPLIT_ARRAYS, reading, [file_digest(p) for p in files], tok_id)}.npz"
+        f"{digest('split', *keyed, reading, [file_digest(p) for p in files], tok_id)}.npz"
         for split, files in corpus.splits.items()
     }
     missing = [split for split, path in paths.items() if not path.is_file()]

@@ -45,13 +45,14 @@ together, since a cell counted twice would count its truth twice; so is one file
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from normlab.analysis.diagnose import depth_threshold, held_out_agreement
 from normlab.files import write_atomic, write_json_atomic
-from normlab.metrics import spearman
+from normlab.metrics import spearman_within
 from normlab.results import edge_text, trivial_baseline
 
 __all__ = ["held_out", "held_out_markdown", "write_held_out"]
@@ -97,10 +98,14 @@ def _shipped(cells: Sequence[dict[str, Any]], truth: str = "truth") -> dict[str,
 
 
 def _edge_rank(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per sweep, does diagnose's S order its cells' stability edges? Spearman's rho of S against the no-warm-up
-    arm's edge (the geometric centre of the seeds' brackets; a cell with a censored or unbracketed seed has none
-    and is left out) over the cells where both are known, with the one-sided permutation p of a correlation at
-    most rho (metrics.spearman).
+    """Per sweep, does diagnose's S order its schemes' stability edges? Within each width, Spearman's rho of S
+    against the no-warm-up arm's edge (the geometric centre of the seeds' brackets) across the schemes, averaged
+    over the widths, with the one-sided p of a permutation test that moves whole schemes (metrics.spearman_within):
+    a scheme's cells at two widths share its level and are not independent, and within every scheme of the LM
+    sweep both S and the edge fall from d = 64 to 128, a trend of width that a correlation pooled over cells would
+    mix in (a review of 2026-11-28 found the pooled test's p 0.03 where moving schemes as units gives 0.08). A
+    scheme enters when its S and a bracketed edge are known at every width of the sweep (a censored or unbracketed
+    seed leaves the edge without a centre: ``schemes`` lists those used).
 
     Why. The verdict asks a yes/no question whose truth came out "needed" for nearly every scheme (a warm-up
     raises every scheme's edge at these scales), so its score says little; what separates the schemes is the
@@ -108,15 +113,19 @@ def _edge_rank(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     learning rate is it stable?" needs. S measures the gradient pattern that Theorem 1 ties to Post-LN's small
     stable rate, so the direction is the theory's: a larger S, a lower edge (hence one-sided). Per sweep, because
     an edge belongs to its recipe (task, length, batch, optimiser): S can only order the edges of one recipe. Added
-    on 2026-11-28 after a preview of the LM sweep's partial report (rho = -0.49 over its 16 cells): that sweep
-    was in view, so this is a measurement of S, not a held-out test of a rule, and nothing is fitted to it."""
+    on 2026-11-28 after a preview of the LM sweep's partial report: that sweep was in view, so this is a
+    measurement of S, not a held-out test of a rule, and nothing is fitted to it."""
     out = []
     for label in sorted({c["sweep"] for c in cells}):
         mine = [c for c in cells if c["sweep"] == label]
-        known = [c for c in mine if c["score"] is not None and (c.get("edge_none") or {}).get("centre") is not None]
-        r = spearman([c["score"] for c in known], [c["edge_none"]["centre"] for c in known])
+        known = {(c["scheme"], c["width"]): (c["score"], c["edge_none"]["centre"]) for c in mine
+                 if c["score"] is not None and (c.get("edge_none") or {}).get("centre") is not None
+                 and math.isfinite(c["score"])}  # fmt: skip
+        widths = sorted({c["width"] for c in mine})
+        schemes = sorted({sc for sc, _ in known if all((sc, w) in known for w in widths)})
+        r = spearman_within({k: v for k, v in known.items() if k[0] in schemes})
         out.append({"sweep": label, "task": mine[0]["task"], "layers": mine[0]["layers"], "cells": len(mine),
-                    **r.to_dict(), "schemes": sorted({c["scheme"] for c in known})})  # fmt: skip
+                    "widths": widths, **r.to_dict(), "schemes": schemes})  # fmt: skip
     return out
 
 
@@ -234,17 +243,19 @@ def held_out_markdown(result: dict[str, Any]) -> str:
                          f"{_score(ev['baseline_agree'], ev['decided'])} | "
                          f"{_score(ev.get('always_agree', 0), ev['decided'])} | {', '.join(ev['schemes']) or '–'} |")
     if result.get("edge_rank"):
-        lines += ["", "## Does S order the stability edges? (per sweep: Spearman's rho of S against the no-warm-up "
-                  "edge's centre; p: one-sided permutation test of a correlation at most rho, the theory's "
-                  "direction: a larger S, a lower edge; heldout._edge_rank says why, and that it was added with the "
-                  "LM sweep in view)", "",
-                  "| sweep | task | layers | cells | with S and a bracketed edge | rho | p (rho or lower) | "
-                  "permutations |", "|---|---|---|---|---|---|---|---|"]
+        lines += ["", "## Does S order the stability edges? (per sweep: within each width, Spearman's rho of S against "
+                  "the no-warm-up edge's centre across the schemes, averaged over the widths; p: one-sided "
+                  "permutation test that moves whole schemes, of a correlation at most rho, the theory's direction: "
+                  "a larger S, a lower edge; heldout._edge_rank says why, and that it was added with the LM sweep "
+                  "in view)", "",
+                  "| sweep | task | layers | cells | widths | schemes with S and a bracketed edge at every width | "
+                  "rho | p (rho or lower) | orderings of the schemes |", "|---|---|---|---|---|---|---|---|---|"]
         for r in result["edge_rank"]:
             rho = "–" if r["rho"] != r["rho"] else f"{r['rho']:+.2f}"
             how = f"all {r['permutations']:,}" if r["exact"] else f"{r['permutations']:,} random"
-            lines.append(f"| {r['sweep']} | {r['task']} | {r['layers']} | {r['cells']} | {r['n']} | {rho} | "
-                         f"{r['p_below']:.3g} | {how if r['permutations'] else '–'} |")
+            lines.append(f"| {r['sweep']} | {r['task']} | {r['layers']} | {r['cells']} | "
+                         f"{', '.join(map(str, r['widths']))} | {r['n']} | {rho} | {r['p_below']:.3g} | "
+                         f"{how if r['permutations'] else '–'} |")
     lines += ["", "## Every cell", "", "| sweep | task | scheme | layers | width | seeds run | truth | truth, mean-rate "
               "reading | S | shipped threshold | diagnose | in view at design | no-warm-up edge |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -1901,9 +1901,9 @@ def run(args: Any) -> int:
             _say(f"  refitted, {sp['split']}: {ev['agree']} of {ev['decided']} (baselines {ev['baseline_agree']}, "
                  f"{ev['always_agree']})")
         for r in result["edge_rank"]:
-            if r["n"] >= 3:  # S against the no-warm-up edge (heldout._edge_rank)
-                _say(f"  S against the no-warm-up edge, {r['sweep']}: Spearman's rho {r['rho']:+.2f} over {r['n']} "
-                     f"cells (one-sided permutation p {r['p_below']:.3g})")
+            if r["rho"] == r["rho"]:  # S against the no-warm-up edge (heldout._edge_rank); NaN: nothing to rank
+                _say(f"  S against the no-warm-up edge, {r['sweep']}: Spearman's rho {r['rho']:+.2f} within each "
+                     f"width over {r['n']} schemes (one-sided permutation p {r['p_below']:.3g}, schemes moved whole)")
         return 0
     cfg = SweepConfig.from_dict(apply_overrides(sweep_scale(args.scale).to_dict(), args.set))
     run_sweep(cfg, args.out or f"sweep/{cfg.scale}", jobs=args.jobs, threads=args.threads, corpus=args.corpus,

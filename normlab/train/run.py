@@ -220,8 +220,8 @@ def _score_test(cfg: TrainConfig, out: str | Path, summary: dict[str, Any], quie
         print(f"normlab train: warning: the run completed, its test scoring failed: {line}; score it with: normlab "
               f"evaluate --run {out} --split test --checkpoint {cfg.test_checkpoint}", file=sys.stderr)  # fmt: skip
         return summary
-    keep = ("checkpoint", "checkpoint_update", "sentences", "bleu", "bleu_tokenized", "nll", "bleu_signature",
-            "bleu_tokenized_signature", "decoding", "written")  # fmt: skip
+    keep = ("checkpoint", "checkpoint_update", "sentences", "data_rows", "rows_not_scored", "bleu", "bleu_tokenized",
+            "nll", "bleu_signature", "bleu_tokenized_signature", "decoding", "written")  # fmt: skip
     summary = {**summary, "test": {**settings, **{k: result[k] for k in keep}}}
     RunDir(out).write_summary(summary)
     if not quiet:
