@@ -128,10 +128,13 @@ def _diagnose(args: argparse.Namespace) -> int:
     print(result.summary())
     if task == "lm":  # the calibration never held a causal LM (a new user's finding, 2026-11-28)
         print("note: diagnose's thresholds were calibrated on encoder, encoder-decoder and masked-LM models, never on "
-              "a causal LM; on the LM sweep's five-seed runs (docs/results/sweep-lm/runs) warm-up raised Post-LN's "
-              "stability edge in 5 of 5 seeds at d = 64 and 128 where this rule says no warm-up, and its S moves with "
-              "settings that are not the placement (positional, activation, scale_embedding): for an LM, measure the "
-              "edge with normlab sweep --set task=lm")
+              "a causal LM. In the LM sweep (docs/results/sweep-lm: 6 layers, d = 64 and 128, 300 updates, 5 seeds) "
+              "every scheme's S was below the 6-layer threshold, Post-LN's too (0.29-0.38), while a 40-update warm-up "
+              "raised the stability edge in 5 of 5 seeds for Post-LN and, at one or both widths, 5 other schemes "
+              "(none was \"not needed\"); what set Post-LN apart was the edge's level without warm-up (8e-4 to "
+              "2.9e-3, 30-220x below "
+              "Pre-LN, LNS, Peri-LN and OLMo 2's output norm). S also moves with settings that are not the placement "
+              "(positional, activation, scale_embedding): for an LM, measure the edge with normlab sweep --set task=lm")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result.to_dict(), f, indent=1, allow_nan=False)  # strict: undefined numbers are null
