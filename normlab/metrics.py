@@ -337,18 +337,9 @@ def spearman(x: Sequence[float], y: Sequence[float], *, permutations: int = 20_0
     xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if xs.shape != ys.shape or xs.ndim != 1:
         raise ValueError(f"spearman needs two sequences of one length, got {xs.shape} and {ys.shape}")
-    if not (np.isfinite(xs).all() and np.isfinite(ys).all()):
-        raise ValueError("spearman: non-finite values")
-    n = len(xs)
-    if n < 3 or np.ptp(xs) == 0 or np.ptp(ys) == 0:
-        return RankCorrelation(rho=math.nan, n=n, p_below=1.0, exact=True, permutations=0)
-    rx, ry = _ranks(xs), _ranks(ys)
-    rho = float(_rho(rx, ry))
-    perms, exact = _orderings(n, permutations, seed)
-    # ties of rho between orderings count as "at most" (the p-value's own ordering)
-    below = int((_rho(rx, ry[perms]) <= rho + 1e-12).sum())
-    p = below / len(perms) if exact else (1 + below) / (1 + len(perms))
-    return RankCorrelation(rho=rho, n=n, p_below=p, exact=exact, permutations=len(perms))
+    # one stratum, each pair its own unit: spearman_within's statistic and permutation test are exactly these
+    return spearman_within({(i, 0): (a, b) for i, (a, b) in enumerate(zip(xs, ys))}, permutations=permutations,
+                           seed=seed)
 
 
 def unigram_entropy(tokens: Sequence[int] | np.ndarray, reference: Sequence[int] | np.ndarray | None = None) -> float:

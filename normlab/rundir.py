@@ -258,10 +258,10 @@ class RunDir:
         line, a TSV's row after its header), and a row not scored (an empty pair, one longer than max_positions)
         gets an empty line. So line k of the .pred is data row k's prediction, and beside the user's file (a TSV's
         rows after its header: its line k + 1) it stays in line with it (a new user found every prediction after a
-        dropped row one row off). ``data_rows``: the
-        file's data rows, when every example kept was scored (the lines then cover the whole file); None when
-        only the first ones were (``--limit``: up to the last row scored). ``rows`` None: the outputs as they are.
-        Returns the file, its lines and the 1-based numbers of the rows not scored among them."""
+        dropped row one row off). ``data_rows``: the file's data rows, when every example kept was scored (the lines
+        then cover the whole file); None when only the first ones were (``--limit``: up to the last row scored).
+        ``rows`` None: the outputs as they are. Returns the file, its lines and the 1-based numbers of the rows not
+        scored among them."""
         path = self.eval_file(what, checkpoint, suffix)
         if rows is None:
             write_atomic(path, "".join(f"{o}\n" for o in outputs))

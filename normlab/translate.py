@@ -203,12 +203,10 @@ def evaluate_run(
     hyps = result.pop("hypotheses")
     rd = RunDir(run_dir)
     lines = rd.write_eval_lines(stem, path, ".hyp", hyps, rows, what["data_rows"] if n == len(ds) else None)
-    # the scores are of the pairs scored: a pair dropped when read (an empty side) or for its length is in no
-    # score, and the result says which rows those were (1-based: a raw file's lines, a TSV's rows after its
-    # header; a new user found a test BLEU over 24 of 40 pairs that said so only in a log line); the .hyp keeps
-    # the file's rows, an empty line where a pair was not scored
-    # (with --limit the .hyp covers the rows up to the last one scored, hyp_lines of them, and rows_not_scored
-    # names those among them; data_rows and the drop counts are the whole file's)
+    # the scores are of the pairs scored; a pair dropped when read (an empty side) or for its length has an empty
+    # line in the .hyp and its row (1-based) in rows_not_scored (a new user found a test BLEU over 24 of 40 pairs
+    # that said so only in a log line). With --limit the .hyp covers the rows up to the last one scored
+    # (hyp_lines); data_rows and the drop counts are the whole file's
     result.update(hypotheses_file=lines["file"], hyp_lines=lines["lines"], rows_not_scored=lines["rows_not_scored"])
     result["written"] = str(rd.eval_file(stem, path))
     write_atomic(rd.eval_file(stem, path), json.dumps(strict_json(result), indent=1))

@@ -309,6 +309,10 @@ class Trainer:
             "torch": torch.__version__,
             **extra,
         }
+        if status == "interrupted":
+            # the user stopped it, whatever limit would have (extra's stopped_by is the planned stop: a new user's
+            # interrupted run said max_epochs)
+            summary["stopped_by"] = "interrupt"
         if self.dist.is_main:
             self.rundir.write_summary(summary)
         return summary
@@ -773,7 +777,7 @@ class Trainer:
                 return self._loop(schedule, total, extra)
         except KeyboardInterrupt:  # a second Ctrl-C, mid-update: what the checkpoints hold is kept
             with contextlib.suppress(OSError):
-                self._summary("interrupted", **{**extra, "stopped_by": "interrupt"})
+                self._summary("interrupted", **extra)
             raise
         finally:
             if self._bar is not None:
@@ -895,9 +899,7 @@ class Trainer:
 
     def _interrupted(self, extra: dict[str, Any]) -> dict[str, Any]:
         self.save()
-        # the user stopped it, whatever limit would have (extra's stopped_by is the planned stop: a new user's
-        # interrupted run said max_epochs)
-        return self._summary("interrupted", **{**extra, "stopped_by": "interrupt"})
+        return self._summary("interrupted", **extra)
 
     def _on_interrupt(self, signum: int, frame: Any) -> None:
         """SIGINT (Ctrl-C): stop at the next update boundary, with a checkpoint; a second one stops at once (a
