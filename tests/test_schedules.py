@@ -121,3 +121,15 @@ def test_warmup_longer_than_run():
 def test_invalid_schedule_configs(kwargs, field):
     with pytest.raises(ConfigError, match=field):
         ScheduleConfig(**kwargs)
+
+
+def test_budgeted_length():
+    """budget_hours' arithmetic: 100 s of updates done at update 20, updates 6-20 took 75 s (5 s each), 1,000 s
+    buy 180 more; a budget already spent ends the run at the decision; a clock that did not move is an error."""
+    from normlab.train.schedules import budgeted_length
+
+    assert budgeted_length(1000.0, 20, 100.0, (5, 25.0)) == (200, 5.0)
+    assert budgeted_length(1004.9, 20, 100.0, (5, 25.0)) == (200, 5.0)  # whole updates only
+    assert budgeted_length(50.0, 20, 100.0, (5, 25.0)) == (20, 5.0)
+    with pytest.raises(ValueError, match="no measurable time"):
+        budgeted_length(1000.0, 20, 25.0, (5, 25.0))

@@ -400,3 +400,105 @@ def test_max_epochs_that_binds_before_max_updates_is_said(tmp_path, capsys):
     summary = Trainer(cut, tmp_path / "cut", ReverseTask(), progress=False).fit()
     assert summary["update"] == per_epoch and summary["stopped_by"] == "max_epochs"
     assert f"max_epochs=1 ends this run at update {per_epoch}" in capsys.readouterr().err
+
+
+def _clock(monkeypatch, seconds_per_update: list[float]) -> None:
+    """The trainer's clock on a fake: a microsecond a reading, ``seconds_per_update[0]`` an update (a list, so
+    that a test can change the pace between runs)."""
+    import types
+
+    import normlab.train.trainer as tr
+
+    clock = [0.0]
+
+    def perf_counter():
+        clock[0] += 1e-6
+        return clock[0]
+
+    monkeypatch.setattr(tr, "time", types.SimpleNamespace(perf_counter=perf_counter))
+    step = Trainer.train_step
+
+    def timed(self, *args, **kw):
+        clock[0] += seconds_per_update[0]
+        return step(self, *args, **kw)
+
+    monkeypatch.setattr(Trainer, "train_step", timed)
+
+
+def _budget_config(**top) -> dict:
+    # lr_max held to update 20, where the length is decided, then linear to 0 at the run's last update; an epoch of
+    # ReverseTask is 10 updates
+    return config(schedule={"warmup_updates": 0, "decay": "linear", "decay_from": 20}, max_epochs=100, **top)
+
+
+def test_budget_hours_sizes_the_run_and_is_the_run_of_that_length(tmp_path, monkeypatch, capsys):
+    """budget_hours on a clock that advances 10 s an update: at update 20 (decay_from) updates 6-20 took 10 s each,
+    200 s are spent and the 207 s left buy 20 more: the run ends at update 40, its rate at 0 there, said in a line and in
+    the summary. Trained again with max_updates=40 and no budget: the same records and weights bit for bit (the
+    budget chooses the length, nothing else). A faster clock buys more updates, max_updates caps them."""
+    _clock(monkeypatch, [10.0])
+    cfg = TrainConfig.from_dict(_budget_config(budget_hours=407 / 3600))
+    assert cfg.budget_at == 20
+    summary = Trainer(cfg, tmp_path / "budget", ReverseTask(), ReverseTask(n=64, seed=1), progress=False).fit()
+    err = capsys.readouterr().err
+    assert "the run's length is decided at update 20, from the time of updates 6-20" in err
+    assert "updates 6-20 took 10.000 s each, so the run ends at update 40 (4.0 epochs of 10" in err
+    assert (summary["status"], summary["update"], summary["total_updates"]) == ("completed", 40, 40)
+    budget = summary["budget"]
+    assert budget["window"] == [6, 20] and budget["decided_at"] == 20 and budget["capped_by"] is None
+    assert budget["seconds_per_update"] == pytest.approx(10.0) and summary["stopped_by"] == "budget_hours"
+    train = [r for r in records(tmp_path / "budget") if r["type"] == "train"]
+    assert [r["lr"] for r in train[:20]] == [3e-3] * 20 and train[-1]["lr"] == 0.0
+    torch.testing.assert_close(train[29]["lr"], 3e-3 * 10 / 20, rtol=1e-12, atol=0)  # update 30, half way down
+
+    plain = TrainConfig.from_dict(_budget_config(max_updates=40))
+    Trainer(plain, tmp_path / "plain", ReverseTask(), ReverseTask(n=64, seed=1), progress=False).fit()
+    assert records(tmp_path / "plain") == records(tmp_path / "budget")
+    a, b = final_params(tmp_path / "plain"), final_params(tmp_path / "budget")
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+    _clock(monkeypatch, [5.0])  # 100 s spent at update 20, the 307 s left buy 61 more, max_updates takes 45
+    capped = TrainConfig.from_dict(_budget_config(budget_hours=407 / 3600, max_updates=45))
+    summary = Trainer(capped, tmp_path / "capped", ReverseTask(), progress=False).fit()
+    assert (summary["update"], summary["budget"]["updates_bought"], summary["stopped_by"]) == (45, 81, "max_updates")
+
+
+def test_budget_length_is_kept_on_resume(tmp_path, monkeypatch):
+    """A run stopped after its length was decided (max_hours at 300 s, update 30) and resumed on a machine twice
+    as slow goes on to the length decided at update 20, not to one decided again; it ends where the uninterrupted
+    run does, with the same weights bit for bit. A budget run stopped before update 20 decides when resumed."""
+    pace = [10.0]
+    _clock(monkeypatch, pace)
+    whole = TrainConfig.from_dict(_budget_config(budget_hours=407 / 3600))
+    Trainer(whole, tmp_path / "whole", ReverseTask(), progress=False).fit()
+    cut = TrainConfig.from_dict(_budget_config(budget_hours=407 / 3600, max_hours=300 / 3600))
+    first = Trainer(cut, tmp_path / "cut", ReverseTask(), progress=False).fit()
+    assert (first["update"], first["stopped_by"], first["total_updates"]) == (30, "max_hours", 40)
+    pace[0] = 20.0
+    assert prepare_run_dir(tmp_path / "cut", whole, resume=True) == whole  # max_hours may change on resume
+    again = Trainer(whole, tmp_path / "cut", ReverseTask(), progress=False).fit(resume=True)
+    assert (again["update"], again["total_updates"], again["stopped_by"]) == (40, 40, "budget_hours")
+    assert again["budget"] == first["budget"]
+    a, b = final_params(tmp_path / "whole"), final_params(tmp_path / "cut")
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    # stopped at update 10 (before the decision), resumed at 10 s an update: decided at 20 as usual, from the
+    # window's mark the checkpoint holds (update 5)
+    pace[0] = 10.0
+    early = TrainConfig.from_dict(_budget_config(budget_hours=407 / 3600, max_hours=100 / 3600))
+    assert Trainer(early, tmp_path / "early", ReverseTask(), progress=False).fit()["update"] == 10
+    later = Trainer(whole, tmp_path / "early", ReverseTask(), progress=False).fit(resume=True)
+    assert later["update"] == 40 and later["budget"]["window"] == [6, 20]
+    # a resume may not change the budget: it shaped the schedule
+    with pytest.raises(ConfigError, match="budget_hours"):
+        prepare_run_dir(tmp_path / "early", TrainConfig.from_dict(_budget_config(budget_hours=1.0)), resume=True)
+
+
+def test_budget_hours_settings_are_checked():
+    with pytest.raises(ConfigError, match="budget_hours: must be >= 0"):
+        TrainConfig.from_dict(config(budget_hours=-1))
+    with pytest.raises(ConfigError, match=r"set schedule.decay_from >= 20"):
+        TrainConfig.from_dict(config(budget_hours=1, schedule={"warmup_updates": 0, "decay": "linear"}))
+    inv = TrainConfig.from_dict(config(budget_hours=1, schedule={"warmup_updates": 80}))
+    assert inv.budget_at == 80 and TrainConfig.from_dict(config(budget_hours=1)).budget_at == 50

@@ -28,7 +28,8 @@ from normlab.config import ScheduleConfig
 
 Schedule = Callable[[int], float]
 
-__all__ = ["Schedule", "constant", "inverse_sqrt", "linear", "warmup", "step", "switch", "build_schedule", "epoch_boundary"]
+__all__ = ["Schedule", "constant", "inverse_sqrt", "linear", "warmup", "step", "switch", "build_schedule", "epoch_boundary",
+           "budgeted_length"]
 
 
 def constant(lr: float) -> Schedule:
@@ -98,3 +99,16 @@ def build_schedule(cfg: ScheduleConfig, lr_max: float, total_updates: int, updat
         lr_b0 = schedule(b0)
         schedule = switch(schedule, b0, lambda t: lr_b0 * math.sqrt(b0 / t))
     return step(schedule, bounds, cfg.step_factor) if bounds else schedule
+
+
+def budgeted_length(budget_s: float, at: int, elapsed: float, mark: Sequence[float]) -> tuple[int, float]:
+    """A run's length under ``TrainConfig.budget_hours`` (``budget_s`` seconds of updates), decided at update
+    ``at`` with ``elapsed`` seconds of updates behind it: an update takes the mean time of those since ``mark`` =
+    (update, elapsed seconds then), and the length is ``at`` plus the whole updates the rest of the budget buys at
+    that rate (``at`` itself when the budget is spent). Returns the length, not capped (the trainer caps it by
+    max_updates and max_epochs), and the seconds an update took."""
+    done, then = int(mark[0]), float(mark[1])
+    per = (elapsed - then) / max(at - done, 1)
+    if per <= 0:  # no time measured (a clock that did not move): nothing to size the run by
+        raise ValueError(f"updates {done + 1}-{at} took no measurable time")
+    return at + math.floor(max(budget_s - elapsed, 0.0) / per), per

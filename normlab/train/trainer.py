@@ -53,7 +53,7 @@ from normlab.train.kernels import choose_attention
 from normlab.train.memory import check_fits
 from normlab.train.objectives import compute_loss
 from normlab.train.optim import build_optimizer, set_lr
-from normlab.train.schedules import Schedule, build_schedule
+from normlab.train.schedules import Schedule, budgeted_length, build_schedule
 from normlab.train.throughput import release_memory
 
 __all__ = ["Trainer", "Dataset", "EXIT_DIVERGED", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "PeerFailed", "Terminated",
@@ -196,6 +196,11 @@ class TrainState:
     # the epoch whose validation is due at this update: set in the checkpoint written before the validation,
     # cleared once it is done, so that a run stopped in between validates first when resumed (_save_then_validate)
     pending_valid: int | None = None
+    # budget_hours: [update, elapsed seconds] where the timing window starts (a quarter of the way to budget_at),
+    # then the length decided at budget_at and how (_decide_length); in the checkpoints, so that a resumed run
+    # keeps its length and with it its schedule
+    budget_mark: list[float] | None = None
+    budget: dict[str, Any] | None = None
 
 
 def _hours_minutes(seconds: float) -> str:
@@ -405,6 +410,8 @@ class Trainer:
             return False
         status = self.rundir.status()
         s = self.state
+        if s.budget is not None:  # the length budget_hours decided, whatever max_updates says now
+            total = s.budget["total_updates"]
         if status == "completed":
             wall = max(s.wall, (self.rundir.summary() or {}).get("wall_s") or 0.0)  # the summary's: the run's end
             time_up = bool(self.cfg.max_hours) and wall >= self.cfg.max_hours * 3600  # stopped by max_hours
@@ -756,6 +763,17 @@ class Trainer:
 
             self._writer = SummaryWriter(str(self.rundir.tensorboard), purge_step=self.state.update + 1)
             self._metrics_file = metrics.enter_context(self.rundir.metrics_writer())
+        # budget_hours: total is the cap (max_updates, max_epochs) until the length is decided (_decide_length)
+        self._cap, self._per_epoch = total, per_epoch
+        if self.state.budget is not None:  # a resumed run whose length budget_hours decided keeps it
+            total = self.state.budget["total_updates"]
+            schedule = build_schedule(cfg.schedule, cfg.optim.lr, total, per_epoch)
+        elif cfg.budget_hours and self.dist.is_main:
+            at = cfg.budget_at
+            print(f"normlab train: note: budget_hours={cfg.budget_hours:g}: " + (
+                f"the run's length is decided at update {at}, from the time of updates {at // 4 + 1}-{at}" if at < total
+                else f"the run ends at update {total} (max_updates / max_epochs), before update {at} where its "
+                "length would be decided"), file=sys.stderr)  # fmt: skip
         self._bar = None
         show_bar = self.progress if self.progress is not None else sys.stderr.isatty()
         if self.dist.is_main and show_bar and not self.quiet:
@@ -763,12 +781,14 @@ class Trainer:
 
             self._bar = tqdm(total=total, initial=self.state.update, unit="upd", dynamic_ncols=True)
         extra: dict[str, Any] = {"total_updates": total, "updates_per_epoch": per_epoch}
-        if cfg.max_updates and total < cfg.max_updates:
+        if self.state.budget is not None:
+            extra.update(self._budget_extra(self.state.budget))
+        if cfg.max_updates and self._cap < cfg.max_updates:
             # max_epochs (default 20) binds before the max_updates asked for: said at the start and in the summary,
             # not left to a "/80" in the progress line (a new user's finding: a small corpus' 20 epochs are short)
             extra["stopped_by"] = "max_epochs"
             if self.dist.is_main:
-                print(f"normlab train: note: max_epochs={cfg.max_epochs} ends this run at update {total} "
+                print(f"normlab train: note: max_epochs={cfg.max_epochs} ends this run at update {self._cap} "
                       f"({per_epoch} an epoch), before max_updates={cfg.max_updates}; raise max_epochs to reach it",
                       file=sys.stderr)  # fmt: skip
         self._extra = extra
@@ -820,6 +840,11 @@ class Trainer:
                 s.last_finite_loss = record["loss"]
                 s.elapsed += time.perf_counter() - t0
                 s.wall = self._wall()
+                if cfg.budget_hours and s.budget is None:
+                    if s.update == cfg.budget_at // 4:
+                        s.budget_mark = [s.update, s.elapsed]
+                    elif s.update == cfg.budget_at and s.update < total:
+                        total, schedule = self._decide_length(extra)
                 self._log(record)
                 self._progress(record, total)
                 if s.update % RELEASE_EVERY == 0:
@@ -859,6 +884,40 @@ class Trainer:
         # before them); a resume reads the summary's to tell whether max_hours has run out (_finished)
         s.wall = self._wall()
         return self._summary(status, **extra)
+
+    def _decide_length(self, extra: dict[str, Any]) -> tuple[int, Schedule]:
+        """budget_hours: the run's length at update ``budget_at`` (:func:`budgeted_length` on the updates since
+        the mark), capped by max_updates and max_epochs, and its schedule; rank 0's clock decides for every rank
+        (one all-reduce), so that all stop at the same update. Said in a line and in the summary's ``budget``."""
+        cfg, s = self.cfg, self.state
+        mark = s.budget_mark or [0, 0.0]
+        length, per = budgeted_length(cfg.budget_hours * 3600, s.update, s.elapsed, mark)
+        if self.dist.enabled:
+            length, per = all_reduce_sum([length, per] if self.dist.is_main else [0.0, 0.0], self.dist)
+            length = int(length)
+        total = min(length, self._cap)
+        capped = None if total == length else ("max_updates" if total == cfg.max_updates else "max_epochs")
+        s.budget = {"hours": cfg.budget_hours, "decided_at": s.update, "window": [int(mark[0]) + 1, s.update],
+                    "seconds_per_update": round(per, 4), "updates_bought": length, "total_updates": total,
+                    "capped_by": capped}  # fmt: skip
+        extra.update(self._budget_extra(s.budget))
+        if self._bar is not None:
+            self._bar.total = total
+            self._bar.refresh()
+        left = max(total - s.update, 0) * per
+        linear = cfg.schedule.decay == "linear"
+        self._say(f"budget_hours={cfg.budget_hours:g}: updates {int(mark[0]) + 1}-{s.update} took {per:.3f} s each, "
+                  f"so the run ends at update {total:,} ({total / self._per_epoch:.1f} epochs of {self._per_epoch}; "
+                  f"{_hours_minutes(left)} of updates left" + (f", capped by {capped}" if capped else "") + ")"
+                  + (f"; the rate decays linearly to {cfg.schedule.end_lr:g} there" if linear else ""))  # fmt: skip
+        return total, build_schedule(cfg.schedule, cfg.optim.lr, total, self._per_epoch)
+
+    @staticmethod
+    def _budget_extra(budget: dict[str, Any]) -> dict[str, Any]:
+        """The summary's keys of a length that budget_hours decided: the length, how it was decided, and what ends
+        the run (the budget, or the cap that was shorter)."""
+        return {"total_updates": budget["total_updates"], "budget": budget,
+                "stopped_by": budget["capped_by"] or "budget_hours"}
 
     def _wall(self) -> float:
         """Wall-clock seconds of the training loop so far, summed over resumes (``state.wall``, max_hours)."""
