@@ -879,7 +879,7 @@ class DataConfig(Strict):
 # de-en-cpu recipe's run (docs/results/de-en-cpu: 3,000 updates on a 2-core Zen 4) had a per-update coefficient
 # of variation of 0.12-0.20 over stretches of 300 updates (batches of one size in tokens, sentences of every
 # length): a mean over the 15 updates of the shortest window, K = 20, is within ~4% of the run's (one standard
-# error; 75 updates at K = 100: ~2%), and there the mean of updates 25-100 was 1.836 s against a median of 1.90
+# error; 75 updates at K = 100: ~2%), and there the mean of updates 26-100 was 1.836 s against a median of 1.90
 # over the whole run. Its first updates are left out: they fault the allocator's pages in and warm oneDNN's caches.
 BUDGET_WINDOW = 20  # the least K where the length decides the learning rate (a linear decay's decay_from)
 BUDGET_AT = 50  # K where it does not (inverse_sqrt, constant, steps), at least the warm-up and decay_from
@@ -907,9 +907,9 @@ class TrainConfig(Strict):
         0.0, help="size the run to this many hours of updates, measured on this machine: at update `budget_at` "
         "(the linear decay's decay_from; else max(50, warmup_updates, decay_from)) the run's length becomes that "
         "update plus what the hours left buy at the mean time of the updates since a quarter of the way there, "
-        "capped by max_updates and max_epochs; the length is kept in the checkpoints, and a run whose schedule "
-        "decays linearly decays to end_lr at it. Validations, checkpoints and the test come on top; 0 = a length "
-        "fixed by max_updates / max_epochs",
+        "capped by max_updates and max_epochs (as they are when resumed); the length is kept in the checkpoints, "
+        "and a run whose schedule decays linearly decays to end_lr at it. Validations, checkpoints and the test "
+        "come on top; 0 = a length fixed by max_updates / max_epochs",
     )  # fmt: skip
     accumulate: int = field(1, help="batches per update (gradient accumulation; fairseq's update_freq)")
     label_smoothing: float = field(0.1, help="epsilon of the label-smoothed cross entropy (translation only; paper: 0.1)")

@@ -341,3 +341,30 @@ def test_the_eta_counts_the_lanes_at_the_tail(tmp_path):
     for k in range(3):
         first.add(f"r{k}", tmp_path / f"q{k}", 2000)
     torch.testing.assert_close(first.snapshot().eta, est.seconds, rtol=1e-12, atol=0)
+
+
+def test_a_budget_runs_length_is_read_again_once_decided(tmp_path):
+    """A run whose length budget_hours decides as it trains: its summary's total_updates is a cap until then
+    (its budget has no total yet), so the watch reads it again until the decided length is there."""
+    clock = [0.0]
+    watch = GridWatch(lambda line: None, ProgressSettings(stream=io.StringIO(), every_s=300), prior=0.5,
+                      clock=lambda: clock[0])  # fmt: skip
+
+    def tick():  # the next periodic line, which reads the runs
+        clock[0] += 300.0
+        watch.tick()
+
+    watch.add("a", tmp_path / "a", 0)
+    watch.started("a")
+    (tmp_path / "a").mkdir()
+    pending = {"hours": 1.0, "decided_at": 100, "total_updates": None}
+    RunDir(tmp_path / "a").write_summary({"status": "running", "total_updates": 8000, "budget": pending})
+    tick()
+    assert watch.snapshot().total == 8000
+    RunDir(tmp_path / "a").write_summary({"status": "running", "total_updates": 3100,
+                                          "budget": {**pending, "total_updates": 3100}})  # fmt: skip
+    tick()
+    assert watch.snapshot().total == 3100
+    RunDir(tmp_path / "a").write_summary({"status": "running", "total_updates": 1})  # not read again once decided
+    tick()
+    assert watch.snapshot().total == 3100

@@ -428,7 +428,7 @@ def _clock(monkeypatch, seconds_per_update: list[float]) -> None:
 def _budget_config(**top) -> dict:
     # lr_max held to update 20, where the length is decided, then linear to 0 at the run's last update; an epoch of
     # ReverseTask is 10 updates
-    return config(schedule={"warmup_updates": 0, "decay": "linear", "decay_from": 20}, max_epochs=100, **top)
+    return config(**{"schedule": {"warmup_updates": 0, "decay": "linear", "decay_from": 20}, "max_epochs": 100, **top})
 
 
 def test_budget_hours_sizes_the_run_and_is_the_run_of_that_length(tmp_path, monkeypatch, capsys):
@@ -462,17 +462,26 @@ def test_budget_hours_sizes_the_run_and_is_the_run_of_that_length(tmp_path, monk
     capped = TrainConfig.from_dict(_budget_config(budget_hours=407 / 3600, max_updates=45))
     summary = Trainer(capped, tmp_path / "capped", ReverseTask(), progress=False).fit()
     assert (summary["update"], summary["budget"]["updates_bought"], summary["stopped_by"]) == (45, 81, "max_updates")
+    assert "capped by max_updates" in capsys.readouterr().err
+    # the caps may change on resume, as for any run, and cap the decided length as they are then: max_epochs=6
+    wider = TrainConfig.from_dict(_budget_config(budget_hours=407 / 3600, max_epochs=6))
+    assert prepare_run_dir(tmp_path / "capped", wider, resume=True) == wider
+    summary = Trainer(wider, tmp_path / "capped", ReverseTask(), progress=False).fit(resume=True)
+    assert (summary["update"], summary["budget"]["capped_by"], summary["stopped_by"]) == (60, "max_epochs", "max_epochs")
+    assert "resume: the run now ends at update 60, not 45 (the budget bought 81; max_epochs is 60 now)" in (
+        capsys.readouterr().err)  # fmt: skip
 
 
-def test_budget_length_is_kept_on_resume(tmp_path, monkeypatch):
+def test_budget_length_is_kept_on_resume(tmp_path, monkeypatch, capsys):
     """A run stopped after its length was decided (max_hours at 300 s, update 30) and resumed on a machine twice
     as slow goes on to the length decided at update 20, not to one decided again; it ends where the uninterrupted
     run does, with the same weights bit for bit. A budget run stopped before update 20 decides when resumed."""
     pace = [10.0]
     _clock(monkeypatch, pace)
-    whole = TrainConfig.from_dict(_budget_config(budget_hours=407 / 3600))
+    # max_epochs binds before max_updates here (1,000 updates against 2,000): the budget ends the run, not they
+    whole = TrainConfig.from_dict(_budget_config(budget_hours=407 / 3600, max_updates=2000))
     Trainer(whole, tmp_path / "whole", ReverseTask(), progress=False).fit()
-    cut = TrainConfig.from_dict(_budget_config(budget_hours=407 / 3600, max_hours=300 / 3600))
+    cut = TrainConfig.from_dict(_budget_config(budget_hours=407 / 3600, max_updates=2000, max_hours=300 / 3600))
     first = Trainer(cut, tmp_path / "cut", ReverseTask(), progress=False).fit()
     assert (first["update"], first["stopped_by"], first["total_updates"]) == (30, "max_hours", 40)
     pace[0] = 20.0
@@ -480,19 +489,31 @@ def test_budget_length_is_kept_on_resume(tmp_path, monkeypatch):
     again = Trainer(whole, tmp_path / "cut", ReverseTask(), progress=False).fit(resume=True)
     assert (again["update"], again["total_updates"], again["stopped_by"]) == (40, 40, "budget_hours")
     assert again["budget"] == first["budget"]
+    capsys.readouterr()
+    Trainer(whole, tmp_path / "cut", ReverseTask(), progress=False).fit(resume=True)  # at its decided length
+    assert "the run is completed (update 40); nothing to do" in capsys.readouterr().err
     a, b = final_params(tmp_path / "whole"), final_params(tmp_path / "cut")
     for name in a:
         assert torch.equal(a[name], b[name]), name
     # stopped at update 10 (before the decision), resumed at 10 s an update: decided at 20 as usual, from the
     # window's mark the checkpoint holds (update 5)
     pace[0] = 10.0
-    early = TrainConfig.from_dict(_budget_config(budget_hours=407 / 3600, max_hours=100 / 3600))
+    early = TrainConfig.from_dict(_budget_config(budget_hours=407 / 3600, max_updates=2000, max_hours=100 / 3600))
     assert Trainer(early, tmp_path / "early", ReverseTask(), progress=False).fit()["update"] == 10
     later = Trainer(whole, tmp_path / "early", ReverseTask(), progress=False).fit(resume=True)
     assert later["update"] == 40 and later["budget"]["window"] == [6, 20]
     # a resume may not change the budget: it shaped the schedule
     with pytest.raises(ConfigError, match="budget_hours"):
         prepare_run_dir(tmp_path / "early", TrainConfig.from_dict(_budget_config(budget_hours=1.0)), resume=True)
+    # a run that ended at its cap before the decision point (update 20), resumed with a larger cap: the budget
+    # decides at once, from the updates timed before (not never)
+    short = TrainConfig.from_dict(_budget_config(budget_hours=407 / 3600, max_updates=20))
+    assert "budget" not in Trainer(short, tmp_path / "short", ReverseTask(), progress=False).fit()
+    longer = Trainer(whole, tmp_path / "short", ReverseTask(), progress=False).fit(resume=True)
+    assert (longer["update"], longer["budget"]["window"], longer["budget"]["decided_at"]) == (40, [6, 20], 20)
+    a, b = final_params(tmp_path / "whole"), final_params(tmp_path / "short")
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
 
 
 def test_budget_hours_settings_are_checked():

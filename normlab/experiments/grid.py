@@ -367,6 +367,12 @@ def _finetune_source(spec: RunSpec, out: Path) -> Path:
     return RunDir(out / "runs" / str(spec.parent)).checkpoints / f"update_{spec.parent_update:08d}"
 
 
+def _planned(cfg: Any) -> int:
+    """A run's length as its configuration states it: max_updates, or 0 (not known until its summary says) for a
+    run that max_epochs bounds or whose length budget_hours decides as it trains."""
+    return 0 if getattr(cfg, "budget_hours", 0) else cfg.max_updates
+
+
 def run_grid(
     specs: list[RunSpec],
     out: str | Path,
@@ -553,7 +559,7 @@ def run_grid(
             known.add(spec.name)
             total += 1
             finished = run_status(out / "runs" / spec.name) in FINISHED
-            watch.add(spec.name, out / "runs" / spec.name, (totals or {}).get(spec.name) or spec.config.max_updates,
+            watch.add(spec.name, out / "runs" / spec.name, (totals or {}).get(spec.name) or _planned(spec.config),
                       finished=finished)
             if finished:
                 check_not_stale([spec], out)  # a run merged from elsewhere with other settings is not a result
@@ -571,7 +577,7 @@ def run_grid(
     # the live display or the progress lines, from here to the end of the grid (closed in the finally below)
     watch = GridWatch(say, progress, prior=pace, jobs=in_flight if in_flight < sys.maxsize else 0)
     for spec in specs:
-        length = (totals or {}).get(spec.name) or spec.config.max_updates
+        length = (totals or {}).get(spec.name) or _planned(spec.config)
         watch.add(spec.name, out / "runs" / spec.name, length, finished=spec.name in outcomes)
     say = watch.say  # the grid's lines above the live display (the caller's say when there is none)
     clean = False

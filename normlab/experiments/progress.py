@@ -167,6 +167,7 @@ class _Run:
     record: bool = False  # a train record has been read
     seen: int = -1  # metrics.jsonl's size when last read (-1: never)
     finished_before: bool = False  # it had finished before this grid started (it takes no lane)
+    pending: bool = False  # its summary's length is a cap that budget_hours has yet to replace
 
 
 @dataclasses.dataclass(frozen=True)
@@ -333,8 +334,12 @@ class GridWatch:
     def _read(self, r: _Run) -> None:
         """The run's length from its summary while it is not known; its latest train record when its metrics.jsonl
         has grown (a stat per run, else nothing read)."""
-        if not r.total:
-            r.total = int(r.rundir.summary().get("total_updates") or 0)
+        if not r.total or r.pending:
+            summary = r.rundir.summary()
+            r.total = int(summary.get("total_updates") or 0)
+            # budget_hours: until the run decides its length, total_updates is its cap (read again each time)
+            budget = summary.get("budget")
+            r.pending = isinstance(budget, dict) and budget.get("total_updates") is None
         try:
             size = r.rundir.metrics_path.stat().st_size
         except OSError:  # not written yet (a run starting, or queued on a cluster)

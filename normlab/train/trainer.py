@@ -410,8 +410,8 @@ class Trainer:
             return False
         status = self.rundir.status()
         s = self.state
-        if s.budget is not None:  # the length budget_hours decided, whatever max_updates says now
-            total = s.budget["total_updates"]
+        if s.budget is not None:  # the length budget_hours decided, within the caps as they are now
+            total = min(s.budget["updates_bought"], total)
         if status == "completed":
             wall = max(s.wall, (self.rundir.summary() or {}).get("wall_s") or 0.0)  # the summary's: the run's end
             time_up = bool(self.cfg.max_hours) and wall >= self.cfg.max_hours * 3600  # stopped by max_hours
@@ -765,15 +765,16 @@ class Trainer:
             self._metrics_file = metrics.enter_context(self.rundir.metrics_writer())
         # budget_hours: total is the cap (max_updates, max_epochs) until the length is decided (_decide_length)
         self._cap, self._per_epoch = total, per_epoch
-        if self.state.budget is not None:  # a resumed run whose length budget_hours decided keeps it
-            total = self.state.budget["total_updates"]
+        budget = self.state.budget
+        if budget is not None:  # decided: kept on resume, within the caps as they are now
+            total = self._recap(budget)
             schedule = build_schedule(cfg.schedule, cfg.optim.lr, total, per_epoch)
-        elif cfg.budget_hours and self.dist.is_main:
+        elif cfg.budget_hours and self.dist.is_main and self.state.update < cfg.budget_at:
             at = cfg.budget_at
             print(f"normlab train: note: budget_hours={cfg.budget_hours:g}: " + (
                 f"the run's length is decided at update {at}, from the time of updates {at // 4 + 1}-{at}" if at < total
-                else f"the run ends at update {total} (max_updates / max_epochs), before update {at} where its "
-                "length would be decided"), file=sys.stderr)  # fmt: skip
+                else f"the run ends at update {total} (max_updates / max_epochs), before the budget would decide its "
+                f"length at update {at}"), file=sys.stderr)  # fmt: skip
         self._bar = None
         show_bar = self.progress if self.progress is not None else sys.stderr.isatty()
         if self.dist.is_main and show_bar and not self.quiet:
@@ -781,9 +782,12 @@ class Trainer:
 
             self._bar = tqdm(total=total, initial=self.state.update, unit="upd", dynamic_ncols=True)
         extra: dict[str, Any] = {"total_updates": total, "updates_per_epoch": per_epoch}
-        if self.state.budget is not None:
-            extra.update(self._budget_extra(self.state.budget))
-        if cfg.max_updates and self._cap < cfg.max_updates:
+        if budget is not None:  # what ends the run is the budget's length, or the cap that is shorter
+            extra.update(self._budget_extra(budget))
+        elif cfg.budget_hours and total > cfg.budget_at:
+            # the length is not known yet (progress.py reads the summary again until it is)
+            extra["budget"] = {"hours": cfg.budget_hours, "decided_at": cfg.budget_at, "total_updates": None}
+        elif cfg.max_updates and self._cap < cfg.max_updates:
             # max_epochs (default 20) binds before the max_updates asked for: said at the start and in the summary,
             # not left to a "/80" in the progress line (a new user's finding: a small corpus' 20 epochs are short)
             extra["stopped_by"] = "max_epochs"
@@ -815,6 +819,10 @@ class Trainer:
         self._set_attention(self._epoch_plan(s.epoch), extra, measure=s.update < total)
         self._release()
         self._wall0, self._wall_base = time.perf_counter(), s.wall
+        if cfg.budget_hours and s.budget is None and cfg.budget_at <= s.update < total:
+            # resumed past the decision point without a decision (a run that had ended at its cap, given a larger
+            # one; a budget added with --accept-changed-settings): decided now, from the updates since the mark
+            total, schedule = self._decide_length(extra)
         self._summary("running", **extra)
         if s.pending_valid is not None:  # resumed from a checkpoint whose validation had not been done
             self._validate(s.pending_valid)
@@ -891,15 +899,16 @@ class Trainer:
         (one all-reduce), so that all stop at the same update. Said in a line and in the summary's ``budget``."""
         cfg, s = self.cfg, self.state
         mark = s.budget_mark or [0, 0.0]
-        length, per = budgeted_length(cfg.budget_hours * 3600, s.update, s.elapsed, mark)
+        length, per = 0, 0.0
+        if self.dist.is_main:  # only rank 0's clock counts: computed there alone, then shared
+            length, per = budgeted_length(cfg.budget_hours * 3600, s.update, s.elapsed, mark)
         if self.dist.enabled:
-            length, per = all_reduce_sum([length, per] if self.dist.is_main else [0.0, 0.0], self.dist)
+            length, per = all_reduce_sum([float(length), per], self.dist)
             length = int(length)
-        total = min(length, self._cap)
-        capped = None if total == length else ("max_updates" if total == cfg.max_updates else "max_epochs")
         s.budget = {"hours": cfg.budget_hours, "decided_at": s.update, "window": [int(mark[0]) + 1, s.update],
-                    "seconds_per_update": round(per, 4), "updates_bought": length, "total_updates": total,
-                    "capped_by": capped}  # fmt: skip
+                    "seconds_per_update": round(per, 4), "updates_bought": length}  # fmt: skip
+        total = self._recap(s.budget)
+        capped = s.budget["capped_by"]
         extra.update(self._budget_extra(s.budget))
         if self._bar is not None:
             self._bar.total = total
@@ -911,6 +920,23 @@ class Trainer:
                   f"{_hours_minutes(left)} of updates left" + (f", capped by {capped}" if capped else "") + ")"
                   + (f"; the rate decays linearly to {cfg.schedule.end_lr:g} there" if linear else ""))  # fmt: skip
         return total, build_schedule(cfg.schedule, cfg.optim.lr, total, self._per_epoch)
+
+    def _recap(self, budget: dict[str, Any]) -> int:
+        """The run's length from a decided budget: the updates it bought, within the caps as they are now
+        (max_updates and max_epochs may change on resume, as for any run; then the linear decay is rebuilt for the
+        new length, as it is for a run without a budget). Sets the budget's ``total_updates`` and ``capped_by``;
+        a length that a resume's caps changed is said in a line."""
+        cfg = self.cfg
+        total = min(budget["updates_bought"], self._cap)
+        capped = None if total == budget["updates_bought"] else (
+            "max_updates" if total == cfg.max_updates else "max_epochs")  # fmt: skip
+        before = budget.get("total_updates")
+        budget.update(total_updates=total, capped_by=capped)
+        if before is not None and before != total:
+            self._say(f"resume: the run now ends at update {total:,}, not {before:,} (the budget bought "
+                      f"{budget['updates_bought']:,}; " + (f"{capped} is {total:,} now" if capped else "no cap below it now")
+                      + "); a linear decay is rebuilt for that length")  # fmt: skip
+        return total
 
     @staticmethod
     def _budget_extra(budget: dict[str, Any]) -> dict[str, Any]:
