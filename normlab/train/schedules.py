@@ -28,8 +28,8 @@ from normlab.config import ScheduleConfig
 
 Schedule = Callable[[int], float]
 
-__all__ = ["Schedule", "constant", "inverse_sqrt", "linear", "warmup", "step", "switch", "build_schedule", "epoch_boundary",
-           "budgeted_length"]
+__all__ = ["Schedule", "constant", "inverse_sqrt", "linear", "warmup", "step", "switch", "build_schedule",
+           "epoch_boundary", "budgeted_length"]
 
 
 def constant(lr: float) -> Schedule:

@@ -934,7 +934,8 @@ class Trainer:
         budget.update(total_updates=total, capped_by=capped)
         if before is not None and before != total:
             self._say(f"resume: the run now ends at update {total:,}, not {before:,} (the budget bought "
-                      f"{budget['updates_bought']:,}; " + (f"{capped} is {total:,} now" if capped else "no cap below it now")
+                      f"{budget['updates_bought']:,}; "
+                      + (f"{capped} is {total:,} now" if capped else "no cap below it now")
                       + "); a linear decay is rebuilt for that length")  # fmt: skip
         return total
 
