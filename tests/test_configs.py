@@ -29,14 +29,14 @@ def test_there_are_configs():
 def test_de_en_cpu_is_its_measured_run():
     """Issue 37's recipe (`--config de-en-cpu`) is the run whose curve and test BLEU docs/results/de-en-cpu
     reports: the same settings but where the run was pinned to its machine (device, precision, the data cache,
-    the log cadence) and its guard on the wall time (max_hours), which did not stop it: it completed its 3,000
-    updates."""
+    the log cadence); its length is budget_hours', its guard on the wall time (max_hours) the recipe's too."""
     cfg = load(configs_dir() / "de-en-cpu.yaml")
     assert (cfg.data.task, cfg.model.placement, cfg.schedule.warmup_updates, cfg.schedule.decay) == (
         "translation", Placement.PRE, 0, "linear")  # fmt: skip
-    run = Path(__file__).parents[1] / "docs/results/de-en-cpu/runs/cpu-d256-lr1e-3/config.yaml"
+    assert cfg.budget_hours and cfg.budget_at == 100 and cfg.max_hours > cfg.budget_hours
+    run = Path(__file__).parents[1] / "docs/results/de-en-cpu/runs/cpu-d256-lr1e-3-budget1.8h/config.yaml"
     measured = TrainConfig.from_dict(load_yaml(run.read_text(encoding="utf-8")))
-    pinned = {"device": cfg.device, "precision": cfg.precision, "log_every": cfg.log_every, "max_hours": 0.0}
+    pinned = {"device": cfg.device, "precision": cfg.precision, "log_every": cfg.log_every}
     assert measured.replace(data=measured.data.replace(cache_dir=""), **pinned) == cfg
 
 
