@@ -167,21 +167,25 @@ def test_invalid_utf8_on_stdin_is_one_line_naming_it(trained_run):
 
 def test_de_en_cpu_recipe_from_start_to_test_bleu_then_translates(small_corpora, data_cache, tmp_path):
     """The README's recipe commands (`normlab train --config de-en-cpu`, then `normlab translate --run ...
-    --checkpoint last` on stdin) at a tiny size: the bundled recipe's schedule (no warm-up, linear to 0 at the last
-    update), its evaluation and its test scoring with the last checkpoint, in one command."""
+    --checkpoint last` on stdin) at a tiny size: the bundled recipe's schedule (no warm-up, lr_max held to the
+    update where budget_hours decides the length; here 20, and a budget spent by then, so that the run ends there
+    whatever the machine's pace: tests/test_trainer.py checks the decay after it), its evaluation and its test
+    scoring with the last checkpoint, in one command."""
     out = tmp_path / "de-en-cpu"
     sets = [f"data.corpus={small_corpora['de-en-tsv']}", f"data.cache_dir={data_cache}",
             f"data.vocab_size={SMALL_VOCAB}", "data.max_tokens=1024", "data.train_subset=256", "data.valid_subset=16",
             "model.d_model=32", "model.n_heads=2", "model.d_ffn=64", "model.encoder_layers=1",
-            "model.decoder_layers=1", "model.max_positions=64", "max_updates=4", "save_every=2", "valid_bleu=4",
-            "precision=fp32"]  # fmt: skip
+            "model.decoder_layers=1", "model.max_positions=64", "schedule.decay_from=20", "budget_hours=1e-7",
+            "save_every=10", "valid_bleu=4", "precision=fp32"]  # fmt: skip
     proc = normlab("train", "--config", "de-en-cpu", "--out", str(out), "--quiet", *[a for s in sets for a in ("--set", s)])
     assert proc.returncode == 0, proc.stderr[-2000:]
     recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     lrs = [r["lr"] for r in recs if r["type"] == "train"]
-    assert lrs == pytest.approx([1e-3 * (4 - t) / 4 for t in (1, 2, 3, 4)], abs=1e-12)  # no warm-up, linear to 0
-    test = json.loads((out / "summary.json").read_text())["test"]
-    assert test["test_checkpoint"] == "last" and test["update"] == 4 and test["beam"] == 5 and test["sentences"] > 0
+    assert lrs == [1e-3] * 20  # no warm-up; the length decided at update 20, where the budget is spent
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["budget"]["total_updates"], summary["stopped_by"]) == (20, "budget_hours")
+    test = summary["test"]
+    assert test["test_checkpoint"] == "last" and test["update"] == 20 and test["beam"] == 5 and test["sentences"] > 0
     tr = normlab("translate", "--run", str(out), "--checkpoint", "last", stdin="Erzeugt im aktuellen Dokument ein Diagramm.\n")
     assert tr.returncode == 0, tr.stderr
     assert len(tr.stdout.split("\n")[:-1]) == 1
