@@ -367,10 +367,10 @@ def _finetune_source(spec: RunSpec, out: Path) -> Path:
     return RunDir(out / "runs" / str(spec.parent)).checkpoints / f"update_{spec.parent_update:08d}"
 
 
-def _planned(cfg: Any) -> int:
+def _planned(cfg: TrainConfig) -> int:
     """A run's length as its configuration states it: max_updates, or 0 (not known until its summary says) for a
     run that max_epochs bounds or whose length budget_hours decides as it trains."""
-    return 0 if getattr(cfg, "budget_hours", 0) else cfg.max_updates
+    return 0 if cfg.budget_hours else cfg.max_updates
 
 
 def run_grid(
