@@ -752,14 +752,20 @@ class ScheduleConfig(Strict):
             raise self.error("decay_from", "cannot be combined with after_step (which anchors the decay at the first "
                              "step boundary)")
 
-    def past_the_end(self, total_updates: int) -> str | None:
+    def past_the_end(self, total_updates: int, length: str = "") -> str | None:
         """Why this schedule does not fit a run of ``total_updates`` updates (a warm-up longer than the run, or a
-        decay that starts after its end), or None. One check for the three places that know the run's length:
-        TrainConfig.validate (max_updates), Trainer.fit (epochs x the epoch's updates) and build_schedule."""
+        decay that starts after its end), or None; ``length`` says where the run's length came from (default: "N
+        updates"). One check for the three places that know the run's length: TrainConfig.validate (max_updates),
+        Trainer.fit (epochs x the epoch's updates) and build_schedule."""
+        # each with its remedy: a short trial of a bundled recipe (--set max_updates=50 on de-en-cpu, whose decay
+        # starts at update 100) would otherwise meet a refusal that does not say which setting to change
+        length = length or f"{total_updates} updates"
         if self.warmup_updates > total_updates:
-            return f"warmup_updates={self.warmup_updates} is longer than the run"
+            return (f"warmup_updates={self.warmup_updates} is longer than the run ({length}): set "
+                    f"schedule.warmup_updates to at most {total_updates}, or lengthen the run")
         if self.decay_from > total_updates:
-            return f"decay_from={self.decay_from} is after the run's end"
+            return (f"decay_from={self.decay_from} is after the run's end ({length}): set schedule.decay_from to at "
+                    f"most {total_updates} (0: from the end of the warm-up), or lengthen the run")
         return None
 
 
@@ -1010,5 +1016,6 @@ class TrainConfig(Strict):
             raise self.error("lenpen", f"must be >= 0, got {self.lenpen}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise self.error("label_smoothing", f"must be in [0, 1), got {self.label_smoothing}")
-        if self.max_updates and (why := self.schedule.past_the_end(self.max_updates)):
-            raise self.error("schedule", f"{why} (max_updates={self.max_updates})")
+        length = f"max_updates={self.max_updates}"
+        if self.max_updates and (why := self.schedule.past_the_end(self.max_updates, length)):
+            raise self.error("schedule", why)

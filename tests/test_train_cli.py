@@ -89,7 +89,8 @@ def test_diverging_run_exits_3(small_corpora, small_translation, data_cache, tmp
         (["--set", "optim.lr=-1e-3"], "OptimConfig.lr: must be positive, got -0.001"),
         (["--set", "optim.lr=0"], "OptimConfig.lr: must be positive, got 0.0"),
         (["--set", "max_updates=10", "--set", "schedule.warmup_updates=4000"],
-         "TrainConfig.schedule: warmup_updates=4000 is longer than the run (max_updates=10)"),
+         "TrainConfig.schedule: warmup_updates=4000 is longer than the run (max_updates=10): set "
+         "schedule.warmup_updates to at most 10, or lengthen the run"),
         (["--set", "model.placement=middle"],
          f"ModelConfig.placement: 'middle' is not one of {[p.value for p in Placement]}"),
         (["--resume"], "--resume: {out} is not a run directory (no config.yaml)"),

@@ -81,7 +81,7 @@ def build_schedule(cfg: ScheduleConfig, lr_max: float, total_updates: int, updat
     epoch of the training data), so the result is still a pure function of t.
     """
     if why := cfg.past_the_end(total_updates):
-        raise ValueError(f"{why} ({total_updates} updates)")
+        raise ValueError(why)
     w = cfg.warmup_updates
     start = cfg.decay_from or w  # validate() keeps decay_from >= w: eq. (1) ends at lr_max, then it is held
     if cfg.decay == "inverse_sqrt":

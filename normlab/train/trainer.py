@@ -638,8 +638,8 @@ class Trainer:
         total = cfg.max_epochs * per_epoch
         if cfg.max_updates:
             total = min(total, cfg.max_updates)
-        if why := cfg.schedule.past_the_end(total):
-            raise ConfigError(f"TrainConfig.schedule: {why} ({total} updates = {cfg.max_epochs} epochs of {per_epoch})")
+        if why := cfg.schedule.past_the_end(total, f"{total} updates = {cfg.max_epochs} epochs of {per_epoch}"):
+            raise ConfigError(f"TrainConfig.schedule: {why}")
         schedule: Schedule = build_schedule(cfg.schedule, cfg.optim.lr, total, per_epoch)
         self._check_shards("training", plan)
         if self.valid_data is not None:  # a validation example longer than max_tokens: now, not after an epoch
