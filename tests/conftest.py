@@ -25,6 +25,17 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_attention_choices():
+    """Each test measures its attention kernels afresh: the trainer keeps a process's measurements by shape
+    (normlab.train.kernels), and a test that fakes the timings must not see another test's answer."""
+    from normlab.train import kernels
+
+    kernels.forget_choices()
+    yield
+    kernels.forget_choices()
+
+
 # `make test` (and so CI, .ci/run) installs the references of tests/test_parity_refs.py and the benchmark's
 # peers (pyproject's test-ref group, `make install-ref`) and sets NORMLAB_REQUIRE_REFS=1: there an absent one
 # fails the test that needs it, so a broken install cannot turn the parity tests into silent skips. A bare

@@ -229,6 +229,35 @@ def test_choose_attention_takes_the_fastest_and_moves_no_generator(monkeypatch):
     assert seen["calls"] == [enc, enc, dec, cross, dec, cross]
 
 
+def test_choose_attention_measures_each_set_of_shapes_once_per_process(monkeypatch):
+    m = _seq2seq(None).train()
+    src, tgt = _padded_batch()
+    timed = []
+    answers = iter([{"sdpa": 3.0, "sdpa-fp32": 2.0, "matmul": 5.0}, {"sdpa": 1.0, "sdpa-fp32": 2.0, "matmul": 5.0}])
+    monkeypatch.setattr(kernels, "time_attention", lambda calls, impls, **kw: timed.append(len(calls)) or next(answers))
+    first = kernels.choose_attention(m, lambda: m(src, tgt))
+    assert first.impl == "sdpa-fp32" and "cached" not in first and timed == [6]
+    # the same shapes (another learning rate of a sweep's curve: same seed, same batches): the first answer, unmeasured
+    again = kernels.choose_attention(m, lambda: m(src, tgt))
+    assert again.impl == "sdpa-fp32" and again["cached"] and again["ms"] == first["ms"] and timed == [6]
+    # other shapes, other threads or other kernels are another question, measured
+    kernels.choose_attention(m, lambda: m(src[:2], tgt[:2]))
+    assert timed == [6, 6]
+    monkeypatch.setattr(kernels, "time_attention", lambda calls, impls, **kw: timed.append(len(calls)) or
+                        {impl: 1.0 for impl in impls})
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads + 1)
+        kernels.choose_attention(m, lambda: m(src, tgt))
+    finally:
+        torch.set_num_threads(threads)
+    kernels.choose_attention(m, lambda: m(src, tgt), impls=("sdpa", "matmul"))
+    assert timed == [6, 6, 6, 6]
+    kernels.forget_choices()
+    kernels.choose_attention(m, lambda: m(src, tgt))
+    assert timed == [6, 6, 6, 6, 6]
+
+
 def test_time_attention_replays_every_kernel_and_draws_no_number():
     m = _seq2seq(None)
     src, tgt = _padded_batch()
@@ -267,6 +296,11 @@ def test_trainer_measures_records_and_keeps_the_kernel(tmp_path, monkeypatch):
     monkeypatch.setattr(kernels, "time_attention", lambda calls, impls, **kw: {**fixed, "sdpa": 0.1})
     t2 = _trainer(tmp_path, "auto", max_updates=6)
     assert t2.fit(resume=True)["attention"] == "matmul"
+    # a second run of the same shapes in this process takes the first one's answer, and its summary says so
+    monkeypatch.setattr(kernels, "time_attention", lambda *a, **k: pytest.fail("measured the same shapes again"))
+    again = _trainer(tmp_path, "again").fit()
+    assert again["attention"] == "matmul" and again["attention_ms"] == fixed and again["attention_cached"]
+    assert "attention_cached" not in summary
     # a kernel named in the configuration is used as it is, unmeasured
     monkeypatch.setattr(kernels, "time_attention", lambda *a, **k: pytest.fail("measured a named kernel"))
     assert _trainer(tmp_path, "named", attention="sdpa").fit()["attention"] == "sdpa"

@@ -14,6 +14,13 @@ compute the same function with the same precision (scores and softmax in fp32) a
 ~1e-7 relative; bf16: within 1.5x of each other's error against float64, tests/test_attention.py), so a
 resumed run keeps the kernel it started with, to stay bit-identical to the run uninterrupted, rather than
 measuring again.
+
+A process that trains run after run (a grid's worker) measures each set of attention shapes once:
+:func:`choose_attention` keeps its answer keyed by every call's shapes, strides, dtypes and mask, the kernels,
+the device and the thread count, and a later run whose calls are the same gets it without timing again, marked
+``cached`` in its summary. Within a sweep's curve every run has the same seed, so the same batches and shapes,
+and only the learning rate differs: measuring again asked the same question and cost ~1.6 s of a 30-40 s run
+(d=64, 3-3 layers, a loaded 2-core Zen 5), while timing noise could give runs of one curve different kernels.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from torch import Tensor, nn
 
 from normlab.model import ATTENTION_IMPLS, _sdpa, trace_attention
 
-__all__ = ["AttentionChoice", "record_attention_calls", "time_attention", "choose_attention"]
+__all__ = ["AttentionChoice", "record_attention_calls", "time_attention", "choose_attention", "forget_choices"]
 
 Call = tuple[Tensor, Tensor, Tensor, "Tensor | None", bool]
 
@@ -111,6 +118,27 @@ def time_attention(
     return {impl: statistics.median(ts) for impl, ts in times.items()}
 
 
+_CHOICES: dict[tuple, AttentionChoice] = {}
+
+
+def _signature(t: Tensor | None) -> tuple | None:
+    return None if t is None else (tuple(t.shape), t.stride(), str(t.dtype), str(t.device))
+
+
+def _choice_key(calls: Sequence[Call], impls: Sequence[str], rounds: int) -> tuple:
+    """What a measurement depends on besides the machine's load: every call's inputs as the kernels see them
+    (values aside), the kernels compared, the rounds, and the threads they run on."""
+    shapes = tuple((_signature(q), _signature(k), _signature(v), _signature(mask), causal)
+                   for q, k, v, mask, causal in calls)  # fmt: skip
+    return shapes, tuple(impls), rounds, torch.get_num_threads()
+
+
+def forget_choices() -> None:
+    """Drop the measurements this process keeps (tests that fake the timings; a caller that wants to measure
+    again)."""
+    _CHOICES.clear()
+
+
 def choose_attention(
     model: nn.Module,
     forward: Callable[[], Any],
@@ -120,8 +148,9 @@ def choose_attention(
     rounds: int = 5,
 ) -> AttentionChoice:
     """Measure ``impls`` on the attention calls of ``forward()`` (a pass of ``model`` over one or more real
-    batches, run inside ``context``) and return the fastest with the timings. The model is left as it was: the caller sets
-    the winner (:func:`normlab.model.set_attention`)."""
+    batches, run inside ``context``) and return the fastest with the timings, or the answer this process found
+    for the same calls before (``cached``: module docstring). The model is left as it was: the caller sets the
+    winner (:func:`normlab.model.set_attention`)."""
     was_training = model.training
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
     # the measurement draws no number from the run's generators: a run's dropout masks and data order are the
@@ -133,6 +162,11 @@ def choose_attention(
                 calls = record_attention_calls(forward)
         finally:
             model.train(was_training)
+        key = _choice_key(calls, impls, rounds)
+        if key in _CHOICES:  # the same shapes measured earlier in this process (module docstring)
+            return AttentionChoice(_CHOICES[key], cached=True)
         ms = time_attention(calls, impls, context=context, rounds=rounds)
     best = min(impls, key=lambda impl: ms[impl])
-    return AttentionChoice(impl=best, ms={k: round(v, 3) for k, v in ms.items()}, calls=len(calls))
+    choice = AttentionChoice(impl=best, ms={k: round(v, 3) for k, v in ms.items()}, calls=len(calls))
+    _CHOICES[key] = choice
+    return AttentionChoice(choice)

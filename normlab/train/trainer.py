@@ -620,8 +620,12 @@ class Trainer:
             totals = all_reduce_sum([choice["ms"][k] for k in impls], self.dist)
             s.attention = impls[min(range(len(impls)), key=totals.__getitem__)]
             extra["attention_ms"] = choice["ms"]
+            if choice.get("cached"):  # kernels.py: the same shapes were measured for an earlier run of this process
+                extra["attention_cached"] = True
             self._say(f"attention: {s.attention} (forward + backward of the {choice['calls']} attention calls of "
-                      f"{len(batches)} batches: " + ", ".join(f"{k} {v:.1f} ms" for k, v in choice["ms"].items()) + ")")
+                      f"{len(batches)} batches: " + ", ".join(f"{k} {v:.1f} ms" for k, v in choice["ms"].items())
+                      + ("; measured for an earlier run of this process, same shapes" if choice.get("cached") else "")
+                      + ")")
         set_attention(self.model, None if s.attention in (None, "default") else s.attention)
         extra["attention"] = s.attention or "default"
 
