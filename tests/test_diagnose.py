@@ -264,6 +264,16 @@ def test_diagnose_command(placement, word, advised, tmp_path):
     assert "decoder.layers: 12 layers" in proc.stdout
     res = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
     assert res["warmup_advised"] is advised and len(res["stacks"]) == 2
+    # beside the verdict, the committed sweeps' edges (normlab.analysis.edges): Post-LN and Pre-LN were swept on
+    # translation, nearest to 12-12 at 6-6 layers; ReZero was not, and the command that measures it is given
+    edges = res["measured_edges"]
+    assert "measured stability edges" in proc.stdout and edges["scheme"] == placement and edges["layers"] == 12
+    assert edges["command"] in proc.stdout and f"'schemes=[{placement}]' --set 'layers=12'" in edges["command"]
+    if placement == "rezero":
+        assert edges["rows"] == [] and "rezero was not swept on the translation task" in proc.stdout
+    else:
+        assert edges["nearest_depth"] == 6 and edges["rows"]
+        assert "not measured at its depth (12-12 layers" in proc.stdout
 
 
 def test_a_verdict_without_the_pattern_or_inside_the_gap_says_it_is_uncertain():

@@ -83,6 +83,7 @@ def test_readme_install_as_a_package(tmp_path, capsys):
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = [rel for rel in VENDORED_FILES if f"normlab/assets/corpora/{rel}" not in names]
     missing += [n for n in bundled_configs() if f"normlab/assets/configs/{n}.yaml" not in names]
+    missing += [n for n in ["normlab/assets/edges.json"] if n not in names]  # diagnose's measured edges
     assert not missing, f"not in {wheel.name}: {missing}"
 
     # the venv's normlab is the wheel's (not the checkout), its torch the pinned CPU build

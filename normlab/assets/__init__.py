@@ -7,6 +7,7 @@ which holds nothing once normlab is installed from a wheel)::
     normlab/assets/corpora/   de-en, en-mono, tasks/paraphrase, tasks/wic (xz) + README.md (sources, licences)
     normlab/assets/configs/   bert-{tiny,mini,small,base}-{post,pre}.yaml, de-en-cpu.yaml
                               (``normlab train --config bert-tiny-post``)
+    normlab/assets/edges.json the stability edges the committed sweeps measured (normlab.analysis.edges)
 
 ``pyproject.toml`` lists both folders as package data; ``tests/test_wheel.py`` builds the wheel and checks.
 """
@@ -20,7 +21,7 @@ from typing import Any
 
 from normlab.config import ConfigError, load_yaml
 
-__all__ = ["corpora_root", "configs_dir", "bundled_configs", "config_file", "load_config_file"]
+__all__ = ["corpora_root", "configs_dir", "bundled_configs", "config_file", "load_config_file", "edges_file"]
 
 
 def _dir(name: str) -> Path:
@@ -37,6 +38,11 @@ def corpora_root() -> Path:
     if env:
         return Path(env).expanduser()
     return _dir("corpora")
+
+
+def edges_file() -> Path:
+    """The table of measured stability edges (normlab.analysis.edges owns its format)."""
+    return _dir("edges.json")
 
 
 def configs_dir() -> Path:

@@ -1,0 +1,317 @@
+"""The stability edges normlab's committed sweeps measured, for ``normlab diagnose`` to show beside its verdict.
+
+A user asks two things before spending compute (the brief's third goal): does my model need a warm-up, and up to
+which learning rate is it stable? diagnose answers the first from gradients at initialisation; its score does not
+tell the second (held out against the sweeps, S did not order the schemes' edges: Spearman's rho -0.50, one-sided
+p 0.10 on the LM sweep, docs/results/diagnose-held-out), and no formula from initialisation does. What normlab has
+measured does: each sweep below bisected every curve's stability edge (the last stable and first unstable learning
+rate of a seed, to 1.2x; ``normlab.experiments.sweep``) for several schemes, widths, seeds and both warm-up arms.
+This module owns the compact table of those edges, ``normlab/assets/edges.json`` (shipped in the wheel: a user's
+diagnose needs no checkout), built from the committed ``sweep.json`` files by :func:`collect` (``python -m
+normlab.analysis.edges --write`` in a checkout; a test checks the shipped table against them), and says what of
+it applies to a model: the rows of its task and scheme at the nearest measured depth, whether its own depth and
+width were measured, and the command that measures them when they were not. It extrapolates nothing: an edge
+depends on the run's length, batch and optimizer too, which a model config does not hold, and on depth, which the
+sweeps hardly vary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SOURCES", "collect", "dumps", "load", "scheme_of", "measured", "measured_for", "edge_lines", "main"]
+
+# The sweeps the table holds, each a folder of docs/results with a sweep.json written under issue 40's definitions
+# (one stability criterion, each seed's edge bisected), and where its runs trained (the sweep.json of a report
+# re-read on another machine names that machine, not the runs'). Chosen for bisected edges: the one- and two-seed
+# folders of sweep-quick stop at the grid's 2.15x and hold the same cells as these; the depth-6 folders are the
+# only 6-6 translation runs (one seed; no run left the unigram plateau at any rate from 1e-4: their edge is below
+# the grid, or the runs too short, which the sweep cannot tell apart).
+SOURCES: dict[str, tuple[str, str]] = {
+    "edge-quick": ("sweep-quick/edge-quick", "2-core AMD EPYC Zen 4 and a 16-core Xeon with AMX, CPU, bf16"),
+    "width-gpu": ("sweep-quick/width-gpu/report", "one NVIDIA H100, bf16"),
+    "depth-6": ("sweep-quick/depth-6", "2-core x86-64 CPU, bf16"),
+    "depth-6-600": ("sweep-quick/depth-6-600", "2-core x86-64 CPU, bf16"),
+    "sweep-lm": ("sweep-lm", "2-core AMD EPYC Zen 5, bf16"),
+    "sweep-schemes": ("sweep-schemes", "2-core AMD EPYC Zen 5, bf16"),
+}
+
+# The optimizer of each task's sweep runs (normlab.experiments.sweep._train_config: name, betas, weight decay),
+# copied so that reading the table does not import the experiments; a test checks they agree.
+_OPTIM = {"translation": ("adam", (0.9, 0.98), 0.0), "mlm": ("adamw", (0.9, 0.999), 0.01),
+          "lm": ("adamw", (0.9, 0.95), 0.1)}
+
+
+def _asset() -> Path:
+    from normlab.assets import edges_file
+
+    return edges_file()
+
+
+def collect(results: str | Path, sources: dict[str, tuple[str, str]] = SOURCES) -> dict[str, Any]:
+    """The table from the sweeps under ``results`` (docs/results): per source its shape and provenance, per
+    curve (scheme x warm-up x width) each seed's [last stable, first unstable) bracket, per scheme x width the
+    warm-up verdict, per scheme x warm-up the width law. A source without a sweep.json yet is left out."""
+    out: dict[str, Any] = {"what": "stability edges measured by normlab's committed sweeps (normlab.analysis.edges)",
+                           "sources": {}, "edges": [], "verdicts": [], "width_laws": []}
+    for label, (folder, where) in sources.items():
+        path = Path(results) / folder / "sweep.json"
+        if not path.is_file():
+            continue
+        d = json.loads(path.read_text(encoding="utf-8"))
+        c = d["config"]
+        out["sources"][label] = {
+            "path": f"docs/results/{folder}", "where": where, "task": c["task"], "layers": c["layers"],
+            "ffn_ratio": c["ffn_ratio"], "n_heads": c["n_heads"], "dropout": c["dropout"], "updates": c["updates"],
+            "max_tokens": c["max_tokens"], "vocab_size": c["vocab_size"], "seeds": c["seeds"], "lr_min": c["lr_min"],
+            "lr_cap": c["lr_cap"], "resolution": c["resolution"], "optimizer": _OPTIM[c["task"]][0],
+            "betas": list(_OPTIM[c["task"]][1]), "weight_decay": _OPTIM[c["task"]][2],
+            "warmups": dict(d["warmup_lengths"]),
+        }  # fmt: skip
+        for r in d["frontier"]:
+            seeds = [[p["last_stable"], p["first_unstable"]] for p in r["edge"]["per_seed"]]
+            if not seeds:  # a curve the sweep has not run
+                continue
+            out["edges"].append({"source": label, "scheme": r["scheme"], "warmup": r["warmup"], "width": r["width"],
+                                 "seeds": seeds})  # fmt: skip
+        for t in d["warmup_truth"]:
+            for arm, v in t["verdicts"].items():
+                out["verdicts"].append({"source": label, "scheme": t["scheme"], "width": t["width"], "warmup": arm,
+                                        "verdict": v["verdict"], "plus": v.get("plus"), "decided": v.get("decided"),
+                                        "seeds": len(v.get("seeds") or [])})  # fmt: skip
+        for w in d["width_law"]:
+            mean = (w.get("seed_mean") or {}).get("mean")
+            if w.get("lo") is None or mean is None:
+                continue
+            out["width_laws"].append({"source": label, "scheme": w["scheme"], "warmup": w["warmup"],
+                                      "widths": w["widths"], "seed_mean": round(mean, 4),
+                                      "lo": round(w["lo"], 4), "hi": round(w["hi"], 4)})  # fmt: skip
+    return out
+
+
+def dumps(table: dict[str, Any]) -> str:
+    """The table as the shipped file holds it: a record a line, so that a sweep's change reads as a diff of rows."""
+    parts = []
+    for key, value in table.items():
+        if isinstance(value, list):
+            body = ",\n".join("  " + json.dumps(v, sort_keys=True) for v in value)
+            parts.append(f"{json.dumps(key)}: [\n{body}\n ]" if value else f"{json.dumps(key)}: []")
+        elif isinstance(value, dict):
+            body = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in value.items())
+            parts.append(f"{json.dumps(key)}: {{\n{body}\n }}" if value else f"{json.dumps(key)}: {{}}")
+        else:
+            parts.append(f"{json.dumps(key)}: {json.dumps(value)}")
+    return "{\n " + ",\n ".join(parts) + "\n}\n"
+
+
+def load(path: str | Path | None = None) -> dict[str, Any]:
+    """The shipped table (or the one at ``path``)."""
+    return json.loads(Path(path or _asset()).read_text(encoding="utf-8"))
+
+
+def scheme_of(cfg: Any) -> str:
+    """A ModelConfig's scheme as the sweeps spell it (normlab.config.parse_scheme): PLACEMENT, or PLACEMENT/NORM."""
+    placement, norm = cfg.placement.value, cfg.norm.value if hasattr(cfg.norm, "value") else str(cfg.norm)
+    return placement if norm == "layernorm" else f"{placement}/{norm}"
+
+
+def _depth(cfg: Any, task: str) -> tuple[int, str]:
+    """The depth a sweep's `layers` stands for, and how to print the model's: the decoder-only LM's decoder, the
+    masked LM's encoder, the encoder-decoder's E-D (a sweep runs E = D)."""
+    if task == "lm":
+        return cfg.decoder_layers, f"{cfg.decoder_layers} layers"
+    if task == "translation":
+        e, d = cfg.encoder_layers, cfg.decoder_layers
+        return max(e, d), f"{e}-{d} layers"
+    return cfg.encoder_layers, f"{cfg.encoder_layers} layers"
+
+
+def summarize(seeds: Sequence[Sequence[float | None]]) -> dict[str, Any]:
+    """A curve's edge over its seeds: the median of the bracketed seeds' geometric centres and their range
+    [smallest last stable, largest first unstable); seeds censored (no unstable run up to the highest rate tried:
+    a lower bound) or below the grid (unstable from the smallest rate: an upper bound) counted apart, with their
+    bound."""
+    pairs = [(lo, hi) for lo, hi in seeds if lo is not None and hi is not None]
+    censored = [lo for lo, hi in seeds if hi is None and lo is not None]
+    below = [hi for lo, hi in seeds if lo is None and hi is not None]
+    return {"n": len(seeds), "bracketed": len(pairs), "censored": len(censored), "below_grid": len(below),
+            "median": statistics.median(math.sqrt(lo * hi) for lo, hi in pairs) if pairs else None,
+            "lo": min(lo for lo, _ in pairs) if pairs else None, "hi": max(hi for _, hi in pairs) if pairs else None,
+            "censored_at": min(censored) if censored else None, "below": max(below) if below else None}  # fmt: skip
+
+
+def _summary_text(s: dict[str, Any]) -> str:
+    if s["bracketed"] == 0 and s["censored"] == 0:
+        return f"below {s['below']:.3g} (every seed: unstable from the smallest rate, or too short to tell)"
+    if s["bracketed"] == 0 and s["below_grid"] == 0:  # the bound: the cap, or where an unfinished search stands
+        return f"at least {s['censored_at']:.3g} (no run unstable up to there in any seed: censored)"
+    notes = [f"seeds [{s['lo']:.3g}, {s['hi']:.3g})"] if s["bracketed"] else []
+    if s["censored"]:
+        notes.append(f"{s['censored']} censored at >= {s['censored_at']:.3g}")
+    if s["below_grid"]:
+        notes.append(f"{s['below_grid']} below {s['below']:.3g}")
+    return (f"{s['median']:.2g}" if s["median"] is not None else "?") + f" ({', '.join(notes)})"
+
+
+def measured(table: dict[str, Any], task: str, scheme: str, layers: int, width: int) -> dict[str, Any]:
+    """What the table holds for a model of ``task``, ``scheme``, depth ``layers`` and width ``width``: the rows at
+    the measured depth nearest to ``layers`` (all widths, both warm-up arms, every source), whether the depth and
+    the width themselves were measured, and the schemes measured on the task when this one was not."""
+    sources = {k: v for k, v in table["sources"].items() if v["task"] == task}
+    rows = [r for r in table["edges"] if r["source"] in sources and r["scheme"] == scheme]
+    result: dict[str, Any] = {"task": task, "scheme": scheme, "layers": layers, "width": width, "rows": [],
+                              "depths": sorted({sources[r["source"]]["layers"] for r in rows}),
+                              "schemes": sorted({r["scheme"] for r in table["edges"] if r["source"] in sources})}
+    if not rows:
+        return result
+    nearest = min(result["depths"], key=lambda n: (abs(math.log(n / layers)), n))
+    result["nearest_depth"] = nearest
+    verdicts = {(v["source"], v["scheme"], v["width"], v["warmup"]): v for v in table["verdicts"]}
+    order = {label: i for i, label in enumerate(table["sources"])}  # a source's rows together, in the table's order
+    for r in sorted((r for r in rows if sources[r["source"]]["layers"] == nearest),
+                    key=lambda r: (order[r["source"]], r["width"], r["warmup"] != "none", r["warmup"])):
+        src = sources[r["source"]]
+        v = verdicts.get((r["source"], r["scheme"], r["width"], r["warmup"]))
+        result["rows"].append({**r, "warmup_updates": src["warmups"].get(r["warmup"], 0), "summary":
+                               summarize(r["seeds"]), "verdict": v})  # fmt: skip
+    # the same width at the other measured depths (a 6-layer model of a width measured only at 3 layers)
+    result["other_depths"] = [
+        {**r, "layers": sources[r["source"]]["layers"], "summary": summarize(r["seeds"]),
+         "warmup_updates": sources[r["source"]]["warmups"].get(r["warmup"], 0),
+         "verdict": verdicts.get((r["source"], r["scheme"], r["width"], r["warmup"]))}
+        for r in sorted(rows, key=lambda r: (sources[r["source"]]["layers"], order[r["source"]], r["warmup"] != "none"))
+        if r["width"] == width and sources[r["source"]]["layers"] != nearest
+    ]  # fmt: skip
+    result["width_measured"] = any(r["width"] == width for r in result["rows"])
+    result["width_laws"] = [w for w in table["width_laws"] if w["scheme"] == scheme and w["source"] in sources
+                            and sources[w["source"]]["layers"] == nearest]  # fmt: skip
+    return result
+
+
+def _measure_command(task: str, scheme: str, layers: int, width: int, ffn_ratio: float, n_heads: int) -> str:
+    base = "lm" if task == "lm" else "quick"  # the presets whose shape, length and arms the table's sweeps have
+    sets = [f"task={task}"] if task == "mlm" else []
+    sets += [f"schemes=[{scheme}]", f"layers={layers}", f"widths=[{width}]", "seeds=5"]
+    if ffn_ratio != 2 and float(ffn_ratio).is_integer():
+        sets.append(f"ffn_ratio={int(ffn_ratio)}")
+    if n_heads != 4:
+        sets.append(f"n_heads={n_heads}")
+    return (f"normlab sweep --scale {base} " + " ".join(f"--set '{s}'" for s in sets)
+            + f" --out sweep/{scheme.replace('/', '-')}-L{layers}-d{width}")
+
+
+def measured_for(cfg: Any, task: str, table: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """:func:`measured` for a ModelConfig of ``task`` (None for a task no sweep trains), with the command that
+    measures the model's own edge (``command``): diagnose's JSON."""
+    if task not in _OPTIM:
+        return None
+    table = table if table is not None else load()
+    layers, _ = _depth(cfg, task)
+    m = measured(table, task, scheme_of(cfg), layers, cfg.d_model)
+    m["command"] = _measure_command(task, m["scheme"], layers, cfg.d_model, cfg.d_ffn / cfg.d_model, cfg.n_heads)
+    return m
+
+
+def edge_lines(cfg: Any, task: str, table: dict[str, Any] | None = None) -> list[str]:
+    """diagnose's section on measured stability edges for model config ``cfg`` of ``task``."""
+    table = table if table is not None else load()
+    m = measured_for(cfg, task, table)
+    if m is None:
+        return [f"measured stability edges: none for the {task} task (the sweeps train translation, masked-LM and "
+                "decoder-only LM models)"]
+    scheme, layers, width, command = m["scheme"], m["layers"], m["width"], m["command"]
+    _, depth_text = _depth(cfg, task)
+    head = "measured stability edges (the largest stable learning rate; normlab's committed sweeps, " \
+           "normlab.analysis.edges):"
+    if not m["rows"]:
+        swept = ", ".join(m["schemes"]) or "none"
+        return [head, f"  {scheme} was not swept on the {task} task (swept there: {swept}). To measure its edge with "
+                f"and without warm-up at this depth and width: {command}"]
+    lines = [head]
+    shown = []
+
+    def source_line(label: str) -> None:
+        src = table["sources"][label]
+        b1, b2 = src["betas"]
+        optim = "Adam" if src["optimizer"] == "adam" else f"AdamW (weight decay {src['weight_decay']:g})"
+        lines.append(f"  {label} ({src['path']}; {src['where']}): {task}, {src['layers']}"
+                     f"{'-' + str(src['layers']) if task == 'translation' else ''} layers, FFN {src['ffn_ratio']}d, "
+                     f"{src['n_heads']} heads, dropout {src['dropout']:g}, {src['updates']} updates of "
+                     f"{src['max_tokens']:,} tokens, {optim} betas ({b1:g}, {b2:g}), the rate constant after the "
+                     f"warm-up; {src['seeds']} seed(s)")
+        shown.append(label)
+
+    def row_line(r: dict[str, Any]) -> None:
+        arm = "no warm-up" if r["warmup"] == "none" else f"warm-up {r['warmup_updates']}"
+        text = f"    d={r['width']:<4} {arm:<13} {_summary_text(r['summary'])}"
+        if (v := r["verdict"]) is not None:  # the sign test's words (sweep.warmup_verdict): open seeds are neither
+            text += f"; warm-up {v['verdict']}"
+            if v["plus"] is not None:
+                text += f": raised the edge in {v['plus']} of {v['seeds']} seeds"
+                if v["decided"] is not None and v["decided"] < v["seeds"]:
+                    text += f" ({v['seeds'] - v['decided']} open)"
+        lines.append(text + ("   <- this width" if r["width"] == width else ""))
+
+    for r in m["rows"]:
+        if r["source"] not in shown:
+            source_line(r["source"])
+        row_line(r)
+    for w in m["width_laws"]:
+        arm = "no warm-up" if w["warmup"] == "none" else "warm-up"
+        lines.append(f"  width law ({w['source']}, {arm}, d = {', '.join(map(str, w['widths']))}): edge ~ "
+                     f"d^{w['seed_mean']:+.2f} (seeds' fits {w['lo']:+.2f} .. {w['hi']:+.2f}; for Post-LN, Theorem 1 "
+                     "gives about -1)")
+    if m["other_depths"]:
+        lines.append(f"  d={width} at other depths:")
+        for r in m["other_depths"]:
+            if r["source"] not in shown:
+                source_line(r["source"])
+            row_line(r)
+    nearest = m["nearest_depth"]
+    near = [table["sources"][label] for label in {r["source"] for r in m["rows"]}]
+    gaps = []
+    if nearest != layers or (task == "translation" and cfg.encoder_layers != cfg.decoder_layers):
+        gaps.append(f"its depth ({depth_text}; measured: {', '.join(map(str, m['depths']))})")
+    if not m["width_measured"]:
+        gaps.append(f"its width (d={width})")
+    ratio = cfg.d_ffn / cfg.d_model
+    if all(src["ffn_ratio"] != ratio for src in near):
+        gaps.append(f"its FFN ({ratio:g}d)")
+    if all(src["n_heads"] != cfg.n_heads for src in near):
+        gaps.append(f"its {cfg.n_heads} heads")
+    if gaps:
+        lines.append(f"  your model ({depth_text}, d={width}, FFN {ratio:g}d, {cfg.n_heads} heads): not measured at "
+                     f"{', '.join(gaps)}; an edge moves with the model's shape and with the run's length, batch and "
+                     "optimizer, so read these as another model's. To measure yours (bisected, 5 seeds, both warm-up "
+                     f"arms): {command}")
+    else:
+        lines.append(f"  your model ({depth_text}, d={width}, FFN {ratio:g}d, {cfg.n_heads} heads) has this shape; "
+                     f"its run's length, batch and optimizer may differ, and an edge moves with them. To measure it "
+                     f"with your own: {command} (with --set updates=... --set max_tokens=...)")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m normlab.analysis.edges",
+                                description="build the table of measured stability edges from a checkout's sweeps")
+    p.add_argument("--results", default="docs/results", help="the folder of the committed sweeps")
+    p.add_argument("--write", action="store_true", help="write the table into the package (normlab/assets)")
+    args = p.parse_args(argv)
+    table = collect(args.results)
+    text = dumps(table)
+    if args.write:
+        _asset().write_text(text, encoding="utf-8")
+        print(f"wrote {_asset()}: {len(table['edges'])} curves from {len(table['sources'])} sweeps")
+    else:
+        print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,127 @@
+"""The table of measured stability edges (normlab.analysis.edges) and what diagnose says of it."""
+
+from __future__ import annotations
+
+import math
+import shlex
+from pathlib import Path
+
+import pytest
+
+from normlab.analysis import edges
+from normlab.config import ModelConfig, apply_overrides
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+
+
+def test_the_shipped_table_is_the_committed_sweeps():
+    """normlab/assets/edges.json is what the committed sweep.json files give: a sweep re-read or extended without
+    `python -m normlab.analysis.edges --write` fails here, not in a user's diagnose."""
+    if not RESULTS.is_dir():
+        pytest.skip("no docs/results: not a checkout")
+    assert edges.load() == edges.collect(RESULTS), "run: python -m normlab.analysis.edges --write"
+    assert edges.dumps(edges.load()) == edges._asset().read_text(encoding="utf-8")
+
+
+def test_the_shipped_table_holds_the_bisected_sweeps():
+    table = edges.load()
+    assert {"edge-quick", "width-gpu", "sweep-lm"} <= set(table["sources"])
+    # edge-quick: Post-LN at d=64 without warm-up, its five seeds' brackets as the sweep's README gives them
+    [row] = [r for r in table["edges"] if (r["source"], r["scheme"], r["warmup"], r["width"]) == ("edge-quick", "post",
+                                                                                                   "none", 64)]
+    assert row["seeds"] == [[0.00237, 0.00261], [0.00178, 0.00196], [0.00196, 0.00215], [0.00162, 0.00178],
+                            [0.00261, 0.00287]]  # fmt: skip
+    s = edges.summarize(row["seeds"])
+    assert (s["lo"], s["hi"], s["bracketed"]) == (0.00162, 0.00287, 5)
+    assert s["median"] == pytest.approx(math.sqrt(0.00196 * 0.00215))
+
+
+def test_the_optimizers_are_the_sweeps():
+    """The table says which optimizer each task's sweep ran; the sweep's own run config is the truth."""
+    from normlab.experiments.figures import Context
+    from normlab.experiments.sweep import SWEEP_SCALES, _train_config
+
+    for task, (name, betas, wd) in edges._OPTIM.items():
+        cfg = SWEEP_SCALES["quick"].replace(task=task, warmups=("none",))  # mlm's adam warm-up outlasts 300 updates
+        ctx = Context(translation_updates_per_epoch=1)
+        tc = _train_config(cfg, ctx, scheme="post", warmup="none", width=64, lr=1e-3, seed=1)
+        assert (tc.optim.name, tuple(tc.optim.betas), tc.optim.weight_decay) == (name, betas, wd), task
+
+
+def test_summarize_keeps_censored_and_below_grid_seeds_apart():
+    s = edges.summarize([[1e-3, 1.2e-3], [2e-3, 2.4e-3], [5e-3, None], [None, 1e-4]])
+    assert (s["n"], s["bracketed"], s["censored"], s["below_grid"]) == (4, 2, 1, 1)
+    assert s["median"] == pytest.approx((math.sqrt(1.2e-6) + math.sqrt(4.8e-6)) / 2)
+    assert (s["lo"], s["hi"], s["censored_at"], s["below"]) == (1e-3, 2.4e-3, 5e-3, 1e-4)
+    text = edges._summary_text(s)
+    assert "seeds [0.001, 0.0024)" in text and "1 censored at >= 0.005" in text and "1 below 0.0001" in text
+    assert edges._summary_text(edges.summarize([[0.01, None]] * 3)).startswith("at least 0.01 (")
+    assert edges._summary_text(edges.summarize([[None, 1e-4]])).startswith("below 0.0001 (")
+
+
+def _table():
+    src = dict(task="translation", ffn_ratio=2, n_heads=4, dropout=0.1, updates=300, max_tokens=1024, vocab_size=8000,
+               seeds=2, lr_min=1e-4, lr_cap=1.0, resolution=1.2, optimizer="adam", betas=[0.9, 0.98],
+               weight_decay=0.0, warmups={"none": 0, "adam": 100}, where="here")  # fmt: skip
+    return {
+        "sources": {"a3": {**src, "layers": 3, "path": "docs/results/a3"},
+                    "b6": {**src, "layers": 6, "path": "docs/results/b6", "seeds": 1}},
+        "edges": [
+            {"source": "a3", "scheme": "post", "warmup": "none", "width": 64,
+             "seeds": [[2e-3, 2.4e-3], [3e-3, 3.6e-3]]},
+            {"source": "a3", "scheme": "post", "warmup": "adam", "width": 64, "seeds": [[5e-3, 6e-3], [7e-3, 8.4e-3]]},
+            {"source": "a3", "scheme": "post", "warmup": "none", "width": 128, "seeds": [[1e-3, 1.2e-3]] * 2},
+            {"source": "b6", "scheme": "post", "warmup": "none", "width": 128, "seeds": [[None, 1e-4]]},
+            {"source": "a3", "scheme": "pre", "warmup": "none", "width": 64, "seeds": [[0.05, 0.06]] * 2},
+        ],
+        "verdicts": [{"source": "a3", "scheme": "post", "width": 64, "warmup": "adam", "verdict": "inconclusive",
+                      "plus": 2, "decided": 2, "seeds": 2}],
+        "width_laws": [{"source": "a3", "scheme": "post", "warmup": "none", "widths": [64, 128], "seed_mean": -1.08,
+                        "lo": -1.3, "hi": -0.9}],
+    }  # fmt: skip
+
+
+def test_measured_takes_the_nearest_depth_and_says_what_was_not_measured():
+    t = _table()
+    m = edges.measured(t, "translation", "post", 4, 64)  # |ln(4/3)| < |ln(4/6)|: the 3-layer sweep
+    assert m["nearest_depth"] == 3 and m["depths"] == [3, 6] and m["width_measured"]
+    assert [(r["width"], r["warmup"]) for r in m["rows"]] == [(64, "none"), (64, "adam"), (128, "none")]
+    assert m["rows"][1]["verdict"]["verdict"] == "inconclusive" and m["rows"][1]["warmup_updates"] == 100
+    assert m["other_depths"] == []
+    m = edges.measured(t, "translation", "post", 5, 128)  # nearer 6: the 6-layer rows, the 3-layer d=128 beside
+    assert m["nearest_depth"] == 6 and [r["source"] for r in m["rows"]] == ["b6"]
+    assert [(r["source"], r["width"]) for r in m["other_depths"]] == [("a3", 128)]
+    m = edges.measured(t, "translation", "deepnorm", 3, 64)
+    assert m["rows"] == [] and m["schemes"] == ["post", "pre"]
+    assert edges.measured(t, "lm", "post", 3, 64)["rows"] == []
+
+
+def test_edge_lines_read_the_rows_and_give_a_command_that_the_sweep_takes():
+    from normlab.experiments.sweep import SweepConfig, sweep_scale
+
+    t = _table()
+    cfg = ModelConfig(placement="post", d_model=64, d_ffn=128, n_heads=4, encoder_layers=3, decoder_layers=3)
+    text = "\n".join(edges.edge_lines(cfg, "translation", t))
+    assert "d=64   no warm-up    0.0027 (seeds [0.002, 0.0036))   <- this width" in text
+    assert "warm-up inconclusive: raised the edge in 2 of 2 seeds" in text
+    assert "edge ~ d^-1.08 (seeds' fits -1.30 .. -0.90" in text and "has this shape" in text
+    # a model of another depth, width and FFN: each named, and the command that measures it
+    cfg = ModelConfig(placement="post", d_model=512, d_ffn=2048, n_heads=8, encoder_layers=6, decoder_layers=6)
+    lines = edges.edge_lines(cfg, "translation", t)
+    [last] = [line for line in lines if "your model" in line]
+    assert "not measured at its width (d=512), its FFN (4d), its 8 heads" in last
+    command = edges.measured_for(cfg, "translation", t)["command"]
+    assert command in last
+    argv = shlex.split(command)
+    assert argv[:4] == ["normlab", "sweep", "--scale", "quick"]
+    sets = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+    sweep = SweepConfig.from_dict(apply_overrides(sweep_scale("quick").to_dict(), sets))
+    assert (sweep.schemes, sweep.layers, sweep.widths, sweep.ffn_ratio, sweep.n_heads, sweep.seeds) == (
+        ("post",), 6, (512,), 4, 8, 5)
+    # a scheme the sweeps did not run on the task: said, with the command
+    text = "\n".join(edges.edge_lines(cfg.replace(placement="admin"), "translation", t))
+    assert "admin was not swept on the translation task (swept there: post, pre)" in text and "schemes=[admin]" in text
+    # a task no sweep trains
+    assert "none for the classification task" in edges.edge_lines(cfg, "classification", t)[0]
+    # a norm other than LayerNorm is part of the scheme's name, as the sweeps spell it
+    assert edges.scheme_of(cfg.replace(placement="pre", norm="dyt")) == "pre/dyt"
