@@ -135,13 +135,20 @@ def _diagnose(args: argparse.Namespace) -> int:
               "2.9e-3, 30-220x below "
               "Pre-LN, LNS, Peri-LN and OLMo 2's output norm). S also moves with settings that are not the placement "
               "(positional, activation, scale_embedding): for an LM, measure the edge with normlab sweep --set task=lm")
-    from normlab.analysis.edges import edge_lines, measured_for
+    from normlab.analysis.edges import edge_lines, load, measured_for
 
     # beside the verdict, what the committed sweeps measured of the learning rate a model of this kind stands
-    print("\n".join(edge_lines(cfg, task)))
+    try:
+        table = load()
+    except (FileNotFoundError, ValueError) as e:  # a zip install, a damaged file: the verdict stands without it
+        table = None
+        print(f"measured stability edges: not available ({e})")
+    else:
+        print("\n".join(edge_lines(cfg, task, table)))
     if args.json:
+        edges = measured_for(cfg, task, table) if table is not None else None
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({**result.to_dict(), "measured_edges": measured_for(cfg, task)}, f, indent=1,
+            json.dump({**result.to_dict(), "measured_edges": edges}, f, indent=1,
                       allow_nan=False)  # strict: undefined numbers are null
     return 0
 

@@ -764,8 +764,9 @@ class ScheduleConfig(Strict):
             return (f"warmup_updates={self.warmup_updates} is longer than the run ({length}): set "
                     f"schedule.warmup_updates to at most {total_updates}, or lengthen the run")
         if self.decay_from > total_updates:
-            return (f"decay_from={self.decay_from} is after the run's end ({length}): set schedule.decay_from to at "
-                    f"most {total_updates} (0: from the end of the warm-up), or lengthen the run")
+            return (f"decay_from={self.decay_from} is after the run's end ({length}): set schedule.decay_from to 0 "
+                    f"(from the end of the warm-up) or to {self.warmup_updates or 1}..{total_updates}, or lengthen the "
+                    "run")
         return None
 
 

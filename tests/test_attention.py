@@ -253,9 +253,16 @@ def test_choose_attention_measures_each_set_of_shapes_once_per_process(monkeypat
         torch.set_num_threads(threads)
     kernels.choose_attention(m, lambda: m(src, tgt), impls=("sdpa", "matmul"))
     assert timed == [6, 6, 6, 6]
+    # the same model timed under autocast is another question (the kernels run inside the run's context)
+    kernels.choose_attention(m, lambda: m(src, tgt), context=lambda: torch.autocast("cpu", dtype=torch.bfloat16))
+    assert timed == [6, 6, 6, 6, 6]
+    # an answer handed out is the caller's: changing it does not change what a later run is told
+    again = kernels.choose_attention(m, lambda: m(src, tgt))
+    again["ms"]["matmul"] = -1.0
+    assert kernels.choose_attention(m, lambda: m(src, tgt))["ms"]["matmul"] == 5.0
     kernels.forget_choices()
     kernels.choose_attention(m, lambda: m(src, tgt))
-    assert timed == [6, 6, 6, 6, 6]
+    assert timed == [6, 6, 6, 6, 6, 6]
 
 
 def test_time_attention_replays_every_kernel_and_draws_no_number():

@@ -41,28 +41,38 @@ def test_the_optimizers_are_the_sweeps():
     from normlab.experiments.figures import Context
     from normlab.experiments.sweep import SWEEP_SCALES, _train_config
 
-    for task, (name, betas, wd) in edges._OPTIM.items():
+    for task, (name, betas, wd, smoothing) in edges._OPTIM.items():
         cfg = SWEEP_SCALES["quick"].replace(task=task, warmups=("none",))  # mlm's adam warm-up outlasts 300 updates
         ctx = Context(translation_updates_per_epoch=1)
         tc = _train_config(cfg, ctx, scheme="post", warmup="none", width=64, lr=1e-3, seed=1)
-        assert (tc.optim.name, tuple(tc.optim.betas), tc.optim.weight_decay) == (name, betas, wd), task
+        assert (tc.optim.name, tuple(tc.optim.betas), tc.optim.weight_decay, tc.label_smoothing) == (
+            name, betas, wd, smoothing), task
 
 
 def test_summarize_keeps_censored_and_below_grid_seeds_apart():
-    s = edges.summarize([[1e-3, 1.2e-3], [2e-3, 2.4e-3], [5e-3, None], [None, 1e-4]])
-    assert (s["n"], s["bracketed"], s["censored"], s["below_grid"]) == (4, 2, 1, 1)
+    s = edges.summarize([[1e-3, 1.2e-3], [2e-3, 2.4e-3], [5e-3, None], [None, 1e-4]], cap=1.0)
+    assert (s["n"], s["bracketed"], s["censored"], s["below_grid"], s["unfinished"]) == (4, 2, 1, 1, 1)
     assert s["median"] == pytest.approx((math.sqrt(1.2e-6) + math.sqrt(4.8e-6)) / 2)
-    assert (s["lo"], s["hi"], s["censored_at"], s["below"]) == (1e-3, 2.4e-3, 5e-3, 1e-4)
-    text = edges._summary_text(s)
-    assert "seeds [0.001, 0.0024)" in text and "1 censored at >= 0.005" in text and "1 below 0.0001" in text
-    assert edges._summary_text(edges.summarize([[0.01, None]] * 3)).startswith("at least 0.01 (")
-    assert edges._summary_text(edges.summarize([[None, 1e-4]])).startswith("below 0.0001 (")
+    assert (s["lo"], s["hi"], s["censored_at"], s["below"]) == (1e-3, 2.4e-3, [5e-3], [1e-4])
+    assert s["widest"] == pytest.approx(1.2)
+    text = edges._summary_text(s, 1.2)
+    assert text.startswith("0.0016 (seeds [0.001, 0.0024); ") and "coarser" not in text
+    assert "1 of 4 seeds censored, no run unstable up to 0.005 (the edge search had not finished)" in text
+    assert "1 of 4 seeds unstable from the smallest rate, 0.0001" in text
+    # censored at the cap: a finished search; brackets a grid step wide: said; grid rates not run: said
+    s = edges.summarize([[0.01, 0.0215], [1.0, None]], cap=1.0)
+    text = edges._summary_text(s, 1.2, missing=[0.00464])
+    assert "brackets up to 2.15x, coarser than the search's 1.2x" in text and "not finished" not in text
+    assert "incomplete: 1 grid rate(s) not run" in text
+    assert edges._summary_text(edges.summarize([[0.01, None], [0.02, None]], 1.0), 1.2).startswith("at least 0.01 (")
+    assert edges._summary_text(edges.summarize([[None, 1e-4]], 1.0), 1.2).startswith("below 0.0001 (")
+    assert edges._summary_text(edges.summarize([[None, 1e-4], [0.5, None]], 1.0), 1.2).startswith("not bracketed (")
 
 
 def _table():
     src = dict(task="translation", ffn_ratio=2, n_heads=4, dropout=0.1, updates=300, max_tokens=1024, vocab_size=8000,
                seeds=2, lr_min=1e-4, lr_cap=1.0, resolution=1.2, optimizer="adam", betas=[0.9, 0.98],
-               weight_decay=0.0, warmups={"none": 0, "adam": 100}, where="here")  # fmt: skip
+               weight_decay=0.0, label_smoothing=0.1, warmups={"none": 0, "adam": 100}, where="here")  # fmt: skip
     return {
         "sources": {"a3": {**src, "layers": 3, "path": "docs/results/a3"},
                     "b6": {**src, "layers": 6, "path": "docs/results/b6", "seeds": 1}},
@@ -71,11 +81,15 @@ def _table():
              "seeds": [[2e-3, 2.4e-3], [3e-3, 3.6e-3]]},
             {"source": "a3", "scheme": "post", "warmup": "adam", "width": 64, "seeds": [[5e-3, 6e-3], [7e-3, 8.4e-3]]},
             {"source": "a3", "scheme": "post", "warmup": "none", "width": 128, "seeds": [[1e-3, 1.2e-3]] * 2},
+            {"source": "a3", "scheme": "post", "warmup": "adam", "width": 128, "seeds": [[2e-3, 2.4e-3], [1e-2, None]],
+             "missing_lrs": [0.01]},
             {"source": "b6", "scheme": "post", "warmup": "none", "width": 128, "seeds": [[None, 1e-4]]},
             {"source": "a3", "scheme": "pre", "warmup": "none", "width": 64, "seeds": [[0.05, 0.06]] * 2},
         ],
         "verdicts": [{"source": "a3", "scheme": "post", "width": 64, "warmup": "adam", "verdict": "inconclusive",
-                      "plus": 2, "decided": 2, "seeds": 2}],
+                      "why": "2 of 2 seeds agree, too few", "plus": 2, "decided": 2, "seeds": 2},
+                     {"source": "a3", "scheme": "post", "width": 128, "warmup": "adam", "verdict": "undecided",
+                      "why": "a run of an arm failed or has not finished", "plus": 0, "decided": 0, "seeds": 0}],
         "width_laws": [{"source": "a3", "scheme": "post", "warmup": "none", "widths": [64, 128], "seed_mean": -1.08,
                         "lo": -1.3, "hi": -0.9}],
     }  # fmt: skip
@@ -85,12 +99,14 @@ def test_measured_takes_the_nearest_depth_and_says_what_was_not_measured():
     t = _table()
     m = edges.measured(t, "translation", "post", 4, 64)  # |ln(4/3)| < |ln(4/6)|: the 3-layer sweep
     assert m["nearest_depth"] == 3 and m["depths"] == [3, 6] and m["width_measured"]
-    assert [(r["width"], r["warmup"]) for r in m["rows"]] == [(64, "none"), (64, "adam"), (128, "none")]
+    assert [(r["width"], r["warmup"]) for r in m["rows"]] == [(64, "none"), (64, "adam"), (128, "none"),
+                                                              (128, "adam")]
     assert m["rows"][1]["verdict"]["verdict"] == "inconclusive" and m["rows"][1]["warmup_updates"] == 100
     assert m["other_depths"] == []
     m = edges.measured(t, "translation", "post", 5, 128)  # nearer 6: the 6-layer rows, the 3-layer d=128 beside
     assert m["nearest_depth"] == 6 and [r["source"] for r in m["rows"]] == ["b6"]
-    assert [(r["source"], r["width"]) for r in m["other_depths"]] == [("a3", 128)]
+    assert [(r["source"], r["width"], r["warmup"]) for r in m["other_depths"]] == [("a3", 128, "none"),
+                                                                                   ("a3", 128, "adam")]
     m = edges.measured(t, "translation", "deepnorm", 3, 64)
     assert m["rows"] == [] and m["schemes"] == ["post", "pre"]
     assert edges.measured(t, "lm", "post", 3, 64)["rows"] == []
@@ -103,8 +119,12 @@ def test_edge_lines_read_the_rows_and_give_a_command_that_the_sweep_takes():
     cfg = ModelConfig(placement="post", d_model=64, d_ffn=128, n_heads=4, encoder_layers=3, decoder_layers=3)
     text = "\n".join(edges.edge_lines(cfg, "translation", t))
     assert "d=64   no warm-up    0.0027 (seeds [0.002, 0.0036))   <- this width" in text
-    assert "warm-up inconclusive: raised the edge in 2 of 2 seeds" in text
-    assert "edge ~ d^-1.08 (seeds' fits -1.30 .. -0.90" in text and "has this shape" in text
+    assert "warm-up inconclusive: raised the edge in 2 of 2 seeds" in text and "label smoothing 0.1" in text
+    # no seed decided: the verdict's reason, not "0 of 0 seeds"
+    assert "warm-up undecided (a run of an arm failed or has not finished)" in text and "0 of 0" not in text
+    assert "1 of 2 seeds censored, no run unstable up to 0.01 (the edge search had not finished); incomplete" in text
+    assert "edge ~ d^-1.08 (seeds' fits -1.30 .. -0.90" in text
+    assert "has these runs' depth, width, FFN and heads" in text
     # a model of another depth, width and FFN: each named, and the command that measures it
     cfg = ModelConfig(placement="post", d_model=512, d_ffn=2048, n_heads=8, encoder_layers=6, decoder_layers=6)
     lines = edges.edge_lines(cfg, "translation", t)
@@ -118,6 +138,17 @@ def test_edge_lines_read_the_rows_and_give_a_command_that_the_sweep_takes():
     sweep = SweepConfig.from_dict(apply_overrides(sweep_scale("quick").to_dict(), sets))
     assert (sweep.schemes, sweep.layers, sweep.widths, sweep.ffn_ratio, sweep.n_heads, sweep.seeds) == (
         ("post",), 6, (512,), 4, 8, 5)
+    # what a sweep cannot express is said beside its command: E != D, an FFN that is no whole multiple of d
+    odd = ModelConfig(placement="post", d_model=64, d_ffn=170, n_heads=4, encoder_layers=6, decoder_layers=2)
+    m = edges.measured_for(odd, "translation", t)
+    assert m["command_changes"] == ["6-6 layers for your 6-2 (a sweep runs the encoder and decoder at one depth)",
+                                    "FFN 3d for your 2.66d (a sweep's FFN is a whole multiple of d)"]
+    assert "(it runs 6-6 layers for your 6-2" in "\n".join(edges.edge_lines(odd, "translation", t))
+    # every task's command is one the sweep accepts (the masked LM's 2,000-update adam warm-up outlasts the preset)
+    for task in ("translation", "mlm", "lm"):
+        argv = shlex.split(edges.measured_for(cfg, task, t)["command"])
+        sets = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+        SweepConfig.from_dict(apply_overrides(sweep_scale(argv[3]).to_dict(), sets))
     # a scheme the sweeps did not run on the task: said, with the command
     text = "\n".join(edges.edge_lines(cfg.replace(placement="admin"), "translation", t))
     assert "admin was not swept on the translation task (swept there: post, pre)" in text and "schemes=[admin]" in text

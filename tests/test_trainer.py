@@ -224,7 +224,7 @@ def test_warmup_longer_than_run_is_refused(tmp_path):
     # the decay's start too: a run bounded by epochs is only measured here, not in TrainConfig.validate
     cfg = TrainConfig.from_dict(config(max_epochs=1, schedule={"warmup_updates": 0, "decay_from": 50}))
     with pytest.raises(ConfigError, match=r"decay_from=50 is after the run's end \((\d+) updates = 1 epochs of \d+\): "
-                       r"set schedule.decay_from to at most \1 \(0: from the end of the warm-up\)"):
+                       r"set schedule.decay_from to 0 \(from the end of the warm-up\) or to 1\.\.\1, or lengthen"):
         Trainer(cfg, tmp_path / "r", ReverseTask(), None, progress=False).fit()
 
 

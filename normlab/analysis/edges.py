@@ -42,10 +42,11 @@ SOURCES: dict[str, tuple[str, str]] = {
     "sweep-schemes": ("sweep-schemes", "2-core AMD EPYC Zen 5, bf16"),
 }
 
-# The optimizer of each task's sweep runs (normlab.experiments.sweep._train_config: name, betas, weight decay),
-# copied so that reading the table does not import the experiments; a test checks they agree.
-_OPTIM = {"translation": ("adam", (0.9, 0.98), 0.0), "mlm": ("adamw", (0.9, 0.999), 0.01),
-          "lm": ("adamw", (0.9, 0.95), 0.1)}
+# The optimizer and loss of each task's sweep runs (normlab.experiments.sweep._train_config: name, betas, weight
+# decay, label smoothing), copied so that reading the table does not import the experiments; a test checks they
+# agree. sweep.json does not record them: they are the task's, the same for every sweep of it.
+_OPTIM = {"translation": ("adam", (0.9, 0.98), 0.0, 0.1), "mlm": ("adamw", (0.9, 0.999), 0.01, 0.0),
+          "lm": ("adamw", (0.9, 0.95), 0.1, 0.0)}
 
 
 def _asset() -> Path:
@@ -72,19 +73,21 @@ def collect(results: str | Path, sources: dict[str, tuple[str, str]] = SOURCES) 
             "max_tokens": c["max_tokens"], "vocab_size": c["vocab_size"], "seeds": c["seeds"], "lr_min": c["lr_min"],
             "lr_cap": c["lr_cap"], "resolution": c["resolution"], "optimizer": _OPTIM[c["task"]][0],
             "betas": list(_OPTIM[c["task"]][1]), "weight_decay": _OPTIM[c["task"]][2],
+            "label_smoothing": _OPTIM[c["task"]][3],
             "warmups": dict(d["warmup_lengths"]),
         }  # fmt: skip
         for r in d["frontier"]:
             seeds = [[p["last_stable"], p["first_unstable"]] for p in r["edge"]["per_seed"]]
             if not seeds:  # a curve the sweep has not run
                 continue
+            # grid rates not run yet: the curve is not finished, and its brackets may be a grid step wide
             out["edges"].append({"source": label, "scheme": r["scheme"], "warmup": r["warmup"], "width": r["width"],
-                                 "seeds": seeds})  # fmt: skip
+                                 "seeds": seeds, "missing_lrs": list(r.get("missing_lrs") or [])})  # fmt: skip
         for t in d["warmup_truth"]:
             for arm, v in t["verdicts"].items():
                 out["verdicts"].append({"source": label, "scheme": t["scheme"], "width": t["width"], "warmup": arm,
-                                        "verdict": v["verdict"], "plus": v.get("plus"), "decided": v.get("decided"),
-                                        "seeds": len(v.get("seeds") or [])})  # fmt: skip
+                                        "verdict": v["verdict"], "why": v.get("why", ""), "plus": v.get("plus"),
+                                        "decided": v.get("decided"), "seeds": len(v.get("seeds") or [])})  # fmt: skip
         for w in d["width_law"]:
             mean = (w.get("seed_mean") or {}).get("mean")
             if w.get("lo") is None or mean is None:
@@ -132,31 +135,47 @@ def _depth(cfg: Any, task: str) -> tuple[int, str]:
     return cfg.encoder_layers, f"{cfg.encoder_layers} layers"
 
 
-def summarize(seeds: Sequence[Sequence[float | None]]) -> dict[str, Any]:
-    """A curve's edge over its seeds: the median of the bracketed seeds' geometric centres and their range
-    [smallest last stable, largest first unstable); seeds censored (no unstable run up to the highest rate tried:
-    a lower bound) or below the grid (unstable from the smallest rate: an upper bound) counted apart, with their
-    bound."""
+def summarize(seeds: Sequence[Sequence[float | None]], cap: float | None = None) -> dict[str, Any]:
+    """A curve's edge over its seeds: the median of the bracketed seeds' geometric centres, their range [smallest
+    last stable, largest first unstable) and the widest bracket (the resolution reached); seeds censored (no
+    unstable run up to the highest rate tried: a lower bound; below ``cap``, the edge search had not finished) or
+    below the grid (unstable from the smallest rate: an upper bound) counted apart, with their bounds."""
     pairs = [(lo, hi) for lo, hi in seeds if lo is not None and hi is not None]
-    censored = [lo for lo, hi in seeds if hi is None and lo is not None]
-    below = [hi for lo, hi in seeds if lo is None and hi is not None]
+    censored = sorted(lo for lo, hi in seeds if hi is None and lo is not None)
+    below = sorted(hi for lo, hi in seeds if lo is None and hi is not None)
     return {"n": len(seeds), "bracketed": len(pairs), "censored": len(censored), "below_grid": len(below),
             "median": statistics.median(math.sqrt(lo * hi) for lo, hi in pairs) if pairs else None,
             "lo": min(lo for lo, _ in pairs) if pairs else None, "hi": max(hi for _, hi in pairs) if pairs else None,
-            "censored_at": min(censored) if censored else None, "below": max(below) if below else None}  # fmt: skip
+            "widest": max(hi / lo for lo, hi in pairs) if pairs else None,
+            "censored_at": censored, "unfinished": sum(1 for lo in censored if cap is not None and lo < cap),
+            "below": below}  # fmt: skip
 
 
-def _summary_text(s: dict[str, Any]) -> str:
-    if s["bracketed"] == 0 and s["censored"] == 0:
-        return f"below {s['below']:.3g} (every seed: unstable from the smallest rate, or too short to tell)"
-    if s["bracketed"] == 0 and s["below_grid"] == 0:  # the bound: the cap, or where an unfinished search stands
-        return f"at least {s['censored_at']:.3g} (no run unstable up to there in any seed: censored)"
-    notes = [f"seeds [{s['lo']:.3g}, {s['hi']:.3g})"] if s["bracketed"] else []
+def _summary_text(s: dict[str, Any], resolution: float, missing: Sequence[float] = ()) -> str:
+    notes = []
+    if s["bracketed"]:
+        head = f"{s['median']:.2g}"
+        notes.append(f"seeds [{s['lo']:.3g}, {s['hi']:.3g})")
+        # a bisection stopped early, or a grid step (2.15x at 3 a decade); rates named to 3 digits give 1.21x for 1.2x
+        if s["widest"] > resolution * 1.05:
+            notes.append(f"brackets up to {s['widest']:.2f}x, coarser than the search's {resolution:g}x")
+    elif s["censored"] and not s["below_grid"]:
+        head = f"at least {s['censored_at'][0]:.3g}"
+    elif s["below_grid"] and not s["censored"]:
+        head = f"below {s['below'][-1]:.3g}"
+    else:
+        head = "not bracketed"
     if s["censored"]:
-        notes.append(f"{s['censored']} censored at >= {s['censored_at']:.3g}")
+        lo, hi = s["censored_at"][0], s["censored_at"][-1]
+        bounds = f"{lo:.3g}" if lo == hi else f"{lo:.3g} .. {hi:.3g}"
+        notes.append(f"{s['censored']} of {s['n']} seeds censored, no run unstable up to {bounds}"
+                     + (" (the edge search had not finished)" if s["unfinished"] else ""))
     if s["below_grid"]:
-        notes.append(f"{s['below_grid']} below {s['below']:.3g}")
-    return (f"{s['median']:.2g}" if s["median"] is not None else "?") + f" ({', '.join(notes)})"
+        notes.append(f"{s['below_grid']} of {s['n']} seeds unstable from the smallest rate, {s['below'][-1]:.3g}, "
+                     "or too short to leave the plateau: the sweep cannot tell")
+    if missing:
+        notes.append(f"incomplete: {len(missing)} grid rate(s) not run")
+    return f"{head} ({'; '.join(notes)})"
 
 
 def measured(table: dict[str, Any], task: str, scheme: str, layers: int, width: int) -> dict[str, Any]:
@@ -179,10 +198,11 @@ def measured(table: dict[str, Any], task: str, scheme: str, layers: int, width: 
         src = sources[r["source"]]
         v = verdicts.get((r["source"], r["scheme"], r["width"], r["warmup"]))
         result["rows"].append({**r, "warmup_updates": src["warmups"].get(r["warmup"], 0), "summary":
-                               summarize(r["seeds"]), "verdict": v})  # fmt: skip
+                               summarize(r["seeds"], src["lr_cap"]), "verdict": v})  # fmt: skip
     # the same width at the other measured depths (a 6-layer model of a width measured only at 3 layers)
     result["other_depths"] = [
-        {**r, "layers": sources[r["source"]]["layers"], "summary": summarize(r["seeds"]),
+        {**r, "layers": sources[r["source"]]["layers"],
+         "summary": summarize(r["seeds"], sources[r["source"]]["lr_cap"]),
          "warmup_updates": sources[r["source"]]["warmups"].get(r["warmup"], 0),
          "verdict": verdicts.get((r["source"], r["scheme"], r["width"], r["warmup"]))}
         for r in sorted(rows, key=lambda r: (sources[r["source"]]["layers"], order[r["source"]], r["warmup"] != "none"))
@@ -194,27 +214,42 @@ def measured(table: dict[str, Any], task: str, scheme: str, layers: int, width: 
     return result
 
 
-def _measure_command(task: str, scheme: str, layers: int, width: int, ffn_ratio: float, n_heads: int) -> str:
+def _measure_command(cfg: Any, task: str, scheme: str) -> tuple[str, list[str]]:
+    """The ``normlab sweep`` command that measures the edge of the model of ``cfg`` nearest to it that a sweep can
+    express, and what it changes: a sweep runs E = D layers (the deeper stack's depth) and an FFN of a whole
+    multiple of d (the nearest)."""
+    layers, _ = _depth(cfg, task)
     base = "lm" if task == "lm" else "quick"  # the presets whose shape, length and arms the table's sweeps have
-    sets = [f"task={task}"] if task == "mlm" else []
-    sets += [f"schemes=[{scheme}]", f"layers={layers}", f"widths=[{width}]", "seeds=5"]
-    if ffn_ratio != 2 and float(ffn_ratio).is_integer():
-        sets.append(f"ffn_ratio={int(ffn_ratio)}")
-    if n_heads != 4:
-        sets.append(f"n_heads={n_heads}")
-    return (f"normlab sweep --scale {base} " + " ".join(f"--set '{s}'" for s in sets)
-            + f" --out sweep/{scheme.replace('/', '-')}-L{layers}-d{width}")
+    # the masked LM's adam warm-up is 2,000 updates (2/(1 - 0.999)), longer than the preset's 300: the paper's share
+    sets = [f"task={task}", "warmups=[none,paper]"] if task == "mlm" else []
+    sets += [f"schemes=[{scheme}]", f"layers={layers}", f"widths=[{cfg.d_model}]", "seeds=5"]
+    changes = []
+    if task == "translation" and cfg.encoder_layers != cfg.decoder_layers:
+        changes.append(f"{layers}-{layers} layers for your {cfg.encoder_layers}-{cfg.decoder_layers} (a sweep runs the "
+                       "encoder and decoder at one depth)")
+    ratio = cfg.d_ffn / cfg.d_model
+    whole = max(1, round(ratio))
+    if whole != ratio:
+        changes.append(f"FFN {whole}d for your {ratio:.3g}d (a sweep's FFN is a whole multiple of d)")
+    if whole != 2:
+        sets.append(f"ffn_ratio={whole}")
+    if cfg.n_heads != 4:
+        sets.append(f"n_heads={cfg.n_heads}")
+    command = (f"normlab sweep --scale {base} " + " ".join(f"--set '{x}'" for x in sets)
+               + f" --out sweep/{scheme.replace('/', '-')}-L{layers}-d{cfg.d_model}")
+    return command, changes
 
 
 def measured_for(cfg: Any, task: str, table: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """:func:`measured` for a ModelConfig of ``task`` (None for a task no sweep trains), with the command that
-    measures the model's own edge (``command``): diagnose's JSON."""
+    measures the model's own edge (``command``, and ``command_changes``: what of the model it cannot express):
+    diagnose's JSON."""
     if task not in _OPTIM:
         return None
     table = table if table is not None else load()
     layers, _ = _depth(cfg, task)
     m = measured(table, task, scheme_of(cfg), layers, cfg.d_model)
-    m["command"] = _measure_command(task, m["scheme"], layers, cfg.d_model, cfg.d_ffn / cfg.d_model, cfg.n_heads)
+    m["command"], m["command_changes"] = _measure_command(cfg, task, m["scheme"])
     return m
 
 
@@ -225,7 +260,8 @@ def edge_lines(cfg: Any, task: str, table: dict[str, Any] | None = None) -> list
     if m is None:
         return [f"measured stability edges: none for the {task} task (the sweeps train translation, masked-LM and "
                 "decoder-only LM models)"]
-    scheme, layers, width, command = m["scheme"], m["layers"], m["width"], m["command"]
+    scheme, layers, width = m["scheme"], m["layers"], m["width"]
+    command = m["command"] + "".join(f" (it runs {c})" for c in m["command_changes"])
     _, depth_text = _depth(cfg, task)
     head = "measured stability edges (the largest stable learning rate; normlab's committed sweeps, " \
            "normlab.analysis.edges):"
@@ -240,28 +276,31 @@ def edge_lines(cfg: Any, task: str, table: dict[str, Any] | None = None) -> list
         src = table["sources"][label]
         b1, b2 = src["betas"]
         optim = "Adam" if src["optimizer"] == "adam" else f"AdamW (weight decay {src['weight_decay']:g})"
+        smoothing = f", label smoothing {src['label_smoothing']:g}" if src["label_smoothing"] else ""
         lines.append(f"  {label} ({src['path']}; {src['where']}): {task}, {src['layers']}"
                      f"{'-' + str(src['layers']) if task == 'translation' else ''} layers, FFN {src['ffn_ratio']}d, "
                      f"{src['n_heads']} heads, dropout {src['dropout']:g}, {src['updates']} updates of "
-                     f"{src['max_tokens']:,} tokens, {optim} betas ({b1:g}, {b2:g}), the rate constant after the "
-                     f"warm-up; {src['seeds']} seed(s)")
+                     f"{src['max_tokens']:,} tokens, {optim} betas ({b1:g}, {b2:g}){smoothing}, the rate constant "
+                     f"after the warm-up; {src['seeds']} seed(s)")
         shown.append(label)
 
-    def row_line(r: dict[str, Any]) -> None:
-        arm = "no warm-up" if r["warmup"] == "none" else f"warm-up {r['warmup_updates']}"
-        text = f"    d={r['width']:<4} {arm:<13} {_summary_text(r['summary'])}"
-        if (v := r["verdict"]) is not None:  # the sign test's words (sweep.warmup_verdict): open seeds are neither
-            text += f"; warm-up {v['verdict']}"
-            if v["plus"] is not None:
-                text += f": raised the edge in {v['plus']} of {v['seeds']} seeds"
-                if v["decided"] is not None and v["decided"] < v["seeds"]:
-                    text += f" ({v['seeds'] - v['decided']} open)"
-        lines.append(text + ("   <- this width" if r["width"] == width else ""))
-
-    for r in m["rows"]:
+    def row_line(r: dict[str, Any], mark: bool) -> None:
         if r["source"] not in shown:
             source_line(r["source"])
-        row_line(r)
+        arm = "no warm-up" if r["warmup"] == "none" else f"warm-up {r['warmup_updates']}"
+        resolution = table["sources"][r["source"]]["resolution"]
+        text = f"    d={r['width']:<4} {arm:<13} {_summary_text(r['summary'], resolution, r.get('missing_lrs', ()))}"
+        if (v := r["verdict"]) is not None:  # the sign test's words (sweep.warmup_verdict)
+            if v["decided"]:
+                open_seeds = v["seeds"] - v["decided"]
+                text += (f"; warm-up {v['verdict']}: raised the edge in {v['plus']} of {v['seeds']} seeds"
+                         + (f" ({open_seeds} open)" if open_seeds else ""))
+            else:
+                text += f"; warm-up {v['verdict']}" + (f" ({v['why']})" if v.get("why") else "")
+        lines.append(text + ("   <- this width" if mark and r["width"] == width else ""))
+
+    for r in m["rows"]:
+        row_line(r, mark=True)
     for w in m["width_laws"]:
         arm = "no warm-up" if w["warmup"] == "none" else "warm-up"
         lines.append(f"  width law ({w['source']}, {arm}, d = {', '.join(map(str, w['widths']))}): edge ~ "
@@ -270,30 +309,27 @@ def edge_lines(cfg: Any, task: str, table: dict[str, Any] | None = None) -> list
     if m["other_depths"]:
         lines.append(f"  d={width} at other depths:")
         for r in m["other_depths"]:
-            if r["source"] not in shown:
-                source_line(r["source"])
-            row_line(r)
-    nearest = m["nearest_depth"]
+            row_line(r, mark=False)
     near = [table["sources"][label] for label in {r["source"] for r in m["rows"]}]
     gaps = []
-    if nearest != layers or (task == "translation" and cfg.encoder_layers != cfg.decoder_layers):
+    if m["nearest_depth"] != layers or (task == "translation" and cfg.encoder_layers != cfg.decoder_layers):
         gaps.append(f"its depth ({depth_text}; measured: {', '.join(map(str, m['depths']))})")
     if not m["width_measured"]:
         gaps.append(f"its width (d={width})")
     ratio = cfg.d_ffn / cfg.d_model
     if all(src["ffn_ratio"] != ratio for src in near):
-        gaps.append(f"its FFN ({ratio:g}d)")
+        gaps.append(f"its FFN ({ratio:.3g}d)")
     if all(src["n_heads"] != cfg.n_heads for src in near):
         gaps.append(f"its {cfg.n_heads} heads")
+    shape = f"your model ({depth_text}, d={width}, FFN {ratio:.3g}d, {cfg.n_heads} heads)"
     if gaps:
-        lines.append(f"  your model ({depth_text}, d={width}, FFN {ratio:g}d, {cfg.n_heads} heads): not measured at "
-                     f"{', '.join(gaps)}; an edge moves with the model's shape and with the run's length, batch and "
-                     "optimizer, so read these as another model's. To measure yours (bisected, 5 seeds, both warm-up "
-                     f"arms): {command}")
+        lines.append(f"  {shape}: not measured at {', '.join(gaps)}; an edge moves with the model's shape and with "
+                     "the run's length, batch and optimizer, so read these as another model's. To measure yours "
+                     f"(bisected, 5 seeds, with and without warm-up): {command}")
     else:
-        lines.append(f"  your model ({depth_text}, d={width}, FFN {ratio:g}d, {cfg.n_heads} heads) has this shape; "
-                     f"its run's length, batch and optimizer may differ, and an edge moves with them. To measure it "
-                     f"with your own: {command} (with --set updates=... --set max_tokens=...)")
+        lines.append(f"  {shape} has these runs' depth, width, FFN and heads; not compared: its positions, activation "
+                     "and embeddings, and your run's length, batch and optimizer, which an edge moves with too. To "
+                     f"measure it with your run's settings: {command} (with --set updates=... --set max_tokens=...)")
     return lines
 
 

@@ -41,8 +41,12 @@ def corpora_root() -> Path:
 
 
 def edges_file() -> Path:
-    """The table of measured stability edges (normlab.analysis.edges owns its format)."""
-    return _dir("edges.json")
+    """The table of measured stability edges (normlab.analysis.edges owns its format); FileNotFoundError when
+    normlab runs from a zip archive."""
+    path = resources.files(__name__) / "edges.json"
+    if not isinstance(path, Path):
+        raise FileNotFoundError(f"normlab's edges.json is inside a zip archive ({path}); install normlab unzipped")
+    return path
 
 
 def configs_dir() -> Path:

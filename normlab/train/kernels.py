@@ -125,12 +125,18 @@ def _signature(t: Tensor | None) -> tuple | None:
     return None if t is None else (tuple(t.shape), t.stride(), str(t.dtype), str(t.device))
 
 
-def _choice_key(calls: Sequence[Call], impls: Sequence[str], rounds: int) -> tuple:
+def _autocast_state(device_type: str) -> tuple[bool, str]:
+    """Whether autocast is on for ``device_type`` where this is called, and its dtype: the kernels are timed
+    inside the run's context, and an fp32 model under bf16 autocast is timed otherwise than one without."""
+    return torch.is_autocast_enabled(device_type), str(torch.get_autocast_dtype(device_type))
+
+
+def _choice_key(calls: Sequence[Call], impls: Sequence[str], rounds: int, autocast: tuple[bool, str]) -> tuple:
     """What a measurement depends on besides the machine's load: every call's inputs as the kernels see them
-    (values aside), the kernels compared, the rounds, and the threads they run on."""
+    (values aside), the autocast they are timed under, the kernels compared, the rounds, and the threads."""
     shapes = tuple((_signature(q), _signature(k), _signature(v), _signature(mask), causal)
                    for q, k, v, mask, causal in calls)  # fmt: skip
-    return shapes, tuple(impls), rounds, torch.get_num_threads()
+    return shapes, autocast, tuple(impls), rounds, torch.get_num_threads()
 
 
 def forget_choices() -> None:
@@ -160,13 +166,15 @@ def choose_attention(
         try:
             with context():
                 calls = record_attention_calls(forward)
+                autocast = _autocast_state(calls[0][0].device.type) if calls else (False, "")
         finally:
             model.train(was_training)
-        key = _choice_key(calls, impls, rounds)
+        key = _choice_key(calls, impls, rounds, autocast)
         if key in _CHOICES:  # the same shapes measured earlier in this process (module docstring)
-            return AttentionChoice(_CHOICES[key], cached=True)
+            earlier = _CHOICES[key]
+            return AttentionChoice(earlier, ms=dict(earlier["ms"]), cached=True)
         ms = time_attention(calls, impls, context=context, rounds=rounds)
     best = min(impls, key=lambda impl: ms[impl])
     choice = AttentionChoice(impl=best, ms={k: round(v, 3) for k, v in ms.items()}, calls=len(calls))
     _CHOICES[key] = choice
-    return AttentionChoice(choice)
+    return AttentionChoice(choice, ms=dict(choice["ms"]))
