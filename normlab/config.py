@@ -1019,4 +1019,8 @@ class TrainConfig(Strict):
             raise self.error("label_smoothing", f"must be in [0, 1), got {self.label_smoothing}")
         length = f"max_updates={self.max_updates}"
         if self.max_updates and (why := self.schedule.past_the_end(self.max_updates, length)):
+            if self.budget_hours and self.schedule.decay == "linear" and self.schedule.decay_from > self.max_updates:
+                # the budget's own rule (above) refuses decay_from 0 and below 20: name the range both allow
+                why += (f" (with budget_hours: decay_from {BUDGET_WINDOW}..{self.max_updates}, or budget_hours=0)"
+                        if self.max_updates >= BUDGET_WINDOW else " (and budget_hours=0: too short to time)")
             raise self.error("schedule", why)

@@ -40,6 +40,22 @@ def test_de_en_cpu_is_its_measured_run():
     assert measured.replace(data=measured.data.replace(cache_dir=""), **pinned) == cfg
 
 
+def test_a_short_trial_of_the_recipe_is_told_which_settings_allow_it():
+    """`--set max_updates=50` on de-en-cpu (decay from update 100, length by budget_hours) is refused; the message
+    names a decay_from that both the schedule and the budget's rule accept, and following it works."""
+    from normlab.config import apply_overrides
+
+    data = load_config_file("de-en-cpu")
+    with pytest.raises(ConfigError, match=r"decay_from=100 is after the run's end \(max_updates=50\): .* \(with "
+                       r"budget_hours: decay_from 20\.\.50, or budget_hours=0\)"):
+        TrainConfig.from_dict(apply_overrides(data, ["max_updates=50"]))
+    short = TrainConfig.from_dict(apply_overrides(data, ["max_updates=50", "schedule.decay_from=20"]))
+    assert short.budget_at == 20 and short.max_updates == 50
+    assert TrainConfig.from_dict(apply_overrides(data, ["max_updates=50", "schedule.decay_from=0", "budget_hours=0"]))
+    with pytest.raises(ConfigError, match=r"\(and budget_hours=0: too short to time\)"):
+        TrainConfig.from_dict(apply_overrides(data, ["max_updates=10"]))
+
+
 @pytest.mark.slow
 def test_the_gpu_ceiling_script_runs_its_smoke_version(tmp_path, data_cache):
     """Issue 37's device script (docs/results/de-en-cpu/gpu-calibration/device-ceiling.sh) waits for a session with
