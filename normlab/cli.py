@@ -122,7 +122,8 @@ def _diagnose(args: argparse.Namespace) -> int:
     result = diagnose_config(cfg, task, steps=args.steps, seed=args.seed, mode=args.mode, max_tokens=args.max_tokens)
     layers = (f"{cfg.decoder_layers} decoder" if task == "lm" else f"{cfg.encoder_layers} encoder"
               + (f" / {cfg.decoder_layers} decoder" if task == "translation" else ""))
-    print(f"{task} model, placement={cfg.placement.value}, {layers} layers, at initialisation, on {args.steps} "
+    norm = "" if cfg.norm == "layernorm" else f", norm={cfg.norm}"
+    print(f"{task} model, placement={cfg.placement.value}{norm}, {layers} layers, at initialisation, on {args.steps} "
           "synthetic batches of its task (Zipf-distributed token ids, normlab.analysis.sources: the model as built, not "
           "your data)")
     print(result.summary())
@@ -134,7 +135,7 @@ def _diagnose(args: argparse.Namespace) -> int:
               "(none was \"not needed\"); what set Post-LN apart was the edge's level without warm-up (8e-4 to "
               "2.9e-3, 30-220x below "
               "Pre-LN, LNS, Peri-LN and OLMo 2's output norm). S also moves with settings that are not the placement "
-              "(positional, activation, scale_embedding): for an LM, measure the edge with normlab sweep --set task=lm")
+              "(positional, activation, scale_embedding): for an LM, measure the edge with normlab sweep --scale lm")
     from normlab.analysis.edges import edge_lines, load, measured_for
 
     # beside the verdict, what the committed sweeps measured of the learning rate a model of this kind stands
@@ -144,7 +145,7 @@ def _diagnose(args: argparse.Namespace) -> int:
         table = None
         print(f"measured stability edges: not available ({e})")
     else:
-        print("\n".join(edge_lines(cfg, task, table)))
+        print("\n".join(edge_lines(cfg, task, table, advised=result.warmup_advised)))
     if args.json:
         edges = measured_for(cfg, task, table) if table is not None else None
         with open(args.json, "w", encoding="utf-8") as f:

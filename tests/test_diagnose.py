@@ -267,13 +267,14 @@ def test_diagnose_command(placement, word, advised, tmp_path):
     # beside the verdict, the committed sweeps' edges (normlab.analysis.edges): Post-LN and Pre-LN were swept on
     # translation, nearest to 12-12 at 6-6 layers; ReZero was not, and the command that measures it is given
     edges = res["measured_edges"]
-    assert "measured stability edges" in proc.stdout and edges["scheme"] == placement and edges["layers"] == 12
-    assert edges["command"] in proc.stdout and f"'schemes=[{placement}]' --set 'layers=12'" in edges["command"]
+    text = " ".join(line.strip() for line in proc.stdout.splitlines())  # the section is wrapped at 118 columns
+    assert "measured stability edges" in text and edges["scheme"] == placement and edges["layers"] == 12
+    assert edges["command"] in text and f"'schemes=[{placement}]' --set 'layers=12'" in edges["command"]
     if placement == "rezero":
-        assert edges["rows"] == [] and "rezero was not swept on the translation task" in proc.stdout
+        assert edges["rows"] == [] and "rezero was not swept on the translation task" in text
     else:
-        assert edges["nearest_depth"] == 6 and edges["rows"]
-        assert "not measured at its depth (12-12 layers" in proc.stdout
+        assert edges["nearest_depth"] == 6 and edges["rows"] and "answer: nearest measured model" in text
+        assert "differs from the nearest rows in: depth 12-12 layers (measured: 3, 6)" in text
 
 
 def test_a_verdict_without_the_pattern_or_inside_the_gap_says_it_is_uncertain():
@@ -303,7 +304,7 @@ def test_diagnose_says_its_calibration_held_no_causal_lm(capsys):
     assert main(["diagnose", "--task", "lm", "--set", "d_model=32", "--set", "n_heads=2", "--set", "d_ffn=64",
                  "--set", "decoder_layers=2", "--steps", "1"]) == 0  # fmt: skip
     out = capsys.readouterr().out
-    assert "never on a causal LM" in out and "normlab sweep --set task=lm" in out
+    assert "never on a causal LM" in out and "normlab sweep --scale lm" in out
     assert main(["diagnose", "--set", "d_model=32", "--set", "n_heads=2", "--set", "d_ffn=64", "--set",
                  "encoder_layers=2", "--set", "decoder_layers=2", "--steps", "1"]) == 0  # fmt: skip
     assert "causal LM" not in capsys.readouterr().out

@@ -42,11 +42,13 @@ def test_the_optimizers_are_the_sweeps():
     from normlab.experiments.sweep import SWEEP_SCALES, _train_config
 
     for task, (name, betas, wd, smoothing) in edges._OPTIM.items():
+        model = edges._MODEL[task]
         cfg = SWEEP_SCALES["quick"].replace(task=task, warmups=("none",))  # mlm's adam warm-up outlasts 300 updates
         ctx = Context(translation_updates_per_epoch=1)
         tc = _train_config(cfg, ctx, scheme="post", warmup="none", width=64, lr=1e-3, seed=1)
         assert (tc.optim.name, tuple(tc.optim.betas), tc.optim.weight_decay, tc.label_smoothing) == (
             name, betas, wd, smoothing), task
+        assert edges._model_settings(tc.model) == model, task
 
 
 def test_summarize_keeps_censored_and_below_grid_seeds_apart():
@@ -65,14 +67,15 @@ def test_summarize_keeps_censored_and_below_grid_seeds_apart():
     assert "brackets up to 2.15x, coarser than the search's 1.2x" in text and "not finished" not in text
     assert "incomplete: 1 grid rate(s) not run" in text
     assert edges._summary_text(edges.summarize([[0.01, None], [0.02, None]], 1.0), 1.2).startswith("at least 0.01 (")
-    assert edges._summary_text(edges.summarize([[None, 1e-4]], 1.0), 1.2).startswith("below 0.0001 (")
+    assert edges._summary_text(edges.summarize([[None, 1e-4]], 1.0), 1.2).startswith("no edge measured, below 0.0001 (")
     assert edges._summary_text(edges.summarize([[None, 1e-4], [0.5, None]], 1.0), 1.2).startswith("not bracketed (")
 
 
 def _table():
     src = dict(task="translation", ffn_ratio=2, n_heads=4, dropout=0.1, updates=300, max_tokens=1024, vocab_size=8000,
                seeds=2, lr_min=1e-4, lr_cap=1.0, resolution=1.2, optimizer="adam", betas=[0.9, 0.98],
-               weight_decay=0.0, label_smoothing=0.1, warmups={"none": 0, "adam": 100}, where="here")  # fmt: skip
+               weight_decay=0.0, label_smoothing=0.1, warmups={"none": 0, "adam": 100}, where="here",
+               model={"positional": "sinusoidal", "activation": "relu", "scale_embedding": True})  # fmt: skip
     return {
         "sources": {"a3": {**src, "layers": 3, "path": "docs/results/a3"},
                     "b6": {**src, "layers": 6, "path": "docs/results/b6", "seeds": 1}},
@@ -99,16 +102,19 @@ def test_measured_takes_the_nearest_depth_and_says_what_was_not_measured():
     t = _table()
     m = edges.measured(t, "translation", "post", 4, 64)  # |ln(4/3)| < |ln(4/6)|: the 3-layer sweep
     assert m["nearest_depth"] == 3 and m["depths"] == [3, 6] and m["width_measured"]
-    assert [(r["width"], r["warmup"]) for r in m["rows"]] == [(64, "none"), (64, "adam"), (128, "none"),
-                                                              (128, "adam")]
+    assert [(r["width"], r["warmup"], r["run"]) for r in m["rows"]] == [(64, "none", True), (64, "adam", True),
+                                                                        (128, "none", True), (128, "adam", True)]
     assert m["rows"][1]["verdict"]["verdict"] == "inconclusive" and m["rows"][1]["warmup_updates"] == 100
-    assert m["other_depths"] == []
-    m = edges.measured(t, "translation", "post", 5, 128)  # nearer 6: the 6-layer rows, the 3-layer d=128 beside
-    assert m["nearest_depth"] == 6 and [r["source"] for r in m["rows"]] == ["b6"]
+    assert m["other_depths"] == [] and set(m["sources"]) == {"a3"}
+    # nearer 6: the 6-layer rows, the arm that sweep did not run said as such, the 3-layer d=128 beside them
+    m = edges.measured(t, "translation", "post", 5, 128)
+    assert m["nearest_depth"] == 6 and [(r["source"], r["warmup"], r["run"]) for r in m["rows"]] == [
+        ("b6", "none", True), ("b6", "adam", False)]
     assert [(r["source"], r["width"], r["warmup"]) for r in m["other_depths"]] == [("a3", 128, "none"),
                                                                                    ("a3", 128, "adam")]
-    m = edges.measured(t, "translation", "deepnorm", 3, 64)
-    assert m["rows"] == [] and m["schemes"] == ["post", "pre"]
+    # the same keys whatever is found (diagnose's JSON)
+    empty = edges.measured(t, "translation", "deepnorm", 3, 64)
+    assert empty["rows"] == [] and empty["schemes"] == ["post", "pre"] and set(empty) == set(m)
     assert edges.measured(t, "lm", "post", 3, 64)["rows"] == []
 
 
@@ -117,42 +123,68 @@ def test_edge_lines_read_the_rows_and_give_a_command_that_the_sweep_takes():
 
     t = _table()
     cfg = ModelConfig(placement="post", d_model=64, d_ffn=128, n_heads=4, encoder_layers=3, decoder_layers=3)
-    text = "\n".join(edges.edge_lines(cfg, "translation", t))
-    assert "d=64   no warm-up    0.0027 (seeds [0.002, 0.0036))   <- this width" in text
-    assert "warm-up inconclusive: raised the edge in 2 of 2 seeds" in text and "label smoothing 0.1" in text
-    # no seed decided: the verdict's reason, not "0 of 0 seeds"
+    lines = edges.edge_lines(cfg, "translation", t)
+    text = " ".join(line.strip() for line in lines)  # wrapped at 118 columns: read as one text
+    assert max(map(len, lines)) <= 120
+    assert "  > d=64   no warm-up    0.0027 (seeds [0.002, 0.0036))" in lines
+    # the plain answer: the model's own cell, both arms and the verdict
+    assert ("answer: nearest measured model: post, 3-3 layers, d=64 (a3: 2 seed(s), 300 updates of 1,024 tokens): "
+            "without warm-up, stable up to ~0.0027 (seeds 0.002..0.0036); with a 100-update warm-up, stable up to "
+            "~0.0066 (seeds 0.005..0.0084); warm-up inconclusive: it raised the edge in 2 of 2 seeds.") in text
+    assert "label smoothing 0.1" in text
+    # no seed decided: the verdict's reason, not "0 of 0 seeds"; an unfinished curve said
     assert "warm-up undecided (a run of an arm failed or has not finished)" in text and "0 of 0" not in text
     assert "1 of 2 seeds censored, no run unstable up to 0.01 (the edge search had not finished); incomplete" in text
-    assert "edge ~ d^-1.08 (seeds' fits -1.30 .. -0.90" in text
-    assert "has these runs' depth, width, FFN and heads" in text
-    # a model of another depth, width and FFN: each named, and the command that measures it
-    cfg = ModelConfig(placement="post", d_model=512, d_ffn=2048, n_heads=8, encoder_layers=6, decoder_layers=6)
+    assert "edge ~ d^-1.08 (seeds' fits -1.30 .. -0.90; for Post-LN, Theorem 1" in text
+    assert "has the nearest rows' depth, width, FFN, heads, dropout" in text
+    # diagnose's verdict against the rows: said when they point different ways, not otherwise
+    assert "answer different questions" not in text
+    assert "answer different" not in " ".join(edges.edge_lines(cfg, "translation", t, advised=False))
+    needed = {**t, "verdicts": [{**t["verdicts"][0], "verdict": "needed"}]}
+    assert "answer different" in " ".join(edges.edge_lines(cfg, "translation", needed, advised=False))
+    assert "answer different" not in " ".join(edges.edge_lines(cfg, "translation", needed, advised=True))
+    # a model of another depth, width, FFN, heads and dropout: each named, and the command that measures it
+    cfg = ModelConfig(placement="post", d_model=512, d_ffn=2048, n_heads=8, encoder_layers=6, decoder_layers=6,
+                      dropout=0.3)
+    m = edges.measured_for(cfg, "translation", t)
+    assert m["differences"] == ["width d=512 (measured: 128)", "FFN 4d (measured: 2d)", "heads 8 (measured: 4)",
+                                "dropout 0.3 (measured: 0.1)"]
     lines = edges.edge_lines(cfg, "translation", t)
-    [last] = [line for line in lines if "your model" in line]
-    assert "not measured at its width (d=512), its FFN (4d), its 8 heads" in last
-    command = edges.measured_for(cfg, "translation", t)["command"]
-    assert command in last
-    argv = shlex.split(command)
+    assert "differs from the nearest rows in: width d=512" in " ".join(line.strip() for line in lines)
+    argv = shlex.split(m["command"])
     assert argv[:4] == ["normlab", "sweep", "--scale", "quick"]
     sets = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
     sweep = SweepConfig.from_dict(apply_overrides(sweep_scale("quick").to_dict(), sets))
-    assert (sweep.schemes, sweep.layers, sweep.widths, sweep.ffn_ratio, sweep.n_heads, sweep.seeds) == (
-        ("post",), 6, (512,), 4, 8, 5)
-    # what a sweep cannot express is said beside its command: E != D, an FFN that is no whole multiple of d
-    odd = ModelConfig(placement="post", d_model=64, d_ffn=170, n_heads=4, encoder_layers=6, decoder_layers=2)
+    assert (sweep.schemes, sweep.layers, sweep.widths, sweep.ffn_ratio, sweep.n_heads, sweep.seeds, sweep.dropout) == (
+        ("post",), 6, (512,), 4, 8, 5, 0.3)
+    # what a sweep cannot express is said beside its command: E != D, an FFN no whole multiple of d, positions
+    odd = ModelConfig(placement="post", d_model=64, d_ffn=170, n_heads=4, encoder_layers=6, decoder_layers=2,
+                      positional="learned")
     m = edges.measured_for(odd, "translation", t)
-    assert m["command_changes"] == ["6-6 layers for your 6-2 (a sweep runs the encoder and decoder at one depth)",
-                                    "FFN 3d for your 2.66d (a sweep's FFN is a whole multiple of d)"]
-    assert "(it runs 6-6 layers for your 6-2" in "\n".join(edges.edge_lines(odd, "translation", t))
+    assert m["command_changes"] == ["6-6 layers for your 6-2", "FFN 3d for your 2.66d",
+                                    "positional sinusoidal for your learned"]
+    assert "positional learned (measured: sinusoidal)" in m["differences"]
     # every task's command is one the sweep accepts (the masked LM's 2,000-update adam warm-up outlasts the preset)
     for task in ("translation", "mlm", "lm"):
         argv = shlex.split(edges.measured_for(cfg, task, t)["command"])
         sets = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
         SweepConfig.from_dict(apply_overrides(sweep_scale(argv[3]).to_dict(), sets))
     # a scheme the sweeps did not run on the task: said, with the command
-    text = "\n".join(edges.edge_lines(cfg.replace(placement="admin"), "translation", t))
+    text = " ".join(line.strip() for line in edges.edge_lines(cfg.replace(placement="admin"), "translation", t))
     assert "admin was not swept on the translation task (swept there: post, pre)" in text and "schemes=[admin]" in text
     # a task no sweep trains
-    assert "none for the classification task" in edges.edge_lines(cfg, "classification", t)[0]
+    assert "none for the classification task (the committed sweeps trained translation models)" in " ".join(
+        edges.edge_lines(cfg, "classification", t))
     # a norm other than LayerNorm is part of the scheme's name, as the sweeps spell it
     assert edges.scheme_of(cfg.replace(placement="pre", norm="dyt")) == "pre/dyt"
+
+
+def test_the_answer_looks_at_another_depth_when_the_nearest_has_no_edge():
+    t = _table()
+    cfg = ModelConfig(placement="post", d_model=128, d_ffn=256, n_heads=4, encoder_layers=6, decoder_layers=6)
+    text = " ".join(line.strip() for line in edges.edge_lines(cfg, "translation", t))
+    assert ("answer: nearest measured model: post, 6-6 layers, d=128 (b6: 1 seed(s), 300 updates of 1,024 tokens): "
+            "without warm-up, no edge measured (the runs never left the plateau, from 0.0001); with a 100-update "
+            "warm-up, not run.") in text
+    assert "At your width, another depth: post, 3-3 layers, d=128 (a3:" in text
+    assert "b6: without warm-up no run of 300 updates left the plateau at any rate from 0.0001" in text

@@ -181,8 +181,9 @@ SHALLOW_LAYERS = 3
 (measured at 3 layers; 2-layer stacks are shallower still and get it too)."""
 
 SHALLOW_NOTE = (
-    "Measured at 3 layers (normlab sweep --scale quick --set seeds=5: 3-3 layers, 300 updates, five seeds, each "
-    "stability edge bisected to 1.2x): a linear warm-up over 2/(1 - beta2) updates (100 with Adam's beta2 = 0.98) "
+    "Measured on translation models at 3-3 layers (normlab sweep --scale quick --set seeds=5: 300 updates, five "
+    "seeds, each stability edge bisected to 1.2x): a linear warm-up over 2/(1 - beta2) updates (100 with Adam's "
+    "beta2 = 0.98) "
     "raised the largest stable learning rate in 5 of 5 seeds at d = 64 and 128, Post-LN's and Pre-LN's alike; what "
     "sets Post-LN apart is that without warm-up its edge is about 30x lower (about 2e-3 at d = 64 and 1.2e-3 at "
     "d = 128, near the learning rates one trains at). A warm-up of 36 updates, shorter than Adam's 1/(1 - beta2) "

@@ -21,11 +21,13 @@ import argparse
 import json
 import math
 import statistics
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SOURCES", "collect", "dumps", "load", "scheme_of", "measured", "measured_for", "edge_lines", "main"]
+__all__ = ["SOURCES", "collect", "dumps", "load", "scheme_of", "measured", "differences", "measured_for",
+           "edge_lines", "main"]
 
 # The sweeps the table holds, each a folder of docs/results with a sweep.json written under issue 40's definitions
 # (one stability criterion, each seed's edge bisected), and where its runs trained (the sweep.json of a report
@@ -47,6 +49,11 @@ SOURCES: dict[str, tuple[str, str]] = {
 # agree. sweep.json does not record them: they are the task's, the same for every sweep of it.
 _OPTIM = {"translation": ("adam", (0.9, 0.98), 0.0, 0.1), "mlm": ("adamw", (0.9, 0.999), 0.01, 0.0),
           "lm": ("adamw", (0.9, 0.95), 0.1, 0.0)}
+# The model settings of each task's sweep runs that a sweep does not vary (_train_config again; the test too): what
+# diagnose compares with the user's model besides depth, width, FFN, heads and dropout.
+_MODEL = {"translation": {"positional": "sinusoidal", "activation": "relu", "scale_embedding": True},
+          "mlm": {"positional": "learned", "activation": "gelu", "scale_embedding": False},
+          "lm": {"positional": "rope", "activation": "gelu", "scale_embedding": False}}
 
 
 def _asset() -> Path:
@@ -73,7 +80,7 @@ def collect(results: str | Path, sources: dict[str, tuple[str, str]] = SOURCES) 
             "max_tokens": c["max_tokens"], "vocab_size": c["vocab_size"], "seeds": c["seeds"], "lr_min": c["lr_min"],
             "lr_cap": c["lr_cap"], "resolution": c["resolution"], "optimizer": _OPTIM[c["task"]][0],
             "betas": list(_OPTIM[c["task"]][1]), "weight_decay": _OPTIM[c["task"]][2],
-            "label_smoothing": _OPTIM[c["task"]][3],
+            "label_smoothing": _OPTIM[c["task"]][3], "model": _MODEL[c["task"]],
             "warmups": dict(d["warmup_lengths"]),
         }  # fmt: skip
         for r in d["frontier"]:
@@ -87,6 +94,7 @@ def collect(results: str | Path, sources: dict[str, tuple[str, str]] = SOURCES) 
             for arm, v in t["verdicts"].items():
                 out["verdicts"].append({"source": label, "scheme": t["scheme"], "width": t["width"], "warmup": arm,
                                         "verdict": v["verdict"], "why": v.get("why", ""), "plus": v.get("plus"),
+                                        "minus": sum(1 for x in v.get("signs") or [] if x is not None and x < 0),
                                         "decided": v.get("decided"), "seeds": len(v.get("seeds") or [])})  # fmt: skip
         for w in d["width_law"]:
             mean = (w.get("seed_mean") or {}).get("mean")
@@ -162,7 +170,7 @@ def _summary_text(s: dict[str, Any], resolution: float, missing: Sequence[float]
     elif s["censored"] and not s["below_grid"]:
         head = f"at least {s['censored_at'][0]:.3g}"
     elif s["below_grid"] and not s["censored"]:
-        head = f"below {s['below'][-1]:.3g}"
+        head = f"no edge measured, below {s['below'][-1]:.3g}"
     else:
         head = "not bracketed"
     if s["censored"]:
@@ -170,54 +178,98 @@ def _summary_text(s: dict[str, Any], resolution: float, missing: Sequence[float]
         bounds = f"{lo:.3g}" if lo == hi else f"{lo:.3g} .. {hi:.3g}"
         notes.append(f"{s['censored']} of {s['n']} seeds censored, no run unstable up to {bounds}"
                      + (" (the edge search had not finished)" if s["unfinished"] else ""))
-    if s["below_grid"]:
+    if s["below_grid"] == s["n"]:
+        notes.append("every seed unstable from the smallest rate, or too short to leave the plateau: the sweep "
+                     "cannot tell which")
+    elif s["below_grid"]:
         notes.append(f"{s['below_grid']} of {s['n']} seeds unstable from the smallest rate, {s['below'][-1]:.3g}, "
-                     "or too short to leave the plateau: the sweep cannot tell")
+                     "or too short to leave the plateau")
     if missing:
         notes.append(f"incomplete: {len(missing)} grid rate(s) not run")
     return f"{head} ({'; '.join(notes)})"
 
 
 def measured(table: dict[str, Any], task: str, scheme: str, layers: int, width: int) -> dict[str, Any]:
-    """What the table holds for a model of ``task``, ``scheme``, depth ``layers`` and width ``width``: the rows at
-    the measured depth nearest to ``layers`` (all widths, both warm-up arms, every source), whether the depth and
-    the width themselves were measured, and the schemes measured on the task when this one was not."""
+    """What the table holds for a model of ``task``, ``scheme``, depth ``layers`` and width ``width``, always with
+    the same keys: the rows at the measured depth nearest to ``layers`` (every width and source, both warm-up arms;
+    an arm its sweep did not run is a row with ``run`` false), the same width at the other measured depths, the
+    width laws at that depth, the sources they come from, and the schemes measured on the task."""
     sources = {k: v for k, v in table["sources"].items() if v["task"] == task}
     rows = [r for r in table["edges"] if r["source"] in sources and r["scheme"] == scheme]
-    result: dict[str, Any] = {"task": task, "scheme": scheme, "layers": layers, "width": width, "rows": [],
-                              "depths": sorted({sources[r["source"]]["layers"] for r in rows}),
-                              "schemes": sorted({r["scheme"] for r in table["edges"] if r["source"] in sources})}
+    result: dict[str, Any] = {"task": task, "scheme": scheme, "layers": layers, "width": width,
+                              "schemes": sorted({r["scheme"] for r in table["edges"] if r["source"] in sources}),
+                              "depths": sorted({sources[r["source"]]["layers"] for r in rows}), "nearest_depth": None,
+                              "rows": [], "other_depths": [], "width_measured": False, "width_laws": [],
+                              "sources": {}}  # fmt: skip
     if not rows:
         return result
     nearest = min(result["depths"], key=lambda n: (abs(math.log(n / layers)), n))
     result["nearest_depth"] = nearest
     verdicts = {(v["source"], v["scheme"], v["width"], v["warmup"]): v for v in table["verdicts"]}
     order = {label: i for i, label in enumerate(table["sources"])}  # a source's rows together, in the table's order
-    for r in sorted((r for r in rows if sources[r["source"]]["layers"] == nearest),
-                    key=lambda r: (order[r["source"]], r["width"], r["warmup"] != "none", r["warmup"])):
-        src = sources[r["source"]]
-        v = verdicts.get((r["source"], r["scheme"], r["width"], r["warmup"]))
-        result["rows"].append({**r, "warmup_updates": src["warmups"].get(r["warmup"], 0), "summary":
-                               summarize(r["seeds"], src["lr_cap"]), "verdict": v})  # fmt: skip
+    by_key = {(r["source"], r["width"], r["warmup"]): r for r in rows}
+
+    def full(label: str, w: int, arm: str) -> dict[str, Any]:
+        src, r = sources[label], by_key.get((label, w, arm))
+        return {"source": label, "scheme": scheme, "warmup": arm, "width": w, "layers": src["layers"],
+                "warmup_updates": src["warmups"].get(arm, 0), "run": r is not None,
+                "seeds": r["seeds"] if r else [], "missing_lrs": r.get("missing_lrs", []) if r else [],
+                "summary": summarize(r["seeds"], src["lr_cap"]) if r else None,
+                "verdict": verdicts.get((label, scheme, w, arm)) if r else None}  # fmt: skip
+
+    def arms(label: str) -> list[str]:  # no warm-up first, then the warm-up arms the sweep ran
+        return sorted(sources[label]["warmups"], key=lambda a: (a != "none", a))
+
+    cells = sorted({(r["source"], r["width"]) for r in rows}, key=lambda c: (order[c[0]], c[1]))
+    result["rows"] = [full(label, w, arm) for label, w in cells if sources[label]["layers"] == nearest
+                      for arm in arms(label)]  # fmt: skip
     # the same width at the other measured depths (a 6-layer model of a width measured only at 3 layers)
-    result["other_depths"] = [
-        {**r, "layers": sources[r["source"]]["layers"],
-         "summary": summarize(r["seeds"], sources[r["source"]]["lr_cap"]),
-         "warmup_updates": sources[r["source"]]["warmups"].get(r["warmup"], 0),
-         "verdict": verdicts.get((r["source"], r["scheme"], r["width"], r["warmup"]))}
-        for r in sorted(rows, key=lambda r: (sources[r["source"]]["layers"], order[r["source"]], r["warmup"] != "none"))
-        if r["width"] == width and sources[r["source"]]["layers"] != nearest
-    ]  # fmt: skip
-    result["width_measured"] = any(r["width"] == width for r in result["rows"])
+    others = sorted((c for c in cells if c[1] == width and sources[c[0]]["layers"] != nearest),
+                    key=lambda c: (sources[c[0]]["layers"], order[c[0]]))
+    result["other_depths"] = [full(label, w, arm) for label, w in others for arm in arms(label)]
+    result["width_measured"] = any(r["width"] == width and r["run"] for r in result["rows"])
     result["width_laws"] = [w for w in table["width_laws"] if w["scheme"] == scheme and w["source"] in sources
                             and sources[w["source"]]["layers"] == nearest]  # fmt: skip
+    result["sources"] = {r["source"]: sources[r["source"]] for r in result["rows"] + result["other_depths"]}
     return result
+
+
+def _model_settings(cfg: Any) -> dict[str, Any]:
+    value = lambda x: getattr(x, "value", x)  # noqa: E731 - an enum's value, else the value
+    return {"positional": value(cfg.positional), "activation": value(cfg.activation),
+            "scale_embedding": bool(cfg.scale_embedding)}  # fmt: skip
+
+
+def differences(cfg: Any, task: str, m: dict[str, Any]) -> list[str]:
+    """What of the model of ``cfg`` the rows at the nearest depth did not have: its depth, width, FFN, heads,
+    dropout, positions, activation, embedding scale (each named with the sweeps' value)."""
+    near = list({r["source"]: m["sources"][r["source"]] for r in m["rows"]}.values())
+    if not near:
+        return []
+    layers, depth_text = _depth(cfg, task)
+    out = []
+    if m["nearest_depth"] != layers or (task == "translation" and cfg.encoder_layers != cfg.decoder_layers):
+        out.append(f"depth {depth_text} (measured: {', '.join(map(str, m['depths']))})")
+    if not m["width_measured"]:
+        widths = sorted({r["width"] for r in m["rows"] if r["run"]})
+        out.append(f"width d={cfg.d_model} (measured: {', '.join(map(str, widths))})")
+    ratio = cfg.d_ffn / cfg.d_model
+    for name, mine, theirs in [("FFN", f"{ratio:.3g}d", {f"{src['ffn_ratio']}d" for src in near}),
+                               ("heads", str(cfg.n_heads), {str(src["n_heads"]) for src in near}),
+                               ("dropout", f"{cfg.dropout:g}", {f"{src['dropout']:g}" for src in near})]:
+        if mine not in theirs:
+            out.append(f"{name} {mine} (measured: {', '.join(sorted(theirs))})")
+    for key, mine in _model_settings(cfg).items():
+        theirs = {str(src["model"][key]) for src in near if "model" in src}
+        if theirs and str(mine) not in theirs:
+            out.append(f"{key.replace('_', ' ')} {mine} (measured: {', '.join(sorted(theirs))})")
+    return out
 
 
 def _measure_command(cfg: Any, task: str, scheme: str) -> tuple[str, list[str]]:
     """The ``normlab sweep`` command that measures the edge of the model of ``cfg`` nearest to it that a sweep can
-    express, and what it changes: a sweep runs E = D layers (the deeper stack's depth) and an FFN of a whole
-    multiple of d (the nearest)."""
+    express, and what it changes: a sweep runs E = D layers (the deeper stack's depth), an FFN of a whole multiple
+    of d (the nearest), and its task's positions, activation and embedding scale."""
     layers, _ = _depth(cfg, task)
     base = "lm" if task == "lm" else "quick"  # the presets whose shape, length and arms the table's sweeps have
     # the masked LM's adam warm-up is 2,000 updates (2/(1 - 0.999)), longer than the preset's 300: the paper's share
@@ -225,111 +277,190 @@ def _measure_command(cfg: Any, task: str, scheme: str) -> tuple[str, list[str]]:
     sets += [f"schemes=[{scheme}]", f"layers={layers}", f"widths=[{cfg.d_model}]", "seeds=5"]
     changes = []
     if task == "translation" and cfg.encoder_layers != cfg.decoder_layers:
-        changes.append(f"{layers}-{layers} layers for your {cfg.encoder_layers}-{cfg.decoder_layers} (a sweep runs the "
-                       "encoder and decoder at one depth)")
+        changes.append(f"{layers}-{layers} layers for your {cfg.encoder_layers}-{cfg.decoder_layers}")
     ratio = cfg.d_ffn / cfg.d_model
     whole = max(1, round(ratio))
     if whole != ratio:
-        changes.append(f"FFN {whole}d for your {ratio:.3g}d (a sweep's FFN is a whole multiple of d)")
+        changes.append(f"FFN {whole}d for your {ratio:.3g}d")
     if whole != 2:
         sets.append(f"ffn_ratio={whole}")
     if cfg.n_heads != 4:
         sets.append(f"n_heads={cfg.n_heads}")
+    preset_dropout = 0.0 if task == "lm" else 0.1  # SWEEP_SCALES' quick and lm presets
+    if cfg.dropout != preset_dropout:
+        sets.append(f"dropout={cfg.dropout:g}")
+    for key, mine in _model_settings(cfg).items():
+        if mine != _MODEL[task][key]:
+            changes.append(f"{key.replace('_', ' ')} {_MODEL[task][key]} for your {mine}")
     command = (f"normlab sweep --scale {base} " + " ".join(f"--set '{x}'" for x in sets)
                + f" --out sweep/{scheme.replace('/', '-')}-L{layers}-d{cfg.d_model}")
     return command, changes
 
 
 def measured_for(cfg: Any, task: str, table: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """:func:`measured` for a ModelConfig of ``task`` (None for a task no sweep trains), with the command that
-    measures the model's own edge (``command``, and ``command_changes``: what of the model it cannot express):
-    diagnose's JSON."""
+    """:func:`measured` for a ModelConfig of ``task`` (None for a task no sweep trains), with what of the model
+    the nearest rows did not have (``differences``), the command that measures its own edge (``command``) and
+    what of the model a sweep cannot express (``command_changes``): diagnose's JSON."""
     if task not in _OPTIM:
         return None
     table = table if table is not None else load()
     layers, _ = _depth(cfg, task)
     m = measured(table, task, scheme_of(cfg), layers, cfg.d_model)
+    m["differences"] = differences(cfg, task, m)
     m["command"], m["command_changes"] = _measure_command(cfg, task, m["scheme"])
     return m
 
 
-def edge_lines(cfg: Any, task: str, table: dict[str, Any] | None = None) -> list[str]:
-    """diagnose's section on measured stability edges for model config ``cfg`` of ``task``."""
+def _wrap(text: str, indent: int, width: int = 118) -> list[str]:
+    return textwrap.wrap(text, width=width, initial_indent=" " * indent, subsequent_indent=" " * (indent + 4),
+                         break_on_hyphens=False, break_long_words=False)
+
+
+def _edge_text(s: dict[str, Any] | None) -> str:
+    """A curve's edge in a few words, for the plain answer."""
+    if s is None:
+        return "not run"
+    if s["bracketed"]:
+        return f"stable up to ~{s['median']:.2g} (seeds {s['lo']:.2g}..{s['hi']:.2g})"
+    if s["censored"] and not s["below_grid"]:
+        return f"stable up to at least {s['censored_at'][0]:.2g} (censored)"
+    if s["below_grid"] and not s["censored"]:
+        return f"no edge measured (the runs never left the plateau, from {s['below'][-1]:.2g})"
+    return "not bracketed"
+
+
+def _verdict_text(v: dict[str, Any] | None) -> str:
+    if v is None:
+        return ""
+    if not v["decided"]:  # the sign test's reason, up to its parenthesis (the long form is in the sweep's report)
+        why = (v.get("why") or "").split(" (")[0]
+        return f"warm-up {v['verdict']}" + (f" ({why})" if why else "")
+    minus, open_seeds = v.get("minus") or 0, v["seeds"] - v["decided"]
+    return (f"warm-up {v['verdict']}: it raised the edge in {v['plus']} of {v['seeds']} seeds"
+            + (f", lowered it in {minus}" if minus else "") + (f", {open_seeds} open" if open_seeds else ""))
+
+
+def _cell_answer(m: dict[str, Any], rows: list[dict[str, Any]], w: int) -> str | None:
+    """One measured model in a sentence: the source with the most bracketed seeds at width ``w`` among ``rows``,
+    each of its warm-up arms' edges and the warm-up verdict."""
+    at_w = [r for r in rows if r["width"] == w and r["run"]]
+    if not at_w:
+        return None
+    label = max(dict.fromkeys(r["source"] for r in at_w),
+                key=lambda lb: sum(r["summary"]["bracketed"] for r in at_w if r["source"] == lb))
+    src = m["sources"][label]
+    depth = f"{src['layers']}-{src['layers']}" if m["task"] == "translation" else str(src["layers"])
+    parts = []
+    for r in [r for r in rows if r["source"] == label and r["width"] == w]:
+        arm = "without warm-up" if r["warmup"] == "none" else f"with a {r['warmup_updates']}-update warm-up"
+        parts.append(f"{arm}, {_edge_text(r['summary'])}")
+        if v := _verdict_text(r["verdict"]):
+            parts.append(v)
+    return (f"{m['scheme']}, {depth} layers, d={w} ({label}: {src['seeds']} seed(s), {src['updates']} updates of "
+            f"{src['max_tokens']:,} tokens): " + "; ".join(parts))
+
+
+def _answer(m: dict[str, Any]) -> list[str]:
+    """The plain answer: the nearest measured model (the model's width, else the nearest width, at the nearest
+    depth); when that has no bracketed edge, the model's width at another depth as well."""
+    runs = [r for r in m["rows"] if r["run"]]
+    if not runs:
+        return []
+    w = min({r["width"] for r in runs}, key=lambda x: (abs(math.log(x / m["width"])), x))
+    out = [f"answer: nearest measured model: {_cell_answer(m, m['rows'], w)}."]
+    if not any(r["summary"]["bracketed"] for r in runs if r["width"] == w) and m["other_depths"]:
+        if other := _cell_answer(m, m["other_depths"], m["width"]):
+            out.append(f"At your width, another depth: {other}.")
+    return out
+
+
+def edge_lines(cfg: Any, task: str, table: dict[str, Any] | None = None, *, advised: bool | None = None
+               ) -> list[str]:  # fmt: skip
+    """diagnose's section on measured stability edges for model config ``cfg`` of ``task``; ``advised``:
+    diagnose's own verdict, for the sentence that says what each of the two answers when they differ."""
     table = table if table is not None else load()
+    head = ("measured stability edges (the largest stable learning rate; normlab's committed sweeps, "
+            "normlab.analysis.edges):")
     m = measured_for(cfg, task, table)
     if m is None:
-        return [f"measured stability edges: none for the {task} task (the sweeps train translation, masked-LM and "
-                "decoder-only LM models)"]
-    scheme, layers, width = m["scheme"], m["layers"], m["width"]
-    command = m["command"] + "".join(f" (it runs {c})" for c in m["command_changes"])
-    _, depth_text = _depth(cfg, task)
-    head = "measured stability edges (the largest stable learning rate; normlab's committed sweeps, " \
-           "normlab.analysis.edges):"
+        tasks = sorted({src["task"] for src in table["sources"].values()})
+        return _wrap(f"measured stability edges: none for the {task} task (the committed sweeps trained "
+                     f"{' and '.join(tasks)} models)", 0)
+    scheme, width = m["scheme"], m["width"]
+    changes = f" (it runs {', '.join(m['command_changes'])}: what a sweep can express)" if m["command_changes"] else ""
+    command = m["command"] + changes
     if not m["rows"]:
         swept = ", ".join(m["schemes"]) or "none"
-        return [head, f"  {scheme} was not swept on the {task} task (swept there: {swept}). To measure its edge with "
-                f"and without warm-up at this depth and width: {command}"]
+        return [head] + _wrap(f"{scheme} was not swept on the {task} task (swept there: {swept}). To measure its "
+                              f"edge with and without warm-up at this depth and width: {command}", 2)
     lines = [head]
-    shown = []
+    for sentence in _answer(m):
+        lines += _wrap(sentence, 2)
+    if advised is not None:
+        needed = [r for r in m["rows"] if r["verdict"] and r["verdict"]["verdict"] == "needed"]
+        not_needed = [r for r in m["rows"] if r["verdict"] and r["verdict"]["verdict"] == "not needed"]
+        if (advised is False and needed) or (advised is True and not_needed):
+            lines += _wrap("The verdict above and these rows answer different questions: the verdict reads the "
+                           "gradient pattern at initialisation that the paper blames for Post-LN's need of a warm-up; "
+                           "the rows measure whether a warm-up moved the largest stable learning rate. A warm-up can "
+                           "raise the edge of a model that trains well without one: what decides is whether the rate "
+                           "you train at is below the edge without warm-up.", 2)
+    shown: set[str] = set()
 
-    def source_line(label: str) -> None:
-        src = table["sources"][label]
+    def source_line(label: str, indent: int) -> None:
+        src = m["sources"][label]
         b1, b2 = src["betas"]
         optim = "Adam" if src["optimizer"] == "adam" else f"AdamW (weight decay {src['weight_decay']:g})"
         smoothing = f", label smoothing {src['label_smoothing']:g}" if src["label_smoothing"] else ""
-        lines.append(f"  {label} ({src['path']}; {src['where']}): {task}, {src['layers']}"
-                     f"{'-' + str(src['layers']) if task == 'translation' else ''} layers, FFN {src['ffn_ratio']}d, "
-                     f"{src['n_heads']} heads, dropout {src['dropout']:g}, {src['updates']} updates of "
-                     f"{src['max_tokens']:,} tokens, {optim} betas ({b1:g}, {b2:g}){smoothing}, the rate constant "
-                     f"after the warm-up; {src['seeds']} seed(s)")
-        shown.append(label)
+        depth = f"{src['layers']}-{src['layers']}" if task == "translation" else str(src["layers"])
+        lines.extend(_wrap(f"{label}: {depth} layers, FFN {src['ffn_ratio']}d, {src['n_heads']} heads, dropout "
+                           f"{src['dropout']:g}; {src['updates']} updates of {src['max_tokens']:,} tokens, {optim} "
+                           f"betas ({b1:g}, {b2:g}){smoothing}, the rate constant after the warm-up; {src['seeds']} "
+                           f"seed(s) ({src['path']}; {src['where']})", indent))
+        shown.add(label)
 
-    def row_line(r: dict[str, Any], mark: bool) -> None:
+    def row_line(r: dict[str, Any], indent: int, mark: bool) -> None:
         if r["source"] not in shown:
-            source_line(r["source"])
+            source_line(r["source"], indent)
         arm = "no warm-up" if r["warmup"] == "none" else f"warm-up {r['warmup_updates']}"
-        resolution = table["sources"][r["source"]]["resolution"]
-        text = f"    d={r['width']:<4} {arm:<13} {_summary_text(r['summary'], resolution, r.get('missing_lrs', ()))}"
-        if (v := r["verdict"]) is not None:  # the sign test's words (sweep.warmup_verdict)
-            if v["decided"]:
-                open_seeds = v["seeds"] - v["decided"]
-                text += (f"; warm-up {v['verdict']}: raised the edge in {v['plus']} of {v['seeds']} seeds"
-                         + (f" ({open_seeds} open)" if open_seeds else ""))
-            else:
-                text += f"; warm-up {v['verdict']}" + (f" ({v['why']})" if v.get("why") else "")
-        lines.append(text + ("   <- this width" if mark and r["width"] == width else ""))
+        if not r["run"]:
+            text = f"d={r['width']:<4} {arm:<13} not run"
+        else:
+            resolution = m["sources"][r["source"]]["resolution"]
+            text = f"d={r['width']:<4} {arm:<13} {_summary_text(r['summary'], resolution, r['missing_lrs'])}"
+            if v := _verdict_text(r["verdict"]):
+                text += f"; {v}"
+        here = mark and r["width"] == width  # the model's own width, marked at the start (a wrapped end hides it)
+        lines.extend(_wrap(("> " if here else "") + text, indent + (0 if here else 2)))
 
     for r in m["rows"]:
-        row_line(r, mark=True)
+        row_line(r, 2, mark=True)
     for w in m["width_laws"]:
         arm = "no warm-up" if w["warmup"] == "none" else "warm-up"
-        lines.append(f"  width law ({w['source']}, {arm}, d = {', '.join(map(str, w['widths']))}): edge ~ "
-                     f"d^{w['seed_mean']:+.2f} (seeds' fits {w['lo']:+.2f} .. {w['hi']:+.2f}; for Post-LN, Theorem 1 "
-                     "gives about -1)")
+        theory = "; for Post-LN, Theorem 1's gradient scale gives about -1" if scheme == "post" else ""
+        lines.extend(_wrap(f"width law ({w['source']}, {arm}, d = {', '.join(map(str, w['widths']))}): edge ~ "
+                           f"d^{w['seed_mean']:+.2f} (seeds' fits {w['lo']:+.2f} .. {w['hi']:+.2f}{theory})", 2))
     if m["other_depths"]:
         lines.append(f"  d={width} at other depths:")
         for r in m["other_depths"]:
-            row_line(r, mark=False)
-    near = [table["sources"][label] for label in {r["source"] for r in m["rows"]}]
-    gaps = []
-    if m["nearest_depth"] != layers or (task == "translation" and cfg.encoder_layers != cfg.decoder_layers):
-        gaps.append(f"its depth ({depth_text}; measured: {', '.join(map(str, m['depths']))})")
-    if not m["width_measured"]:
-        gaps.append(f"its width (d={width})")
-    ratio = cfg.d_ffn / cfg.d_model
-    if all(src["ffn_ratio"] != ratio for src in near):
-        gaps.append(f"its FFN ({ratio:.3g}d)")
-    if all(src["n_heads"] != cfg.n_heads for src in near):
-        gaps.append(f"its {cfg.n_heads} heads")
-    shape = f"your model ({depth_text}, d={width}, FFN {ratio:.3g}d, {cfg.n_heads} heads)"
-    if gaps:
-        lines.append(f"  {shape}: not measured at {', '.join(gaps)}; an edge moves with the model's shape and with "
-                     "the run's length, batch and optimizer, so read these as another model's. To measure yours "
-                     f"(bisected, 5 seeds, with and without warm-up): {command}")
+            row_line(r, 4, mark=False)
+    for label in {r["source"]: None for r in m["rows"] + m["other_depths"]}:
+        runs = [r for r in m["rows"] + m["other_depths"] if r["source"] == label and r["run"]]
+        if runs and all(r["summary"]["below_grid"] == r["summary"]["n"] for r in runs if r["warmup"] == "none"):
+            src = m["sources"][label]
+            lines.extend(_wrap(f"{label}: without warm-up no run of {src['updates']} updates left the plateau at any "
+                               f"rate from {src['lr_min']:g}: a sweep of this model needs longer runs (--set "
+                               "updates=...)", 2))
+    shape = f"your model ({_depth(cfg, task)[1]}, d={width}, FFN {cfg.d_ffn / cfg.d_model:.3g}d, {cfg.n_heads} heads)"
+    if m["differences"]:
+        lines += _wrap(f"{shape} differs from the nearest rows in: {'; '.join(m['differences'])}. An edge moves "
+                       "with the model's shape and with the run's length, batch and optimizer: read these rows as "
+                       f"another model's. To measure yours (bisected, 5 seeds, with and without warm-up): {command}", 2)
     else:
-        lines.append(f"  {shape} has these runs' depth, width, FFN and heads; not compared: its positions, activation "
-                     "and embeddings, and your run's length, batch and optimizer, which an edge moves with too. To "
-                     f"measure it with your run's settings: {command} (with --set updates=... --set max_tokens=...)")
+        lines += _wrap(f"{shape} has the nearest rows' depth, width, FFN, heads, dropout, positions, activation and "
+                       "embedding scale; your run's length, batch and optimizer may differ, and an edge moves with "
+                       f"them. To measure it with your run's settings: {command} (with --set updates=... --set "
+                       "max_tokens=...)", 2)
     return lines
 
 
