@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from normlab import __version__, lm, pretrained, translate
 from normlab.analysis.diagnose import diagnose_config
@@ -50,6 +51,21 @@ def _task(args: argparse.Namespace) -> str:
         if isinstance(data, dict) and data.get("task") in ("translation", "mlm", "classification", "lm"):
             return str(data["task"])
     return "translation"
+
+
+def _run_rate(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The learning rate and warm-up of the run config given with --config (a file with an ``optim`` section:
+    a bundled recipe, a run's config.yaml), for diagnose to place against the measured edges; else None."""
+    if not args.config:
+        return None
+    full = load_config_file(args.config)
+    if not isinstance(full.get("optim"), dict):
+        return None
+    from normlab.config import OptimConfig, ScheduleConfig
+
+    optim = OptimConfig.from_dict(full["optim"])
+    schedule = ScheduleConfig.from_dict(full.get("schedule") or {})
+    return {"lr": optim.lr, "warmup_updates": schedule.warmup_updates}
 
 
 def _model(args: argparse.Namespace) -> int:
@@ -138,6 +154,8 @@ def _diagnose(args: argparse.Namespace) -> int:
               "(positional, activation, scale_embedding): for an LM, measure the edge with normlab sweep --scale lm")
     from normlab.analysis.edges import edge_lines, load, measured_for
 
+    run = _run_rate(args)
+
     # beside the verdict, what the committed sweeps measured of the learning rate a model of this kind stands
     try:
         table = load()
@@ -145,9 +163,9 @@ def _diagnose(args: argparse.Namespace) -> int:
         table = None
         print(f"measured stability edges: not available ({e})")
     else:
-        print("\n".join(edge_lines(cfg, task, table, advised=result.warmup_advised)))
+        print("\n".join(edge_lines(cfg, task, table, advised=result.warmup_advised, run=run)))
     if args.json:
-        edges = measured_for(cfg, task, table) if table is not None else None
+        edges = measured_for(cfg, task, table, run) if table is not None else None
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({**result.to_dict(), "measured_edges": edges}, f, indent=1,
                       allow_nan=False)  # strict: undefined numbers are null

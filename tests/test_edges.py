@@ -188,3 +188,27 @@ def test_the_answer_looks_at_another_depth_when_the_nearest_has_no_edge():
             "warm-up, not run.") in text
     assert "At your width, another depth: post, 3-3 layers, d=128 (a3:" in text
     assert "b6: without warm-up no run of 300 updates left the plateau at any rate from 0.0001" in text
+
+
+def test_a_run_config_s_rate_is_placed_against_the_nearest_edge():
+    t = _table()
+    cfg = ModelConfig(placement="post", d_model=64, d_ffn=128, n_heads=4, encoder_layers=3, decoder_layers=3)
+    m = edges.measured(t, "translation", "post", 3, 64)
+    # the no-warm-up arm's seeds: [2e-3, 2.4e-3) and [3e-3, 3.6e-3)
+    below = edges.compare_run(m, 1e-3, 0)
+    assert below["position"] == "below" and below["warmup"] == "none" and "2x under the lowest, 0.002" in below["text"]
+    assert edges.compare_run(m, 2.5e-3, 0)["position"] == "inside"
+    assert edges.compare_run(m, 4e-3, 0)["position"] == "above"
+    # a run with a warm-up of any length is read against the warm-up arm (5e-3 .. 8.4e-3)
+    warm = edges.compare_run(m, 4e-3, 4000)
+    assert warm["position"] == "below" and warm["warmup"] == "adam" and "with its 100-update warm-up" in warm["text"]
+    # a curve without an edge on both sides cannot place it
+    m6 = edges.measured(t, "translation", "post", 6, 128)
+    assert edges.compare_run(m6, 1e-5, 0)["position"] == "unknown"
+    assert edges.compare_run(m6, 1e-5, 100)["text"].endswith("warm-up arm was not run")
+    # in diagnose's section and JSON
+    text = " ".join(line.strip() for line in edges.edge_lines(cfg, "translation", t, run={"lr": 1e-3,
+                                                                                         "warmup_updates": 0}))
+    assert "Your run's learning rate 0.001 without warm-up is below every seed's edge" in text
+    assert edges.measured_for(cfg, "translation", t, {"lr": 4e-3, "warmup_updates": 0})["run"]["position"] == "above"
+    assert edges.measured_for(cfg, "translation", t)["run"] is None

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SOURCES", "collect", "dumps", "load", "scheme_of", "measured", "differences", "measured_for",
+__all__ = ["SOURCES", "collect", "dumps", "load", "scheme_of", "measured", "differences", "measured_for", "compare_run",
            "edge_lines", "main"]
 
 # The sweeps the table holds, each a folder of docs/results with a sweep.json written under issue 40's definitions
@@ -297,10 +297,12 @@ def _measure_command(cfg: Any, task: str, scheme: str) -> tuple[str, list[str]]:
     return command, changes
 
 
-def measured_for(cfg: Any, task: str, table: dict[str, Any] | None = None) -> dict[str, Any] | None:
+def measured_for(cfg: Any, task: str, table: dict[str, Any] | None = None, run: dict[str, Any] | None = None
+                 ) -> dict[str, Any] | None:  # fmt: skip
     """:func:`measured` for a ModelConfig of ``task`` (None for a task no sweep trains), with what of the model
-    the nearest rows did not have (``differences``), the command that measures its own edge (``command``) and
-    what of the model a sweep cannot express (``command_changes``): diagnose's JSON."""
+    the nearest rows did not have (``differences``), the command that measures its own edge (``command``), what
+    of the model a sweep cannot express (``command_changes``) and, given a run's ``lr`` and ``warmup_updates``,
+    where its rate sits (``run``, :func:`compare_run`): diagnose's JSON."""
     if task not in _OPTIM:
         return None
     table = table if table is not None else load()
@@ -308,6 +310,10 @@ def measured_for(cfg: Any, task: str, table: dict[str, Any] | None = None) -> di
     m = measured(table, task, scheme_of(cfg), layers, cfg.d_model)
     m["differences"] = differences(cfg, task, m)
     m["command"], m["command_changes"] = _measure_command(cfg, task, m["scheme"])
+    m["run"] = None
+    if run is not None:
+        m["run"] = {"lr": run["lr"], "warmup_updates": run["warmup_updates"],
+                    **(compare_run(m, run["lr"], run["warmup_updates"]) or {"position": "unknown", "text": ""})}
     return m
 
 
@@ -346,7 +352,7 @@ def _cell_answer(m: dict[str, Any], rows: list[dict[str, Any]], w: int) -> str |
     at_w = [r for r in rows if r["width"] == w and r["run"]]
     if not at_w:
         return None
-    label = max(dict.fromkeys(r["source"] for r in at_w),
+    label = max(dict.fromkeys(r["source"] for r in at_w),  # as _nearest_cell: the most bracketed seeds
                 key=lambda lb: sum(r["summary"]["bracketed"] for r in at_w if r["source"] == lb))
     src = m["sources"][label]
     depth = f"{src['layers']}-{src['layers']}" if m["task"] == "translation" else str(src["layers"])
@@ -360,13 +366,61 @@ def _cell_answer(m: dict[str, Any], rows: list[dict[str, Any]], w: int) -> str |
             f"{src['max_tokens']:,} tokens): " + "; ".join(parts))
 
 
+def compare_run(m: dict[str, Any], lr: float, warmup_updates: int) -> dict[str, Any] | None:
+    """Where a run's learning rate ``lr`` (with ``warmup_updates`` of warm-up) sits against the edge of the nearest
+    measured model (:func:`_answer`'s cell): the arm that matches the run (no warm-up, or the warm-up arm, whatever
+    its length), ``position`` below / inside / above the seeds' edges or unknown, and a sentence."""
+    cell = _nearest_cell(m)
+    if cell is None:
+        return None
+    label, w = cell
+    arms = [r for r in m["rows"] if r["source"] == label and r["width"] == w and r["run"]
+            and (r["warmup"] == "none") == (warmup_updates == 0)]  # fmt: skip
+    yours = f"your run's learning rate {lr:g} " + ("without warm-up" if not warmup_updates
+                                                   else f"with a {warmup_updates}-update warm-up")
+    if not arms:
+        return {"source": label, "width": w, "warmup": None, "position": "unknown",
+                "text": f"{yours}: the nearest measured model's {'no-' if not warmup_updates else ''}warm-up arm was "
+                        "not run"}  # fmt: skip
+    r, s = arms[0], arms[0]["summary"]
+    arm = "without warm-up" if r["warmup"] == "none" else f"with its {r['warmup_updates']}-update warm-up"
+    if s["bracketed"] and not s["censored"] and not s["below_grid"]:
+        if lr < s["lo"]:
+            position, how = "below", f"below every seed's edge ({s['lo'] / lr:.2g}x under the lowest, {s['lo']:.2g})"
+        elif lr >= s["hi"]:
+            position, how = "above", f"at or above every seed's first unstable rate (the highest, {s['hi']:.2g})"
+        else:
+            position, how = "inside", (f"inside the seeds' range [{s['lo']:.2g}, {s['hi']:.2g}): unstable in some "
+                                       "seeds of that model")
+    elif s["censored"] and not s["bracketed"] and not s["below_grid"] and lr < s["censored_at"][0]:
+        position, how = "below", f"below the lowest rate every seed was stable at ({s['censored_at'][0]:.2g})"
+    else:
+        position, how = "unknown", "not comparable (that curve has no edge on both sides)"
+    return {"source": label, "width": w, "warmup": r["warmup"], "position": position,
+            "text": f"{yours} is {how}, for the nearest measured model {arm} ({label}, d={w})"}
+
+
+def _nearest_cell(m: dict[str, Any]) -> tuple[str, int] | None:
+    """The nearest measured model: the model's width, else the nearest, at the nearest measured depth; of its
+    sources, the one with the most bracketed seeds."""
+    runs = [r for r in m["rows"] if r["run"]]
+    if not runs:
+        return None
+    w = min({r["width"] for r in runs}, key=lambda x: (abs(math.log(x / m["width"])), x))
+    at_w = [r for r in runs if r["width"] == w]
+    label = max(dict.fromkeys(r["source"] for r in at_w),
+                key=lambda lb: sum(r["summary"]["bracketed"] for r in at_w if r["source"] == lb))
+    return label, w
+
+
 def _answer(m: dict[str, Any]) -> list[str]:
     """The plain answer: the nearest measured model (the model's width, else the nearest width, at the nearest
     depth); when that has no bracketed edge, the model's width at another depth as well."""
-    runs = [r for r in m["rows"] if r["run"]]
-    if not runs:
+    cell = _nearest_cell(m)
+    if cell is None:
         return []
-    w = min({r["width"] for r in runs}, key=lambda x: (abs(math.log(x / m["width"])), x))
+    runs = [r for r in m["rows"] if r["run"]]
+    w = cell[1]
     out = [f"answer: nearest measured model: {_cell_answer(m, m['rows'], w)}."]
     if not any(r["summary"]["bracketed"] for r in runs if r["width"] == w) and m["other_depths"]:
         if other := _cell_answer(m, m["other_depths"], m["width"]):
@@ -374,14 +428,15 @@ def _answer(m: dict[str, Any]) -> list[str]:
     return out
 
 
-def edge_lines(cfg: Any, task: str, table: dict[str, Any] | None = None, *, advised: bool | None = None
-               ) -> list[str]:  # fmt: skip
+def edge_lines(cfg: Any, task: str, table: dict[str, Any] | None = None, *, advised: bool | None = None,
+               run: dict[str, Any] | None = None) -> list[str]:  # fmt: skip
     """diagnose's section on measured stability edges for model config ``cfg`` of ``task``; ``advised``:
-    diagnose's own verdict, for the sentence that says what each of the two answers when they differ."""
+    diagnose's own verdict, for the sentence that says what each of the two answers when they differ; ``run``:
+    the learning rate and warm-up of a run config (``lr``, ``warmup_updates``), placed against the answer's edge."""
     table = table if table is not None else load()
     head = ("measured stability edges (the largest stable learning rate; normlab's committed sweeps, "
             "normlab.analysis.edges):")
-    m = measured_for(cfg, task, table)
+    m = measured_for(cfg, task, table, run)
     if m is None:
         tasks = sorted({src["task"] for src in table["sources"].values()})
         return _wrap(f"measured stability edges: none for the {task} task (the committed sweeps trained "
@@ -396,6 +451,10 @@ def edge_lines(cfg: Any, task: str, table: dict[str, Any] | None = None, *, advi
     lines = [head]
     for sentence in _answer(m):
         lines += _wrap(sentence, 2)
+    if m["run"] is not None and m["run"]["text"]:
+        text = m["run"]["text"]
+        lines += _wrap(text[0].upper() + text[1:] + " (that model and its run differ from yours where the last line "
+                       "says).", 2)
     if advised is not None:
         needed = [r for r in m["rows"] if r["verdict"] and r["verdict"]["verdict"] == "needed"]
         not_needed = [r for r in m["rows"] if r["verdict"] and r["verdict"]["verdict"] == "not needed"]
