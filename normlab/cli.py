@@ -65,7 +65,10 @@ def _run_rate(args: argparse.Namespace) -> dict[str, Any] | None:
 
     optim = OptimConfig.from_dict(full["optim"])
     schedule = ScheduleConfig.from_dict(full.get("schedule") or {})
-    return {"lr": optim.lr, "warmup_updates": schedule.warmup_updates}
+    data = full.get("data") if isinstance(full.get("data"), dict) else {}
+    return {"lr": optim.lr, "warmup_updates": schedule.warmup_updates, "optimizer": optim.name,
+            "betas": list(optim.betas), "max_tokens": data.get("max_tokens"), "updates": full.get("max_updates") or 0,
+            "decay": schedule.decay}  # fmt: skip
 
 
 def _model(args: argparse.Namespace) -> int:
@@ -154,7 +157,10 @@ def _diagnose(args: argparse.Namespace) -> int:
               "(positional, activation, scale_embedding): for an LM, measure the edge with normlab sweep --scale lm")
     from normlab.analysis.edges import edge_lines, load, measured_for
 
-    run = _run_rate(args)
+    # a run config's rate, placed against the edges of its own task (a --task that overrides the file's: another
+    # model than the run's, so no placement)
+    run = _run_rate(args) if not args.task or args.task == _task(argparse.Namespace(task=None, config=args.config)) \
+        else None
 
     # beside the verdict, what the committed sweeps measured of the learning rate a model of this kind stands
     try:

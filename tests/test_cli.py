@@ -190,7 +190,7 @@ def test_diagnose_reads_the_task_of_the_run_config_it_is_given(capsys, tmp_path)
     out = capsys.readouterr().out
     first = out.splitlines()[0]
     assert first.startswith("lm model, placement=pre, 2 decoder layers, at initialisation, on 1 synthetic batches")
-    assert "Your run's learning rate" not in out  # no optim section: a model, not a run
+    assert "Your run (" not in out  # no optim section: a model, not a run
     assert main(["model", "--config", str(cfg), "--task", "lm"]) == 0
     # a run config's learning rate and warm-up are placed against the nearest measured edge (the LM sweep's Pre-LN at
     # 6 layers, d=64: every seed stable at 0.01 without warm-up), in the text and the JSON
@@ -199,7 +199,7 @@ def test_diagnose_reads_the_task_of_the_run_config_it_is_given(capsys, tmp_path)
     assert main(["diagnose", "--config", str(cfg), "--steps", "1", "--threads", "1", "--json",
                  str(tmp_path / "d.json")]) == 0  # fmt: skip
     out = " ".join(line.strip() for line in capsys.readouterr().out.splitlines())
-    assert "Your run's learning rate 0.001 without warm-up is below every seed's edge" in out
+    assert "Your run (learning rate 0.001, no warm-up): stable in all 5 seeds of pre, 6 layers, d=64 (sweep-lm)" in out
     placed = json.loads((tmp_path / "d.json").read_text())["measured_edges"]["run"]
     assert placed["lr"] == 1e-3 and placed["position"] == "below" and placed["source"] == "sweep-lm"
 

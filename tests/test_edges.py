@@ -173,8 +173,10 @@ def test_edge_lines_read_the_rows_and_give_a_command_that_the_sweep_takes():
     text = " ".join(line.strip() for line in edges.edge_lines(cfg.replace(placement="admin"), "translation", t))
     assert "admin was not swept on the translation task (swept there: post, pre)" in text and "schemes=[admin]" in text
     # a task no sweep trains
-    assert "none for the classification task (the committed sweeps trained translation models)" in " ".join(
+    assert "none for the classification task: the committed sweeps trained translation models." in " ".join(
         edges.edge_lines(cfg, "classification", t))
+    mlm = " ".join(line.strip() for line in edges.edge_lines(cfg, "mlm", t))
+    assert "none for the mlm task: the committed sweeps trained translation models. To measure" in mlm
     # a norm other than LayerNorm is part of the scheme's name, as the sweeps spell it
     assert edges.scheme_of(cfg.replace(placement="pre", norm="dyt")) == "pre/dyt"
 
@@ -184,31 +186,62 @@ def test_the_answer_looks_at_another_depth_when_the_nearest_has_no_edge():
     cfg = ModelConfig(placement="post", d_model=128, d_ffn=256, n_heads=4, encoder_layers=6, decoder_layers=6)
     text = " ".join(line.strip() for line in edges.edge_lines(cfg, "translation", t))
     assert ("answer: nearest measured model: post, 6-6 layers, d=128 (b6: 1 seed(s), 300 updates of 1,024 tokens): "
-            "without warm-up, no edge measured (the runs never left the plateau, from 0.0001); with a 100-update "
+            "without warm-up, no edge measured (every seed unstable from the smallest rate or too short to leave the "
+            "plateau, from 0.0001); with a 100-update "
             "warm-up, not run.") in text
     assert "At your width, another depth: post, 3-3 layers, d=128 (a3:" in text
     assert "b6: without warm-up no run of 300 updates left the plateau at any rate from 0.0001" in text
 
 
-def test_a_run_config_s_rate_is_placed_against_the_nearest_edge():
+def test_a_run_config_s_rate_is_placed_against_the_nearest_edge_seed_by_seed():
     t = _table()
     cfg = ModelConfig(placement="post", d_model=64, d_ffn=128, n_heads=4, encoder_layers=3, decoder_layers=3)
-    m = edges.measured(t, "translation", "post", 3, 64)
+    m = edges.measured_for(cfg, "translation", t)
+
+    def place(lr, warm, **run):
+        return edges.compare_run(m, {"lr": lr, "warmup_updates": warm, **run})
+
     # the no-warm-up arm's seeds: [2e-3, 2.4e-3) and [3e-3, 3.6e-3)
-    below = edges.compare_run(m, 1e-3, 0)
-    assert below["position"] == "below" and below["warmup"] == "none" and "2x under the lowest, 0.002" in below["text"]
-    assert edges.compare_run(m, 2.5e-3, 0)["position"] == "inside"
-    assert edges.compare_run(m, 4e-3, 0)["position"] == "above"
-    # a run with a warm-up of any length is read against the warm-up arm (5e-3 .. 8.4e-3)
-    warm = edges.compare_run(m, 4e-3, 4000)
+    below = place(1e-3, 0)
+    assert (below["position"], below["warmup"], below["source"], below["width"]) == ("below", "none", "a3", 64)
+    assert below["seeds"] == {"n": 2, "stable": 2, "unstable": 0, "not_determined": 0}
+    assert "stable in all 2 seeds of post, 3-3 layers, d=64 (a3) without warm-up: the lowest edge, 0.002, is 2x" in (
+        below["text"]) and below["caveats"] == []
+    # inside the range: counted per seed (2.1e-3 is inside seed 1's bracket, below seed 2's edge: nothing unstable)
+    assert place(2.1e-3, 0)["seeds"] == {"n": 2, "stable": 1, "unstable": 0, "not_determined": 1}
+    assert place(2.5e-3, 0)["seeds"] == {"n": 2, "stable": 1, "unstable": 1, "not_determined": 0}
+    assert place(4e-3, 0)["position"] == "above"
+    # a 1-update warm-up is none (ScheduleConfig); a warm-up is read against the arm nearest in length, and one under
+    # half of it is not comparable
+    assert place(1e-3, 1)["warmup"] == "none"
+    warm = place(4e-3, 80)
     assert warm["position"] == "below" and warm["warmup"] == "adam" and "with its 100-update warm-up" in warm["text"]
-    # a curve without an edge on both sides cannot place it
-    m6 = edges.measured(t, "translation", "post", 6, 128)
-    assert edges.compare_run(m6, 1e-5, 0)["position"] == "unknown"
-    assert edges.compare_run(m6, 1e-5, 100)["text"].endswith("warm-up arm was not run")
+    short = place(4e-3, 5)
+    assert short["position"] == "unknown" and "under half of it" in short["text"] and short["warmup"] == "adam"
+    # another optimizer family is not comparable; a run's batch, length and decay are caveats
+    assert place(1e-3, 0, optimizer="sgd")["position"] == "unknown"
+    caveats = place(1e-3, 0, optimizer="adamw", max_tokens=4096, updates=9000, decay="linear")["caveats"]
+    assert caveats == ["optimizer adamw (measured: adam)", "batch 4,096 tokens (measured: 1,024)",
+                       "run length 9,000 updates (measured: 300)", "linear decay (measured: the rate constant after "
+                       "the warm-up)"]
+    # a censored seed counts as stable below its bound, not determined above it
+    mixed = {**t, "edges": [{**e, "seeds": [[2e-3, 2.4e-3], [1e-2, None]]} if (e["scheme"], e["warmup"], e["width"])
+                            == ("post", "none", 64) else e for e in t["edges"]]}  # fmt: skip
+    mm = edges.measured_for(cfg, "translation", mixed)
+    assert edges.compare_run(mm, {"lr": 1e-4, "warmup_updates": 0})["position"] == "below"
+    assert edges.compare_run(mm, {"lr": 5e-2, "warmup_updates": 0})["seeds"]["not_determined"] == 1
+    # the nearest depth has no stable run without warm-up (b6: unstable from 1e-4): the model's width at 3 layers
+    m6 = edges.measured_for(cfg.replace(encoder_layers=6, decoder_layers=6, d_model=128, d_ffn=256), "translation", t)
+    placed = edges.compare_run(m6, {"lr": 5e-4, "warmup_updates": 0})
+    assert (placed["source"], placed["layers"], placed["position"]) == ("a3", 3, "below")
+    assert placed["caveats"][0] == "depth 6 (measured: 3)"
+    # the same keys on every path (diagnose's JSON)
+    keys = set(below)
+    assert set(short) == keys and set(edges.compare_run(edges.measured(t, "translation", "admin", 3, 64) | {
+        "differences": []}, {"lr": 1e-3, "warmup_updates": 0})) == keys
     # in diagnose's section and JSON
-    text = " ".join(line.strip() for line in edges.edge_lines(cfg, "translation", t, run={"lr": 1e-3,
-                                                                                         "warmup_updates": 0}))
-    assert "Your run's learning rate 0.001 without warm-up is below every seed's edge" in text
+    run = {"lr": 1e-3, "warmup_updates": 0}
+    text = " ".join(line.strip() for line in edges.edge_lines(cfg, "translation", t, run=run))
+    assert "Your run (learning rate 0.001, no warm-up): stable in all 2 seeds" in text
     assert edges.measured_for(cfg, "translation", t, {"lr": 4e-3, "warmup_updates": 0})["run"]["position"] == "above"
     assert edges.measured_for(cfg, "translation", t)["run"] is None

@@ -178,7 +178,7 @@ def _summary_text(s: dict[str, Any], resolution: float, missing: Sequence[float]
         bounds = f"{lo:.3g}" if lo == hi else f"{lo:.3g} .. {hi:.3g}"
         notes.append(f"{s['censored']} of {s['n']} seeds censored, no run unstable up to {bounds}"
                      + (" (the edge search had not finished)" if s["unfinished"] else ""))
-    if s["below_grid"] == s["n"]:
+    if s["n"] and s["below_grid"] == s["n"]:
         notes.append("every seed unstable from the smallest rate, or too short to leave the plateau: the sweep "
                      "cannot tell which")
     elif s["below_grid"]:
@@ -301,8 +301,8 @@ def measured_for(cfg: Any, task: str, table: dict[str, Any] | None = None, run: 
                  ) -> dict[str, Any] | None:  # fmt: skip
     """:func:`measured` for a ModelConfig of ``task`` (None for a task no sweep trains), with what of the model
     the nearest rows did not have (``differences``), the command that measures its own edge (``command``), what
-    of the model a sweep cannot express (``command_changes``) and, given a run's ``lr`` and ``warmup_updates``,
-    where its rate sits (``run``, :func:`compare_run`): diagnose's JSON."""
+    of the model a sweep cannot express (``command_changes``) and, given a run (``lr``, ``warmup_updates`` and
+    what else of it is known: :func:`compare_run`), where its rate sits (``run``): diagnose's JSON."""
     if task not in _OPTIM:
         return None
     table = table if table is not None else load()
@@ -310,10 +310,7 @@ def measured_for(cfg: Any, task: str, table: dict[str, Any] | None = None, run: 
     m = measured(table, task, scheme_of(cfg), layers, cfg.d_model)
     m["differences"] = differences(cfg, task, m)
     m["command"], m["command_changes"] = _measure_command(cfg, task, m["scheme"])
-    m["run"] = None
-    if run is not None:
-        m["run"] = {"lr": run["lr"], "warmup_updates": run["warmup_updates"],
-                    **(compare_run(m, run["lr"], run["warmup_updates"]) or {"position": "unknown", "text": ""})}
+    m["run"] = compare_run(m, run) if run is not None else None
     return m
 
 
@@ -322,17 +319,23 @@ def _wrap(text: str, indent: int, width: int = 118) -> list[str]:
                          break_on_hyphens=False, break_long_words=False)
 
 
+_BELOW_WORDS = "unstable from the smallest rate or too short to leave the plateau"
+
+
 def _edge_text(s: dict[str, Any] | None) -> str:
-    """A curve's edge in a few words, for the plain answer."""
+    """A curve's edge in a few words, for the plain answer; seeds without a bracket counted beside it."""
     if s is None:
         return "not run"
+    apart = ([f"{s['censored']} censored"] if s["censored"] else []) + (
+        [f"{s['below_grid']} {_BELOW_WORDS}"] if s["below_grid"] else [])
     if s["bracketed"]:
-        return f"stable up to ~{s['median']:.2g} (seeds {s['lo']:.2g}..{s['hi']:.2g})"
+        return (f"stable up to ~{s['median']:.2g} (seeds {s['lo']:.2g}..{s['hi']:.2g}"
+                + (f"; of {s['n']} seeds, {', '.join(apart)}" if apart else "") + ")")
     if s["censored"] and not s["below_grid"]:
         return f"stable up to at least {s['censored_at'][0]:.2g} (censored)"
     if s["below_grid"] and not s["censored"]:
-        return f"no edge measured (the runs never left the plateau, from {s['below'][-1]:.2g})"
-    return "not bracketed"
+        return f"no edge measured (every seed {_BELOW_WORDS}, from {s['below'][-1]:.2g})"
+    return f"not bracketed ({', '.join(apart)})" if apart else "not run"
 
 
 def _verdict_text(v: dict[str, Any] | None) -> str:
@@ -346,85 +349,163 @@ def _verdict_text(v: dict[str, Any] | None) -> str:
             + (f", lowered it in {minus}" if minus else "") + (f", {open_seeds} open" if open_seeds else ""))
 
 
-def _cell_answer(m: dict[str, Any], rows: list[dict[str, Any]], w: int) -> str | None:
-    """One measured model in a sentence: the source with the most bracketed seeds at width ``w`` among ``rows``,
-    each of its warm-up arms' edges and the warm-up verdict."""
-    at_w = [r for r in rows if r["width"] == w and r["run"]]
+def _source_at(rows: list[dict[str, Any]], w: int, arm: str | None = None) -> str | None:
+    """Of the sources with width ``w`` among ``rows``, the one to read: with the arm ``arm`` run (if given), then
+    the most bracketed seeds (over its arms, or in that arm)."""
+    at_w = [r for r in rows if r["width"] == w and r["run"] and (arm is None or r["warmup"] == arm)]
     if not at_w:
         return None
-    label = max(dict.fromkeys(r["source"] for r in at_w),  # as _nearest_cell: the most bracketed seeds
-                key=lambda lb: sum(r["summary"]["bracketed"] for r in at_w if r["source"] == lb))
+    return max(dict.fromkeys(r["source"] for r in at_w),
+               key=lambda lb: sum(r["summary"]["bracketed"] for r in at_w if r["source"] == lb))
+
+
+def _nearest_width(rows: list[dict[str, Any]], width: int) -> int | None:
+    widths = {r["width"] for r in rows if r["run"]}
+    return min(widths, key=lambda x: (abs(math.log(x / width)), x)) if widths else None
+
+
+def _cell_name(m: dict[str, Any], label: str, w: int) -> str:
     src = m["sources"][label]
     depth = f"{src['layers']}-{src['layers']}" if m["task"] == "translation" else str(src["layers"])
+    return f"{m['scheme']}, {depth} layers, d={w}"
+
+
+def _cell_answer(m: dict[str, Any], rows: list[dict[str, Any]], w: int) -> tuple[str, str] | None:
+    """One measured model in a sentence (the source :func:`_source_at` reads at width ``w``): each warm-up arm's
+    edge and the warm-up verdict; with the source's label."""
+    label = _source_at(rows, w)
+    if label is None:
+        return None
+    src = m["sources"][label]
     parts = []
     for r in [r for r in rows if r["source"] == label and r["width"] == w]:
         arm = "without warm-up" if r["warmup"] == "none" else f"with a {r['warmup_updates']}-update warm-up"
         parts.append(f"{arm}, {_edge_text(r['summary'])}")
         if v := _verdict_text(r["verdict"]):
             parts.append(v)
-    return (f"{m['scheme']}, {depth} layers, d={w} ({label}: {src['seeds']} seed(s), {src['updates']} updates of "
-            f"{src['max_tokens']:,} tokens): " + "; ".join(parts))
-
-
-def compare_run(m: dict[str, Any], lr: float, warmup_updates: int) -> dict[str, Any] | None:
-    """Where a run's learning rate ``lr`` (with ``warmup_updates`` of warm-up) sits against the edge of the nearest
-    measured model (:func:`_answer`'s cell): the arm that matches the run (no warm-up, or the warm-up arm, whatever
-    its length), ``position`` below / inside / above the seeds' edges or unknown, and a sentence."""
-    cell = _nearest_cell(m)
-    if cell is None:
-        return None
-    label, w = cell
-    arms = [r for r in m["rows"] if r["source"] == label and r["width"] == w and r["run"]
-            and (r["warmup"] == "none") == (warmup_updates == 0)]  # fmt: skip
-    yours = f"your run's learning rate {lr:g} " + ("without warm-up" if not warmup_updates
-                                                   else f"with a {warmup_updates}-update warm-up")
-    if not arms:
-        return {"source": label, "width": w, "warmup": None, "position": "unknown",
-                "text": f"{yours}: the nearest measured model's {'no-' if not warmup_updates else ''}warm-up arm was "
-                        "not run"}  # fmt: skip
-    r, s = arms[0], arms[0]["summary"]
-    arm = "without warm-up" if r["warmup"] == "none" else f"with its {r['warmup_updates']}-update warm-up"
-    if s["bracketed"] and not s["censored"] and not s["below_grid"]:
-        if lr < s["lo"]:
-            position, how = "below", f"below every seed's edge ({s['lo'] / lr:.2g}x under the lowest, {s['lo']:.2g})"
-        elif lr >= s["hi"]:
-            position, how = "above", f"at or above every seed's first unstable rate (the highest, {s['hi']:.2g})"
-        else:
-            position, how = "inside", (f"inside the seeds' range [{s['lo']:.2g}, {s['hi']:.2g}): unstable in some "
-                                       "seeds of that model")
-    elif s["censored"] and not s["bracketed"] and not s["below_grid"] and lr < s["censored_at"][0]:
-        position, how = "below", f"below the lowest rate every seed was stable at ({s['censored_at'][0]:.2g})"
-    else:
-        position, how = "unknown", "not comparable (that curve has no edge on both sides)"
-    return {"source": label, "width": w, "warmup": r["warmup"], "position": position,
-            "text": f"{yours} is {how}, for the nearest measured model {arm} ({label}, d={w})"}
-
-
-def _nearest_cell(m: dict[str, Any]) -> tuple[str, int] | None:
-    """The nearest measured model: the model's width, else the nearest, at the nearest measured depth; of its
-    sources, the one with the most bracketed seeds."""
-    runs = [r for r in m["rows"] if r["run"]]
-    if not runs:
-        return None
-    w = min({r["width"] for r in runs}, key=lambda x: (abs(math.log(x / m["width"])), x))
-    at_w = [r for r in runs if r["width"] == w]
-    label = max(dict.fromkeys(r["source"] for r in at_w),
-                key=lambda lb: sum(r["summary"]["bracketed"] for r in at_w if r["source"] == lb))
-    return label, w
+    return label, (f"{_cell_name(m, label, w)} ({label}: {src['seeds']} seed(s), {src['updates']} updates of "
+                   f"{src['max_tokens']:,} tokens): " + "; ".join(parts))
 
 
 def _answer(m: dict[str, Any]) -> list[str]:
     """The plain answer: the nearest measured model (the model's width, else the nearest width, at the nearest
     depth); when that has no bracketed edge, the model's width at another depth as well."""
-    cell = _nearest_cell(m)
-    if cell is None:
+    w = _nearest_width(m["rows"], m["width"])
+    if w is None:
         return []
-    runs = [r for r in m["rows"] if r["run"]]
-    w = cell[1]
-    out = [f"answer: nearest measured model: {_cell_answer(m, m['rows'], w)}."]
-    if not any(r["summary"]["bracketed"] for r in runs if r["width"] == w) and m["other_depths"]:
+    label, text = _cell_answer(m, m["rows"], w)
+    out = [f"answer: nearest measured model: {text}."]
+    if not any(r["summary"]["bracketed"] for r in m["rows"] if r["run"] and r["width"] == w and r["source"] == label):
         if other := _cell_answer(m, m["other_depths"], m["width"]):
-            out.append(f"At your width, another depth: {other}.")
+            out.append(f"At your width, another depth: {other[1]}.")
+    return out
+
+
+def _seed_counts(lr: float, seeds: Sequence[Sequence[float | None]]) -> tuple[int, int, int]:
+    """Seeds stable at ``lr`` (it is at most their last stable rate), unstable at it (at least their first unstable
+    rate), and not determined (inside a bracket, above a censored bound, below a below-grid one)."""
+    stable = sum(1 for lo, hi in seeds if lo is not None and lr <= lo)
+    unstable = sum(1 for lo, hi in seeds if hi is not None and lr >= hi)
+    return stable, unstable, len(seeds) - stable - unstable
+
+
+def _run_differences(run: dict[str, Any], src: dict[str, Any]) -> list[str]:
+    """What of a run the source's runs did not have: optimizer, betas, batch, length, decay (what is known of it)."""
+    out = []
+    if run.get("optimizer") and run["optimizer"] != src["optimizer"]:
+        out.append(f"optimizer {run['optimizer']} (measured: {src['optimizer']})")
+    if run.get("betas") and [round(b, 6) for b in run["betas"]] != [round(b, 6) for b in src["betas"]]:
+        out.append(f"betas ({', '.join(f'{b:g}' for b in run['betas'])}) (measured: "
+                   f"({', '.join(f'{b:g}' for b in src['betas'])}))")
+    if run.get("max_tokens") and run["max_tokens"] != src["max_tokens"]:
+        out.append(f"batch {run['max_tokens']:,} tokens (measured: {src['max_tokens']:,})")
+    if run.get("updates") and run["updates"] != src["updates"]:
+        out.append(f"run length {run['updates']:,} updates (measured: {src['updates']})")
+    if run.get("decay") and run["decay"] != "constant":
+        out.append(f"{run['decay']} decay (measured: the rate constant after the warm-up)")
+    return out
+
+
+def compare_run(m: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """Where a run's learning rate sits against the edge of a measured model, seed by seed. ``run``: ``lr``,
+    ``warmup_updates`` and, when known, ``optimizer``, ``betas``, ``max_tokens``, ``updates``, ``decay``. The cell
+    is the answer's (the nearest measured model), else the model's width at another depth, taking a source that ran
+    the run's arm: no warm-up for 0 or 1 warm-up updates (ScheduleConfig: both mean none), else the warm-up arm
+    nearest in length, and none when the run's warm-up is under half of it (a warm-up much shorter than
+    2/(1 - beta2) may not help: diagnose.SHALLOW_NOTE). ``position``: below (stable in every seed), above
+    (unstable in every seed), inside, or unknown (with why); ``caveats``: what of the model and run differ."""
+    lr, warm = run["lr"], run["warmup_updates"] if run["warmup_updates"] > 1 else 0
+    out: dict[str, Any] = {"lr": lr, "warmup_updates": run["warmup_updates"], "source": None, "layers": None,
+                           "width": None, "warmup": None, "position": "unknown", "seeds": None, "caveats": [],
+                           "text": ""}  # fmt: skip
+    yours = f"your run (learning rate {lr:g}, " + (f"a {warm}-update warm-up)" if warm else "no warm-up)")
+
+    def arm_of(rows: list[dict[str, Any]], label: str, w: int) -> dict[str, Any] | None:
+        cands = [r for r in rows if r["source"] == label and r["width"] == w and r["run"]]
+        if not warm:
+            return next((r for r in cands if r["warmup"] == "none"), None)
+        warmed = [r for r in cands if r["warmup"] != "none" and r["warmup_updates"] > 0]
+        return min(warmed, key=lambda r: abs(math.log(r["warmup_updates"] / warm)), default=None)
+
+    chosen = None
+    for rows, w in ((m["rows"], _nearest_width(m["rows"], m["width"])), (m["other_depths"], m["width"])):
+        if w is None:
+            continue
+        labels = sorted(dict.fromkeys(r["source"] for r in rows if r["width"] == w and r["run"]),
+                        key=lambda lb: -sum(r["summary"]["bracketed"] for r in rows
+                                            if r["source"] == lb and r["width"] == w and r["run"]))
+        for label in labels:
+            r = arm_of(rows, label, w)
+            if r is not None and any(lo is not None for lo, _ in r["seeds"]):  # a seed stable somewhere: readable
+                chosen = (label, w, r)
+                break
+        if chosen:
+            break
+    if chosen is None:
+        out["text"] = (f"{yours}: no measured model near yours ran that arm with a stable run to compare with"
+                       if m["rows"] else "")
+        return out
+    label, w, r = chosen
+    src = m["sources"][label]
+    out.update(source=label, layers=src["layers"], width=w, warmup=r["warmup"])
+    arm = "without warm-up" if r["warmup"] == "none" else f"with its {r['warmup_updates']}-update warm-up"
+    where = f"{_cell_name(m, label, w)} ({label}) {arm}"
+    caveats = []
+    layers = m["layers"]
+    if src["layers"] != layers:
+        caveats.append(f"depth {layers} (measured: {src['layers']})")
+    if w != m["width"]:
+        caveats.append(f"width d={m['width']} (measured: {w})")
+    caveats += [d for d in m.get("differences", []) if not d.startswith(("depth", "width"))]
+    caveats += _run_differences(run, src)
+    out["caveats"] = caveats
+    family = {"adam": "adam", "adamw": "adam"}
+    if warm and r["warmup_updates"] > 2 * warm:
+        out["text"] = (f"{yours}: not comparable with {where}: your warm-up is under half of it (a warm-up much "
+                       "shorter than 2/(1 - beta2) updates may not help)")
+        return out
+    if run.get("optimizer") and family.get(run["optimizer"]) != family.get(src["optimizer"]):
+        out["text"] = (f"{yours}: not comparable with {where}: the edges were measured with {src['optimizer']}, your "
+                       f"run uses {run['optimizer']}")
+        return out
+    stable, unstable, open_ = _seed_counts(lr, r["seeds"])
+    n = len(r["seeds"])
+    out["seeds"] = {"n": n, "stable": stable, "unstable": unstable, "not_determined": open_}
+    if stable == n:
+        lowest = min(lo for lo, _ in r["seeds"])
+        out["position"] = "below"
+        seeds = f"all {n} seeds" if n > 1 else "its one seed"
+        how = f"stable in {seeds} of {where}: the lowest edge, {lowest:.3g}, is {lowest / lr:.3g}x your rate"
+    elif unstable == n:
+        out["position"] = "above"
+        how = (f"unstable in {f'all {n} seeds' if n > 1 else 'its one seed'} of {where} (the highest first unstable "
+               f"rate: {max(hi for _, hi in r['seeds']):.3g})")
+    else:
+        out["position"] = "inside"
+        how = (f"at that rate {where} was stable in {stable}, unstable in {unstable} and not determined in {open_} "
+               f"of {n} seeds")
+    out["text"] = f"{yours}: {how}" + (f". Indicative only: that model and run differ from yours in "
+                                       f"{'; '.join(caveats)}" if caveats else "")
     return out
 
 
@@ -437,13 +518,16 @@ def edge_lines(cfg: Any, task: str, table: dict[str, Any] | None = None, *, advi
     head = ("measured stability edges (the largest stable learning rate; normlab's committed sweeps, "
             "normlab.analysis.edges):")
     m = measured_for(cfg, task, table, run)
-    if m is None:
-        tasks = sorted({src["task"] for src in table["sources"].values()})
-        return _wrap(f"measured stability edges: none for the {task} task (the committed sweeps trained "
-                     f"{' and '.join(tasks)} models)", 0)
+    tasks = sorted({src["task"] for src in table["sources"].values()})
+    command = ""
+    if m is not None:
+        changes = m["command_changes"]
+        command = m["command"] + (f" (it runs {', '.join(changes)}: what a sweep can express)" if changes else "")
+    if m is None or task not in tasks:
+        measure = f" To measure this model's edge with and without warm-up: {command}" if command else ""
+        return [head] + _wrap(f"none for the {task} task: the committed sweeps trained {' and '.join(tasks)} "
+                              f"models.{measure}", 2)
     scheme, width = m["scheme"], m["width"]
-    changes = f" (it runs {', '.join(m['command_changes'])}: what a sweep can express)" if m["command_changes"] else ""
-    command = m["command"] + changes
     if not m["rows"]:
         swept = ", ".join(m["schemes"]) or "none"
         return [head] + _wrap(f"{scheme} was not swept on the {task} task (swept there: {swept}). To measure its "
@@ -453,12 +537,12 @@ def edge_lines(cfg: Any, task: str, table: dict[str, Any] | None = None, *, advi
         lines += _wrap(sentence, 2)
     if m["run"] is not None and m["run"]["text"]:
         text = m["run"]["text"]
-        lines += _wrap(text[0].upper() + text[1:] + " (that model and its run differ from yours where the last line "
-                       "says).", 2)
-    if advised is not None:
-        needed = [r for r in m["rows"] if r["verdict"] and r["verdict"]["verdict"] == "needed"]
-        not_needed = [r for r in m["rows"] if r["verdict"] and r["verdict"]["verdict"] == "not needed"]
-        if (advised is False and needed) or (advised is True and not_needed):
+        lines += _wrap(text[0].upper() + text[1:] + ".", 2)
+    if advised is not None and (w := _nearest_width(m["rows"], width)) is not None:
+        label = _source_at(m["rows"], w)  # the answer's cell: its verdict against diagnose's
+        words = {r["verdict"]["verdict"] for r in m["rows"]
+                 if r["source"] == label and r["width"] == w and r["verdict"] is not None}  # fmt: skip
+        if (advised is False and "needed" in words) or (advised is True and "not needed" in words):
             lines += _wrap("The verdict above and these rows answer different questions: the verdict reads the "
                            "gradient pattern at initialisation that the paper blames for Post-LN's need of a warm-up; "
                            "the rows measure whether a warm-up moved the largest stable learning rate. A warm-up can "
@@ -504,8 +588,8 @@ def edge_lines(cfg: Any, task: str, table: dict[str, Any] | None = None, *, advi
         for r in m["other_depths"]:
             row_line(r, 4, mark=False)
     for label in {r["source"]: None for r in m["rows"] + m["other_depths"]}:
-        runs = [r for r in m["rows"] + m["other_depths"] if r["source"] == label and r["run"]]
-        if runs and all(r["summary"]["below_grid"] == r["summary"]["n"] for r in runs if r["warmup"] == "none"):
+        none = [r for r in m["rows"] + m["other_depths"] if r["source"] == label and r["run"] and r["warmup"] == "none"]
+        if none and all(r["summary"]["n"] and r["summary"]["below_grid"] == r["summary"]["n"] for r in none):
             src = m["sources"][label]
             lines.extend(_wrap(f"{label}: without warm-up no run of {src['updates']} updates left the plateau at any "
                                f"rate from {src['lr_min']:g}: a sweep of this model needs longer runs (--set "
