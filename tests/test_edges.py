@@ -59,7 +59,7 @@ def test_summarize_keeps_censored_and_below_grid_seeds_apart():
     assert s["widest"] == pytest.approx(1.2)
     text = edges._summary_text(s, 1.2)
     assert text.startswith("0.0016 (seeds [0.001, 0.0024); ") and "coarser" not in text
-    assert "1 of 4 seeds censored, no run unstable up to 0.005 (the edge search had not finished)" in text
+    assert "1 of 4 seeds censored, no run unstable up to 0.005, where the edge search stopped" in text
     assert "1 of 4 seeds unstable from the smallest rate, 0.0001" in text
     # censored at the cap: a finished search; brackets a grid step wide: said; grid rates not run: said
     s = edges.summarize([[0.01, 0.0215], [1.0, None]], cap=1.0)
@@ -134,7 +134,7 @@ def test_edge_lines_read_the_rows_and_give_a_command_that_the_sweep_takes():
     assert "label smoothing 0.1" in text
     # no seed decided: the verdict's reason, not "0 of 0 seeds"; an unfinished curve said
     assert "warm-up undecided (a run of an arm failed or has not finished)" in text and "0 of 0" not in text
-    assert "1 of 2 seeds censored, no run unstable up to 0.01 (the edge search had not finished); incomplete" in text
+    assert "1 of 2 seeds censored, no run unstable up to 0.01, where the edge search stopped; incomplete" in text
     assert "edge ~ d^-1.08 (seeds' fits -1.30 .. -0.90; for Post-LN, Theorem 1" in text
     assert "has the nearest rows' depth, width, FFN, heads, dropout" in text
     # diagnose's verdict against the rows: said when they point different ways, not otherwise

@@ -177,7 +177,7 @@ def _summary_text(s: dict[str, Any], resolution: float, missing: Sequence[float]
         lo, hi = s["censored_at"][0], s["censored_at"][-1]
         bounds = f"{lo:.3g}" if lo == hi else f"{lo:.3g} .. {hi:.3g}"
         notes.append(f"{s['censored']} of {s['n']} seeds censored, no run unstable up to {bounds}"
-                     + (" (the edge search had not finished)" if s["unfinished"] else ""))
+                     + (", where the edge search stopped" if s["unfinished"] else ""))
     if s["n"] and s["below_grid"] == s["n"]:
         notes.append("every seed unstable from the smallest rate, or too short to leave the plateau: the sweep "
                      "cannot tell which")
