@@ -666,3 +666,27 @@ def test_the_first_unstable_runs_in_words():
     assert first_unstable_text(runs) == "diverged 1 of 3; 2 on the plateau, +0.050 to +0.150 nats above the line"
     assert first_unstable_text(runs[:1]) == "1 on the plateau, +0.050 nats above the line"
     assert first_unstable_text([]) == "–"
+
+
+def test_edge_rank_pools_the_sweeps_of_one_recipe():
+    """heldout._edge_rank: per sweep, and once more over sweeps whose experiment fields agree (the schemes preset
+    beside edge-quick), never over two recipes."""
+    from normlab.experiments.heldout import _edge_rank
+
+    recipe = {"task": "translation", "layers": 3, "updates": 300}
+
+    def cell(sweep, scheme, width, score, centre, **other):
+        return {"sweep": sweep, "task": "translation", "layers": 3, "scheme": scheme, "width": width, "score": score,
+                "edge_none": {"centre": centre}, "experiment": {**recipe, **other, "scheme": scheme, "width": width}}
+
+    # S falls as the edge rises in both sweeps: four schemes, one ordering of 24 as extreme
+    cells = [cell("a", "post", 64, 2.0, 1e-3), cell("a", "pre", 64, 0.5, 5e-2),
+             cell("b", "deepnorm", 64, 1.5, 4e-3), cell("b", "admin", 64, 1.0, 8e-3)]
+    rows = {r["sweep"]: r for r in _edge_rank(cells)}
+    assert set(rows) == {"a", "b", "a + b"} and rows["a + b"]["pooled"] == ["a", "b"]
+    assert rows["a + b"]["n"] == 4 and rows["a + b"]["rho"] == pytest.approx(-1.0)
+    assert rows["a + b"]["p_below"] == pytest.approx(1 / 24)
+    # another recipe (a longer run) is not pooled
+    other = [cell("a", "post", 64, 2.0, 1e-3), cell("a", "pre", 64, 0.5, 5e-2),
+             cell("c", "deepnorm", 64, 1.5, 4e-3, updates=600)]
+    assert {r["sweep"] for r in _edge_rank(other)} == {"a", "c"}

@@ -115,17 +115,30 @@ def _edge_rank(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     an edge belongs to its recipe (task, length, batch, optimiser): S can only order the edges of one recipe. Added
     on 2026-11-28 after a preview of the LM sweep's partial report: that sweep was in view, so this is a
     measurement of S, not a held-out test of a rule, and nothing is fitted to it."""
-    out = []
-    for label in sorted({c["sweep"] for c in cells}):
-        mine = [c for c in cells if c["sweep"] == label]
+    def rank(label: str, mine: list[dict[str, Any]]) -> dict[str, Any]:
         known = {(c["scheme"], c["width"]): (c["score"], c["edge_none"]["centre"]) for c in mine
                  if c["score"] is not None and (c.get("edge_none") or {}).get("centre") is not None
                  and math.isfinite(c["score"])}  # fmt: skip
         widths = sorted({c["width"] for c in mine})
         schemes = sorted({sc for sc, _ in known if all((sc, w) in known for w in widths)})
         r = spearman_within({k: v for k, v in known.items() if k[0] in schemes})
-        out.append({"sweep": label, "task": mine[0]["task"], "layers": mine[0]["layers"], "cells": len(mine),
-                    "widths": widths, **r.to_dict(), "schemes": schemes})  # fmt: skip
+        return {"sweep": label, "task": mine[0]["task"], "layers": mine[0]["layers"], "cells": len(mine),
+                "widths": widths, **r.to_dict(), "schemes": schemes}  # fmt: skip
+
+    out = [rank(label, [c for c in cells if c["sweep"] == label]) for label in sorted({c["sweep"] for c in cells})]
+    # Sweeps of one recipe (every EXPERIMENT_FIELDS value alike; the schemes preset was built to sit beside
+    # edge-quick's Post-LN and Pre-LN) ranked together as well: an edge belongs to its recipe, not to its file, and
+    # six schemes give 720 orderings where two give 2 and four 24. Added on 2026-11-28 before the schemes sweep's
+    # S-edge pairs were seen (its DeepNorm and Admin edges were); beside the per-sweep rows, not instead of them.
+    recipes: dict[str, list[dict[str, Any]]] = {}
+    for c in cells:
+        recipe = {k: v for k, v in (c.get("experiment") or {}).items() if k not in ("scheme", "width")}
+        if recipe:
+            recipes.setdefault(json.dumps(recipe, sort_keys=True), []).append(c)
+    for mine in recipes.values():
+        labels = sorted({c["sweep"] for c in mine})
+        if len(labels) > 1 and len({(c["scheme"], c["width"]) for c in mine}) == len(mine):
+            out.append({**rank(" + ".join(labels), mine), "pooled": labels})
     return out
 
 
@@ -243,7 +256,8 @@ def held_out_markdown(result: dict[str, Any]) -> str:
                          f"{_score(ev['baseline_agree'], ev['decided'])} | "
                          f"{_score(ev.get('always_agree', 0), ev['decided'])} | {', '.join(ev['schemes']) or '–'} |")
     if result.get("edge_rank"):
-        lines += ["", "## Does S order the stability edges? (per sweep: within each width, Spearman's rho of S against "
+        lines += ["", "## Does S order the stability edges? (per sweep, and pooled where sweeps share a recipe: within "
+                  "each width, Spearman's rho of S against "
                   "the no-warm-up edge's centre across the schemes, averaged over the widths; p: one-sided "
                   "permutation test that moves whole schemes, of a correlation at most rho, the theory's direction: "
                   "a larger S, a lower edge; heldout._edge_rank says why, and that it was added with the LM sweep "
