@@ -61,14 +61,16 @@ def _run_rate(args: argparse.Namespace) -> dict[str, Any] | None:
     full = load_config_file(args.config)
     if not isinstance(full.get("optim"), dict):
         return None
-    from normlab.config import OptimConfig, ScheduleConfig
+    from normlab.config import DataConfig, OptimConfig, ScheduleConfig, TrainConfig
 
     optim = OptimConfig.from_dict(full["optim"])
     schedule = ScheduleConfig.from_dict(full.get("schedule") or {})
     data = full.get("data") if isinstance(full.get("data"), dict) else {}
+    # what the file leaves out is the default a run would train with (4,096 tokens; a length by epochs: 0)
+    tokens = data.get("max_tokens", DataConfig().max_tokens)
+    updates = full.get("max_updates", TrainConfig().max_updates)
     return {"lr": optim.lr, "warmup_updates": schedule.warmup_updates, "optimizer": optim.name,
-            "betas": list(optim.betas), "max_tokens": data.get("max_tokens"), "updates": full.get("max_updates") or 0,
-            "decay": schedule.decay}  # fmt: skip
+            "betas": list(optim.betas), "max_tokens": tokens, "updates": updates or 0, "decay": schedule.decay}
 
 
 def _model(args: argparse.Namespace) -> int:

@@ -690,3 +690,10 @@ def test_edge_rank_pools_the_sweeps_of_one_recipe():
     other = [cell("a", "post", 64, 2.0, 1e-3), cell("a", "pre", 64, 0.5, 5e-2),
              cell("c", "deepnorm", 64, 1.5, 4e-3, updates=600)]
     assert {r["sweep"] for r in _edge_rank(other)} == {"a", "c"}
+    # only the widths every pooled sweep ran: b's schemes are not dropped for lacking a's d=256
+    wide = cells + [cell("a", "post", 256, 2.1, 4e-4), cell("a", "pre", 256, 0.6, 2e-2)]
+    rows = {r["sweep"]: r for r in _edge_rank(wide)}
+    assert rows["a + b"]["widths"] == [64] and rows["a + b"]["n"] == 4 and rows["a"]["widths"] == [64, 256]
+    # a scheme at one width in two files of one recipe is refused, not dropped without a word
+    with pytest.raises(ValueError, match="pass each experiment once"):
+        _edge_rank(cells + [cell("b", "post", 64, 2.0, 1e-3)])

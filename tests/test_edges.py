@@ -205,8 +205,11 @@ def test_a_run_config_s_rate_is_placed_against_the_nearest_edge_seed_by_seed():
     below = place(1e-3, 0)
     assert (below["position"], below["warmup"], below["source"], below["width"]) == ("below", "none", "a3", 64)
     assert below["seeds"] == {"n": 2, "stable": 2, "unstable": 0, "not_determined": 0}
-    assert "stable in all 2 seeds of post, 3-3 layers, d=64 (a3) without warm-up: the lowest edge, 0.002, is 2x" in (
-        below["text"]) and below["caveats"] == []
+    assert ("stable in all 2 seeds of post, 3-3 layers, d=64 (a3) without warm-up: the lowest last stable rate, "
+            "0.002, is 2x your rate") in below["text"] and below["caveats"] == []
+    # at the bounds: a seed is stable at its last stable rate and unstable at its first unstable one
+    assert place(2e-3, 0)["seeds"] == {"n": 2, "stable": 2, "unstable": 0, "not_determined": 0}
+    assert place(2.4e-3, 0)["seeds"] == {"n": 2, "stable": 1, "unstable": 1, "not_determined": 0}
     # inside the range: counted per seed (2.1e-3 is inside seed 1's bracket, below seed 2's edge: nothing unstable)
     assert place(2.1e-3, 0)["seeds"] == {"n": 2, "stable": 1, "unstable": 0, "not_determined": 1}
     assert place(2.5e-3, 0)["seeds"] == {"n": 2, "stable": 1, "unstable": 1, "not_determined": 0}
@@ -217,22 +220,29 @@ def test_a_run_config_s_rate_is_placed_against_the_nearest_edge_seed_by_seed():
     warm = place(4e-3, 80)
     assert warm["position"] == "below" and warm["warmup"] == "adam" and "with its 100-update warm-up" in warm["text"]
     short = place(4e-3, 5)
-    assert short["position"] == "unknown" and "under half of it" in short["text"] and short["warmup"] == "adam"
+    assert short["position"] == "unknown" and "the lengths differ by more than 2x" in short["text"]
+    assert short["warmup"] == "adam" and place(3e-2, 4000)["position"] == "unknown"  # far longer: not comparable
+    assert place(1e-3, None)["warmup"] == "none"  # a missing warm-up is none
     # another optimizer family is not comparable; a run's batch, length and decay are caveats
     assert place(1e-3, 0, optimizer="sgd")["position"] == "unknown"
     caveats = place(1e-3, 0, optimizer="adamw", max_tokens=4096, updates=9000, decay="linear")["caveats"]
     assert caveats == ["optimizer adamw (measured: adam)", "batch 4,096 tokens (measured: 1,024)",
                        "run length 9,000 updates (measured: 300)", "linear decay (measured: the rate constant after "
                        "the warm-up)"]
+    assert place(1e-3, 0, updates=0)["caveats"] == ["run length set by epochs or hours (measured: 300 updates)"]
     # a censored seed counts as stable below its bound, not determined above it
     mixed = {**t, "edges": [{**e, "seeds": [[2e-3, 2.4e-3], [1e-2, None]]} if (e["scheme"], e["warmup"], e["width"])
                             == ("post", "none", 64) else e for e in t["edges"]]}  # fmt: skip
     mm = edges.measured_for(cfg, "translation", mixed)
     assert edges.compare_run(mm, {"lr": 1e-4, "warmup_updates": 0})["position"] == "below"
     assert edges.compare_run(mm, {"lr": 5e-2, "warmup_updates": 0})["seeds"]["not_determined"] == 1
-    # the nearest depth has no stable run without warm-up (b6: unstable from 1e-4): the model's width at 3 layers
+    # the nearest depth's failures are read, not skipped: b6 (6 layers) was unstable (or too short) from 1e-4
     m6 = edges.measured_for(cfg.replace(encoder_layers=6, decoder_layers=6, d_model=128, d_ffn=256), "translation", t)
     placed = edges.compare_run(m6, {"lr": 5e-4, "warmup_updates": 0})
+    assert (placed["source"], placed["layers"], placed["position"]) == ("b6", 6, "above")
+    assert "1 of them unstable from the smallest rate or too short to leave the plateau" in placed["text"]
+    # below 1e-4 b6 decides nothing: the model's width at 3 layers, with the depth as a caveat
+    placed = edges.compare_run(m6, {"lr": 5e-5, "warmup_updates": 0})
     assert (placed["source"], placed["layers"], placed["position"]) == ("a3", 3, "below")
     assert placed["caveats"][0] == "depth 6 (measured: 3)"
     # the same keys on every path (diagnose's JSON)

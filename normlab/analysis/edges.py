@@ -419,87 +419,112 @@ def _run_differences(run: dict[str, Any], src: dict[str, Any]) -> list[str]:
                    f"({', '.join(f'{b:g}' for b in src['betas'])}))")
     if run.get("max_tokens") and run["max_tokens"] != src["max_tokens"]:
         out.append(f"batch {run['max_tokens']:,} tokens (measured: {src['max_tokens']:,})")
-    if run.get("updates") and run["updates"] != src["updates"]:
-        out.append(f"run length {run['updates']:,} updates (measured: {src['updates']})")
+    if "updates" in run and run["updates"] != src["updates"]:
+        out.append(f"run length {run['updates']:,} updates (measured: {src['updates']})" if run["updates"] else
+                   f"run length set by epochs or hours (measured: {src['updates']} updates)")
     if run.get("decay") and run["decay"] != "constant":
         out.append(f"{run['decay']} decay (measured: the rate constant after the warm-up)")
     return out
 
 
 def compare_run(m: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
-    """Where a run's learning rate sits against the edge of a measured model, seed by seed. ``run``: ``lr``,
-    ``warmup_updates`` and, when known, ``optimizer``, ``betas``, ``max_tokens``, ``updates``, ``decay``. The cell
-    is the answer's (the nearest measured model), else the model's width at another depth, taking a source that ran
-    the run's arm: no warm-up for 0 or 1 warm-up updates (ScheduleConfig: both mean none), else the warm-up arm
-    nearest in length, and none when the run's warm-up is under half of it (a warm-up much shorter than
-    2/(1 - beta2) may not help: diagnose.SHALLOW_NOTE). ``position``: below (stable in every seed), above
-    (unstable in every seed), inside, or unknown (with why); ``caveats``: what of the model and run differ."""
-    lr, warm = run["lr"], run["warmup_updates"] if run["warmup_updates"] > 1 else 0
-    out: dict[str, Any] = {"lr": lr, "warmup_updates": run["warmup_updates"], "source": None, "layers": None,
-                           "width": None, "warmup": None, "position": "unknown", "seeds": None, "caveats": [],
-                           "text": ""}  # fmt: skip
+    """Where a run's learning rate sits against the seeds of a measured model. ``run``: ``lr``, ``warmup_updates``
+    (0 or 1: none, as ScheduleConfig reads them) and, when known, ``optimizer``, ``betas``, ``max_tokens``,
+    ``updates`` (0: set by epochs or hours), ``decay``.
+
+    The arm: no warm-up for a run without one, else the warm-up arm nearest in length, comparable only within a
+    factor 2 of the run's (a far shorter warm-up may not protect the first updates as the measured one did, a far
+    longer one may protect rates the measured one did not). The cell: the nearest measured depth first, at the
+    width the answer reads, then the model's width at the other depths, nearest first; within them, the source
+    whose arm is nearest the run's warm-up, then the most bracketed seeds; the first whose arm decides a seed at
+    this rate (stable: the rate is at most the seed's last stable one; unstable: at least its first unstable one,
+    which for a seed below the grid may be a run too short to leave the plateau). ``position``: below (stable in
+    every seed), above (unstable in every seed), inside (some of each, or some not determined), unknown (why in
+    ``text``); ``caveats``: what of the model and the run differ from the cell's."""
+    lr = run["lr"]
+    given = int(run.get("warmup_updates") or 0)
+    warm = given if given > 1 else 0
+    out: dict[str, Any] = {"lr": lr, "warmup_updates": given, "source": None, "layers": None, "width": None,
+                           "warmup": None, "position": "unknown", "seeds": None, "caveats": [], "text": ""}
     yours = f"your run (learning rate {lr:g}, " + (f"a {warm}-update warm-up)" if warm else "no warm-up)")
 
     def arm_of(rows: list[dict[str, Any]], label: str, w: int) -> dict[str, Any] | None:
-        cands = [r for r in rows if r["source"] == label and r["width"] == w and r["run"]]
+        cands = [r for r in rows if r["source"] == label and r["width"] == w and r["run"] and r["seeds"]]
         if not warm:
             return next((r for r in cands if r["warmup"] == "none"), None)
         warmed = [r for r in cands if r["warmup"] != "none" and r["warmup_updates"] > 0]
         return min(warmed, key=lambda r: abs(math.log(r["warmup_updates"] / warm)), default=None)
 
-    chosen = None
-    for rows, w in ((m["rows"], _nearest_width(m["rows"], m["width"])), (m["other_depths"], m["width"])):
+    def distance(r: dict[str, Any]) -> float:
+        return abs(math.log(r["warmup_updates"] / warm)) if warm else 0.0
+
+    candidates = []  # (depth rank, arm, label, width) in the order they are tried
+    groups = [(m["rows"], _nearest_width(m["rows"], m["width"]), 0)]
+    for depth in sorted({r["layers"] for r in m["other_depths"]}, key=lambda n: abs(math.log(n / m["layers"]))):
+        groups.append(([r for r in m["other_depths"] if r["layers"] == depth], m["width"], 1))
+    for rows, w, rank in groups:
         if w is None:
             continue
-        labels = sorted(dict.fromkeys(r["source"] for r in rows if r["width"] == w and r["run"]),
-                        key=lambda lb: -sum(r["summary"]["bracketed"] for r in rows
-                                            if r["source"] == lb and r["width"] == w and r["run"]))
-        for label in labels:
-            r = arm_of(rows, label, w)
-            if r is not None and any(lo is not None for lo, _ in r["seeds"]):  # a seed stable somewhere: readable
-                chosen = (label, w, r)
-                break
-        if chosen:
-            break
-    if chosen is None:
-        out["text"] = (f"{yours}: no measured model near yours ran that arm with a stable run to compare with"
-                       if m["rows"] else "")
+        found = []
+        for label in dict.fromkeys(r["source"] for r in rows if r["width"] == w and r["run"]):
+            if (r := arm_of(rows, label, w)) is not None:
+                bracketed = r["summary"]["bracketed"] if r["summary"] else 0
+                found.append((distance(r), -bracketed, label, r))
+        candidates += [(rank, r, label, w) for _, _, label, r in sorted(found, key=lambda x: x[:2])]
+    if not candidates:
+        out["text"] = f"{yours}: no measured model near yours ran that arm" if m["rows"] else ""
         return out
-    label, w, r = chosen
-    src = m["sources"][label]
+    comparable = [c for c in candidates if not warm or 0.5 <= c[1]["warmup_updates"] / warm <= 2]
+    if not comparable:
+        _, r, label, w = candidates[0]
+        out.update(source=label, layers=m["sources"][label]["layers"], width=w, warmup=r["warmup"])
+        out["text"] = (f"{yours}: not comparable with the nearest measured warm-up, {r['warmup_updates']} updates "
+                       f"({_cell_name(m, label, w)}, {label}): the lengths differ by more than 2x")
+        return out
+    src0 = m["sources"]
+    if run.get("optimizer") and {"adam": "adam", "adamw": "adam"}.get(run["optimizer"]) != \
+            {"adam": "adam", "adamw": "adam"}.get(src0[comparable[0][2]]["optimizer"]):
+        _, r, label, w = comparable[0]
+        out.update(source=label, layers=src0[label]["layers"], width=w, warmup=r["warmup"])
+        out["text"] = (f"{yours}: not comparable with {_cell_name(m, label, w)} ({label}): the edges were measured "
+                       f"with {src0[label]['optimizer']}, your run uses {run['optimizer']}")
+        return out
+    # the first candidate whose seeds decide something at this rate; else the first, with nothing decided
+    counted = [(c, _seed_counts(lr, c[1]["seeds"])) for c in comparable]
+    (rank, r, label, w), (stable, unstable, open_) = next(
+        ((c, k) for c, k in counted if k[0] + k[1] > 0), counted[0])
+    src = src0[label]
     out.update(source=label, layers=src["layers"], width=w, warmup=r["warmup"])
     arm = "without warm-up" if r["warmup"] == "none" else f"with its {r['warmup_updates']}-update warm-up"
     where = f"{_cell_name(m, label, w)} ({label}) {arm}"
     caveats = []
-    layers = m["layers"]
-    if src["layers"] != layers:
-        caveats.append(f"depth {layers} (measured: {src['layers']})")
+    if src["layers"] != m["layers"]:
+        caveats.append(f"depth {m['layers']} (measured: {src['layers']})")
     if w != m["width"]:
         caveats.append(f"width d={m['width']} (measured: {w})")
     caveats += [d for d in m.get("differences", []) if not d.startswith(("depth", "width"))]
     caveats += _run_differences(run, src)
     out["caveats"] = caveats
-    family = {"adam": "adam", "adamw": "adam"}
-    if warm and r["warmup_updates"] > 2 * warm:
-        out["text"] = (f"{yours}: not comparable with {where}: your warm-up is under half of it (a warm-up much "
-                       "shorter than 2/(1 - beta2) updates may not help)")
-        return out
-    if run.get("optimizer") and family.get(run["optimizer"]) != family.get(src["optimizer"]):
-        out["text"] = (f"{yours}: not comparable with {where}: the edges were measured with {src['optimizer']}, your "
-                       f"run uses {run['optimizer']}")
-        return out
-    stable, unstable, open_ = _seed_counts(lr, r["seeds"])
     n = len(r["seeds"])
     out["seeds"] = {"n": n, "stable": stable, "unstable": unstable, "not_determined": open_}
+    every = f"all {n} seeds" if n > 1 else "its one seed"
     if stable == n:
-        lowest = min(lo for lo, _ in r["seeds"])
         out["position"] = "below"
-        seeds = f"all {n} seeds" if n > 1 else "its one seed"
-        how = f"stable in {seeds} of {where}: the lowest edge, {lowest:.3g}, is {lowest / lr:.3g}x your rate"
+        lowest = min(lo for lo, _ in r["seeds"])
+        bound = " (a censored bound: stable up to at least there)" if any(
+            hi is None and lo == lowest for lo, hi in r["seeds"]) else ""
+        how = (f"stable in {every} of {where}: the lowest last stable rate, {lowest:.3g}{bound}, is {lowest / lr:.3g}x "
+               "your rate")
     elif unstable == n:
         out["position"] = "above"
-        how = (f"unstable in {f'all {n} seeds' if n > 1 else 'its one seed'} of {where} (the highest first unstable "
-               f"rate: {max(hi for _, hi in r['seeds']):.3g})")
+        below = sum(1 for lo, _ in r["seeds"] if lo is None)
+        how = (f"unstable in {every} of {where} (the highest first unstable rate: "
+               f"{max(hi for _, hi in r['seeds']):.3g}"
+               + (f"; {below} of them unstable from the smallest rate or too short to leave the plateau" if below
+                  else "") + ")")
+    elif stable + unstable == 0:
+        out["position"] = "unknown"
+        how = f"not determined in any of the {n} seeds of {where} (the rate falls inside their brackets or bounds)"
     else:
         out["position"] = "inside"
         how = (f"at that rate {where} was stable in {stable}, unstable in {unstable} and not determined in {open_} "

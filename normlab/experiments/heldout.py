@@ -115,11 +115,11 @@ def _edge_rank(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     an edge belongs to its recipe (task, length, batch, optimiser): S can only order the edges of one recipe. Added
     on 2026-11-28 after a preview of the LM sweep's partial report: that sweep was in view, so this is a
     measurement of S, not a held-out test of a rule, and nothing is fitted to it."""
-    def rank(label: str, mine: list[dict[str, Any]]) -> dict[str, Any]:
+    def rank(label: str, mine: list[dict[str, Any]], widths: list[int] | None = None) -> dict[str, Any]:
+        widths = widths or sorted({c["width"] for c in mine})
         known = {(c["scheme"], c["width"]): (c["score"], c["edge_none"]["centre"]) for c in mine
                  if c["score"] is not None and (c.get("edge_none") or {}).get("centre") is not None
-                 and math.isfinite(c["score"])}  # fmt: skip
-        widths = sorted({c["width"] for c in mine})
+                 and math.isfinite(c["score"]) and c["width"] in widths}  # fmt: skip
         schemes = sorted({sc for sc, _ in known if all((sc, w) in known for w in widths)})
         r = spearman_within({k: v for k, v in known.items() if k[0] in schemes})
         return {"sweep": label, "task": mine[0]["task"], "layers": mine[0]["layers"], "cells": len(mine),
@@ -137,8 +137,19 @@ def _edge_rank(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             recipes.setdefault(json.dumps(recipe, sort_keys=True), []).append(c)
     for mine in recipes.values():
         labels = sorted({c["sweep"] for c in mine})
-        if len(labels) > 1 and len({(c["scheme"], c["width"]) for c in mine}) == len(mine):
-            out.append({**rank(" + ".join(labels), mine), "pooled": labels})
+        if len(labels) < 2:
+            continue
+        if len({(c["scheme"], c["width"]) for c in mine}) < len(mine):
+            # held_out's _check_once refuses one experiment twice; a direct call with a scheme in two files of one
+            # recipe would give it two edges at one width
+            raise ValueError(f"a scheme at one width in two sweeps of one recipe ({', '.join(labels)}): pass each "
+                             "experiment once")
+        # the widths every pooled sweep ran: a width only one ran would drop the others' schemes
+        common = sorted(set.intersection(*({c["width"] for c in mine if c["sweep"] == lb} for lb in labels)))
+        pooled = rank(" + ".join(labels), mine, common) if common else None
+        alone = max((r["n"] for r in out if r["sweep"] in labels), default=0)
+        if pooled is not None and pooled["n"] > alone:  # a pool that adds no scheme says nothing new
+            out.append({**pooled, "pooled": labels})
     return out
 
 
