@@ -34,7 +34,8 @@ __all__ = ["SOURCES", "collect", "dumps", "load", "scheme_of", "measured", "diff
 # re-read on another machine names that machine, not the runs'). Chosen for bisected edges: the one- and two-seed
 # folders of sweep-quick stop at the grid's 2.15x and hold the same cells as these; the depth-6 folders are the
 # only 6-6 translation runs (one seed; no run left the unigram plateau at any rate from 1e-4: their edge is below
-# the grid, or the runs too short, which the sweep cannot tell apart).
+# the grid, or the runs too short, which the sweep cannot tell apart). `where` is written by hand: update it when a
+# sweep's runs are finished on another machine (each run's summary.json names its CPU).
 SOURCES: dict[str, tuple[str, str]] = {
     "edge-quick": ("sweep-quick/edge-quick", "2-core AMD EPYC Zen 4 and a 16-core Xeon with AMX, CPU, bf16"),
     "width-gpu": ("sweep-quick/width-gpu/report", "one NVIDIA H100, bf16"),
