@@ -16,9 +16,11 @@ from typing import Any
 
 from normlab import __version__, lm, pretrained, translate
 from normlab.analysis.diagnose import diagnose_config
+from normlab.analysis.edges import edge_lines, load, measured_for
 from normlab.analysis.run import AnalysisConfig, analysis_scale, print_progress, run_analysis, summary_lines
 from normlab.assets import load_config_file
-from normlab.config import ConfigError, ModelConfig, add_set_argument, apply_overrides, resolve_overrides
+from normlab.config import (ConfigError, DataConfig, ModelConfig, OptimConfig, ScheduleConfig, TrainConfig,
+                            add_set_argument, apply_overrides, resolve_overrides)
 from normlab.data import summary as data_summary
 from normlab.experiments import finetune_grid, reproduce, sweep
 from normlab.faults import fault_line, final_line, launched, report_to_torchrun, reported
@@ -61,8 +63,6 @@ def _run_rate(args: argparse.Namespace) -> dict[str, Any] | None:
     full = load_config_file(args.config)
     if not isinstance(full.get("optim"), dict):
         return None
-    from normlab.config import DataConfig, OptimConfig, ScheduleConfig, TrainConfig
-
     optim = OptimConfig.from_dict(full["optim"])
     schedule = ScheduleConfig.from_dict(full.get("schedule") or {})
     data = full.get("data") if isinstance(full.get("data"), dict) else {}
@@ -157,8 +157,6 @@ def _diagnose(args: argparse.Namespace) -> int:
               "2.9e-3, 30-220x below "
               "Pre-LN, LNS, Peri-LN and OLMo 2's output norm). S also moves with settings that are not the placement "
               "(positional, activation, scale_embedding): for an LM, measure the edge with normlab sweep --scale lm")
-    from normlab.analysis.edges import edge_lines, load, measured_for
-
     # a run config's rate, placed against the edges of its own task (a --task that overrides the file's: another
     # model than the run's, so no placement)
     run = _run_rate(args) if not args.task or args.task == _task(argparse.Namespace(task=None, config=args.config)) \

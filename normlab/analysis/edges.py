@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from normlab.assets import edges_file
+
 __all__ = ["SOURCES", "collect", "dumps", "load", "scheme_of", "measured", "differences", "measured_for", "compare_run",
            "edge_lines", "main"]
 
@@ -58,8 +60,6 @@ _MODEL = {"translation": {"positional": "sinusoidal", "activation": "relu", "sca
 
 
 def _asset() -> Path:
-    from normlab.assets import edges_file
-
     return edges_file()
 
 
