@@ -46,6 +46,8 @@ COVERED: dict[str, str] = {
     ".venv/bin/normlab sweep --scale quick --out runs/sweep-more --set 'schemes=[post,pre,deepnorm,pre/rmsnorm]' --set seeds=3":
         "tests/test_sweep.py::test_smoke_sweep_cli",
     ".venv/bin/normlab sweep --scale quick --out runs/sweep-quick --report-only": "tests/test_sweep.py::test_smoke_sweep_cli",
+    ".venv/bin/normlab sweep --scale quick --set layers=6 --out runs/depth-6 --import docs/results/sweep-quick/depth-6":
+        "tests/test_sweep.py::test_import_extends_a_sweep_that_kept_only_its_sweep_json",
     # diagnose held out: measures diagnose on the sweeps whose sweep.json has no table (a minute and more)
     ".venv/bin/normlab sweep --held-out docs/results/sweep-lm docs/results/sweep-quick/edge-quick --out runs/held-out":
         "tests/test_edge.py::test_held_out_report_over_sweeps",

@@ -810,3 +810,63 @@ def test_from_json_rereads_a_committed_sweep(tmp_path):
     firsts = [x for r in data["frontier"] for x in r["first_unstable"]]
     assert len(firsts) == 40 and not any(x["diverged"] for x in firsts)
     assert min(x["above_line"] for x in firsts) > 0
+
+
+@pytest.mark.slow
+def test_import_extends_a_sweep_that_kept_only_its_sweep_json(tmp_path):
+    """`normlab sweep --import`: a sweep run without the edge search (as every sweep before issue 40, which kept its
+    sweep.json only) is extended by the search's runs alone: its 16 grid runs are read from its sweep.json, never
+    trained again, and the search plans from them the 8 runs above the grid (lr 1: the smoke preset's cap) that
+    the smoke sweep with the search runs itself (test_smoke_sweep_cli). A sweep trained otherwise, in another
+    precision or on other validation targets is refused with what differs."""
+    from tests.clirun import normlab
+
+    old = tmp_path / "old"
+    cfg = sweep_scale("smoke")
+    proc = normlab("sweep", "--scale", "smoke", "--out", str(old), "--no-estimate", "--no-diagnose", "--set",
+                   "find_edge=false")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    grid = len(cfg.schemes) * len(cfg.warmups) * len(cfg.widths) * len(cfg.lrs)
+    curves = grid // len(cfg.lrs)
+    src = old / "report" / "sweep.json"
+    before = json.loads(src.read_text())
+    assert len(before["cells"]) == grid and all(r["edge"]["per_seed"][0]["censored"] for r in before["frontier"])
+    shutil.rmtree(old / "runs")  # what was committed: the report, not the runs
+    new = tmp_path / "new"
+    proc = normlab("sweep", "--scale", "smoke", "--out", str(new), "--no-estimate", "--no-diagnose", "--import",
+                   str(old / "report"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"--import {old / 'report'}: {grid} finished run(s) of this sweep" in proc.stderr
+    trained = sorted(d.name for d in (new / "runs").iterdir())
+    assert len(trained) == curves and all("-lr1.00e+00-" in n for n in trained), trained
+    data = json.loads((new / "report" / "sweep.json").read_text())
+    imported = [c for c in data["cells"] if c.get("imported_from")]
+    assert len(imported) == grid and len(data["cells"]) == grid + curves
+    by_name = {c["name"]: c for c in before["cells"]}
+    assert all(c["final"] == by_name[c["name"]]["final"] and c["l0"] == by_name[c["name"]]["l0"] for c in imported)
+    assert all(r["edge"]["per_seed"] == [{"seed": 1, "last_stable": 0.1, "first_unstable": 1.0, "ratio": 10.0,
+                                          "censored": False}] for r in data["frontier"])  # fmt: skip
+    want = "bf16" if _native_bf16() else "fp32"
+    [meta] = data["meta"]["imported"]
+    assert meta["runs"] == grid and meta["precision"] == want and data["meta"]["edge_runs"] == curves
+    assert f"{grid} run(s) imported from {old / 'report'}" in (new / "report" / "SWEEP.md").read_text()
+    # again, with the search's runs finished here: nothing is trained, and --report-only reads the same
+    again = normlab("sweep", "--scale", "smoke", "--out", str(new), "--report-only", "--no-diagnose", "--import",
+                    str(src))  # fmt: skip
+    assert again.returncode == 0 and " start " not in again.stderr, again.stderr[-2000:]
+    assert json.loads((new / "report" / "sweep.json").read_text())["frontier"] == data["frontier"]
+    # refused, each with what differs: the training settings, the precision, the validation targets, an unknown one
+    other = normlab("sweep", "--scale", "smoke", "--out", str(tmp_path / "x"), "--set", "updates=5", "--import",
+                    str(src))  # fmt: skip
+    assert other.returncode == 2 and f"updates={cfg.updates} (here 5)" in other.stderr, other.stderr[-2000:]
+    flip = "fp32" if want == "bf16" else "bf16"
+    prec = normlab("sweep", "--scale", "smoke", "--out", str(tmp_path / "x"), "--precision", flip, "--import", str(src))
+    assert prec.returncode == 2 and f"--precision {want} to extend it" in prec.stderr, prec.stderr[-2000:]
+    for key, value, words in (("baseline", {**before["baseline"], "tokens": 1}, "validation targets are not"),
+                              ("meta", {**before["meta"], "precision": None}, "does not record one precision")):
+        bad = tmp_path / key / "sweep.json"
+        bad.parent.mkdir()
+        bad.write_text(json.dumps({**before, key: value}))
+        proc = normlab("sweep", "--scale", "smoke", "--out", str(tmp_path / "x"), "--no-estimate", "--import", str(bad))
+        assert proc.returncode == 2 and words in proc.stderr, proc.stderr[-2000:]
+        assert not (tmp_path / "x" / "runs").exists()  # refused before any run

@@ -114,7 +114,7 @@ from normlab.config import (
     scheme_errors,
 )
 from normlab.data import prepare
-from normlab.device import cpu_name
+from normlab.device import autocast_dtype, cpu_name, pick_device
 from normlab.experiments.budget import PROBED, estimate, updates_per_epoch
 from normlab.experiments.figures import Context, RunSpec
 from normlab.experiments.grid import (
@@ -1315,6 +1315,103 @@ def read_cell(spec: RunSpec, run_dir: Path, status: str, scheme: str, warmup: st
 
 
 # -------------------------------------------------------------------------------------------------------------
+# --import: an earlier sweep's cells as finished runs of this one
+
+# The SweepConfig fields that enter a run's TrainConfig (_train_config) apart from its coordinates (scheme, warm-up,
+# width, lr, seed): two sweeps that agree on all of them train a run of one name identically, on the same data, so
+# a run of the one is a run of the other. The grid's lists (schemes, warm-ups, widths, lrs, seeds) only choose which
+# runs there are; the analysis' rules (margin, plateau_fails, resolution, lr_cap, find_edge) read the runs and are
+# this sweep's own.
+TRAINING_FIELDS = ("task", "warmup_fraction", "ffn_ratio", "n_heads", "layers", "updates", "vocab_size", "max_tokens",
+                   "max_positions", "block_size", "dropout", "train_subset", "valid_subset", "eval_every")
+
+
+@dataclasses.dataclass(frozen=True)
+class Imported:
+    """The runs ``--import`` takes from earlier sweeps (:func:`import_cells`): name -> (cell, its sweep.json record,
+    with ``imported_from``), and per source what it gave, for sweep.json's ``meta.imported``."""
+
+    runs: dict[str, tuple[Cell, dict[str, Any]]]
+    sources: list[dict[str, Any]]
+
+
+def _sweep_json(path: str | Path) -> Path:
+    p = Path(path)
+    if p.is_dir():
+        p = next((q for q in (p / "sweep.json", p / "report" / "sweep.json") if q.is_file()), p / "sweep.json")
+    if not p.is_file():
+        raise ConfigError(f"--import {path}: no sweep.json there (give the file, or the folder that holds it or its "
+                          "report/)")
+    return p
+
+
+def import_cells(paths: Sequence[str | Path], cfg: SweepConfig, ctx: Context, *, precision: str) -> Imported:
+    """The finished runs (completed or diverged) recorded in earlier sweeps' sweep.json files that are runs of
+    ``cfg``: the same name, a curve of this sweep (its schemes, warm-ups, widths, seeds 1..cfg.seeds), trained
+    with the same :data:`TRAINING_FIELDS`, in the same ``precision`` ("bf16" or "fp32", as this machine resolves
+    --precision); :func:`check_import_data` then asks for the same validation targets. Such a run is never trained
+    again: the edge search plans from it as from a run in OUT/runs (why: a sweep written before the edge search,
+    issue 40, kept only its sweep.json, and its censored curves need the runs above the grid, not the grid again).
+    A run finished in OUT/runs wins over an imported one, and the first import that has a name wins over later ones.
+    A mismatch is a ConfigError that names the fields, so that --set can make the sweeps agree; a sweep.json that
+    does not record its precision is refused (its runs' arithmetic would be a guess)."""
+    runs: dict[str, tuple[Cell, dict[str, Any]]] = {}
+    sources = []
+    mine = cfg.to_dict()
+    for path in paths:
+        src = _sweep_json(path)
+        data = json.loads(src.read_text(encoding="utf-8"))
+        theirs, meta = data.get("config") or {}, data.get("meta") or {}
+        if differ := [f"{k}={theirs.get(k)!r} (here {mine[k]!r})" for k in TRAINING_FIELDS if theirs.get(k) != mine[k]]:
+            raise ConfigError(f"--import {src}: its runs were trained otherwise: {', '.join(differ)}; --set the "
+                              "same values to extend it")
+        if meta.get("precision") not in ("bf16", "fp32"):
+            raise ConfigError(f"--import {src}: it does not record one precision its runs trained in (meta.precision "
+                              f"{meta.get('precision')!r}), so they cannot be told from this sweep's {precision} runs")
+        if meta["precision"] != precision:
+            raise ConfigError(f"--import {src}: its runs trained in {meta['precision']}, this sweep's would in "
+                              f"{precision}: pass --precision {meta['precision']} to extend it")
+        taken, other, dup = 0, 0, 0
+        for rec in data.get("cells") or []:
+            if rec.get("status") not in FINISHED:
+                continue
+            ok = (rec.get("scheme") in cfg.schemes and rec.get("warmup") in cfg.warmups
+                  and rec.get("width") in cfg.widths and 1 <= int(rec.get("seed", 0)) <= cfg.seeds)  # fmt: skip
+            try:
+                name = run_spec(cfg, ctx, rec["scheme"], rec["warmup"], rec["width"], rec["lr"], rec["seed"]).name \
+                    if ok else None
+            except ConfigError:
+                name = None
+            if name is None or name != rec.get("name"):
+                other += 1
+                continue
+            if name in runs:
+                dup += 1
+                continue
+            cell = Cell(rec["scheme"], rec["warmup"], rec["width"], rec["lr"], rec["seed"], rec.get("final"),
+                        rec.get("l0"), rec["status"])  # fmt: skip
+            runs[name] = (cell, {**rec, "imported_from": str(path)})
+            taken += 1
+        sources.append({"path": str(path), "runs": taken, "not_this_sweep": other, "duplicates": dup,
+                        "precision": meta["precision"], "normlab_version": meta.get("normlab_version"),
+                        "device": meta.get("device"), "baseline": data.get("baseline")})  # fmt: skip
+    return Imported(runs, sources)
+
+
+def check_import_data(imported: Imported, baseline: dict[str, Any]) -> None:
+    """A ConfigError when an imported sweep's runs saw other validation targets than this sweep's: its unigram loss
+    U or their token count differ (another corpus, split or tokenizer; the sweep's config does not record the
+    corpus, its baseline does)."""
+    for src in imported.sources:
+        theirs = src.get("baseline") or {}
+        if theirs.get("tokens") != baseline["tokens"] or not math.isclose(
+                theirs.get("unigram_loss", math.nan), baseline["unigram_loss"], abs_tol=1e-6):
+            raise ConfigError(f"--import {src['path']}: its validation targets are not this sweep's (U = "
+                              f"{theirs.get('unigram_loss')} nats over {theirs.get('tokens')} tokens; here "
+                              f"{baseline['unigram_loss']:.6g} over {baseline['tokens']}): another corpus or split")
+
+
+# -------------------------------------------------------------------------------------------------------------
 # the command: run the grid, read the cells, write sweep.json and the page
 
 RULES = {
@@ -1469,7 +1566,8 @@ def unigram_baseline(data: Any, task: str) -> dict[str, Any]:
 def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int = 0, corpus: str = "",
               device: str = "auto", precision: str = "auto", probe: bool = True, diagnose: bool = True,
               say: Any = _say, train: bool = True, launcher: Any = "local",
-              progress: ProgressSettings | None = None, sync: str | Path | None = None) -> dict[str, Any]:  # fmt: skip
+              progress: ProgressSettings | None = None, sync: str | Path | None = None,
+              imports: Sequence[str | Path] = ()) -> dict[str, Any]:  # fmt: skip
     """Run the sweep's grid into ``out`` (resumable: finished runs are kept), then write ``out/report/``:
     sweep.json, loss_vs_lr.png, frontier.png, index.html and SWEEP.md. Returns sweep.json's content. ``train``
     False (``--report-only``): run nothing and write the report from the runs finished so far; a cell that has not
@@ -1478,7 +1576,9 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     grid's live display or progress lines (progress.py), whose ETA starts from the estimate's pace. ``sync``: a
     folder of finished runs' small files shared between machines (``--sync``; grid.sync_in / sync_out): this
     sweep's runs finished there when it starts are taken (the edge search's too: :func:`spec_of_name`), and each
-    run finished here is copied there as it ends (not with ``--report-only``)."""
+    run finished here is copied there as it ends (not with ``--report-only``). ``imports``: earlier sweeps'
+    sweep.json files whose finished runs are this sweep's (``--import``, :func:`import_cells`): read, never
+    trained again, marked ``imported_from`` in sweep.json."""
     import os
     import platform
     import time
@@ -1491,7 +1591,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         launch.require_engine()  # one line naming the extra to install, before any data is prepared
     out = Path(out)
     store = Path(sync) if sync else None
-    if not train and not (any_finished(out / "runs") or (store and any_finished(store))):  # before data is prepared
+    if not train and not (imports or any_finished(out / "runs") or (store and any_finished(store))):
         raise ConfigError(f"--report-only: no run of this sweep has finished in {out} yet; run it without "
                           "--report-only first")
     out.mkdir(parents=True, exist_ok=True)
@@ -1516,6 +1616,18 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     grid_names = {s.name for s in specs}
     lookup = functools.partial(spec_of_name, cfg, ctx)  # this sweep's run of a name (the edge search's too), or None
     grid_specs = {s.name: s for s in specs}
+    resolved = "bf16" if autocast_dtype(precision, pick_device(device)) is not None else "fp32"
+    imported = import_cells(imports, cfg, ctx, precision=resolved) if imports else Imported({}, [])
+    for name, (cell, _rec) in imported.runs.items():  # an imported edge-search run: a run of this sweep beyond its grid
+        if name not in grid_specs:
+            specs.append(run_spec(cfg, ctx, cell.scheme, cell.warmup, cell.width, cell.lr, cell.seed))
+            where[name] = (cell.scheme, cell.warmup)
+
+    def status(name: str) -> str | None:
+        """A run's status: its run directory's, else an imported run's (a run finished here wins)."""
+        here = run_status(out / "runs" / name)
+        return imported.runs[name][0].status if here not in FINISHED and name in imported.runs else here
+
     if store is not None:  # before anything counts what has finished
         sync_in(specs, out, store, say, lookup=lookup, train=train)
         if train:  # what an earlier session finished here without --sync goes there too (this sweep's only)
@@ -1525,7 +1637,12 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     say(f"normlab sweep --scale {cfg.scale} -> {out}: {len(specs)} runs ({len(cfg.schemes)} schemes x "
         f"{len(cfg.warmups)} warm-ups x {len(cfg.widths)} widths x {len(cfg.lrs)} learning rates x {cfg.seeds} "
         f"seed(s)); {shape}")  # fmt: skip
-    todo = [s for s in specs if run_status(out / "runs" / s.name) not in FINISHED]
+    todo = [s for s in specs if status(s.name) not in FINISHED]
+    for src in imported.sources:
+        say(f"--import {src['path']}: {src['runs']} finished run(s) of this sweep (trained in {src['precision']}, "
+            f"normlab {src['normlab_version']}, {src['device']})"
+            + (f"; {src['not_this_sweep']} of other curves or settings not read" if src["not_this_sweep"] else "")
+            + (f"; {src['duplicates']} already imported" if src["duplicates"] else ""))
     if not train:
         check_not_stale(specs, out)  # runs of another preset or --set must not be read as this sweep's
         note = others_note(specs, out / "runs")  # finished runs in OUT that are not this grid's, in words
@@ -1537,6 +1654,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     first = specs[0].config
     data = prepare(first.data, first.model.max_positions)
     baseline = unigram_baseline(data, cfg.task)
+    check_import_data(imported, baseline)
     say(f"unigram loss of the validation targets U = {baseline['unigram_loss']:.3f} nats ({baseline['tokens']:,} "
         f"tokens): a curve has a frontier only when its best run ends more than {cfg.margin:g} nats below it")  # fmt: skip
     pace = None  # the estimate's seconds per grid update: where the grid's ETA starts
@@ -1556,11 +1674,13 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
 
     def read_all() -> list[Cell]:
         for s in specs:
-            status = run_status(out / "runs" / s.name) or "absent"
+            here = run_status(out / "runs" / s.name) or "absent"
             if outcomes.get(s.name) is not None and outcomes[s.name].status in ("failed", "skipped"):
-                status = outcomes[s.name].status
-            if s.name not in read or read[s.name][0].status != status:
-                read[s.name] = read_cell(s, out / "runs" / s.name, status, *where[s.name])
+                here = outcomes[s.name].status
+            if here not in FINISHED and s.name in imported.runs:
+                read[s.name] = imported.runs[s.name]
+            elif s.name not in read or read[s.name][0].status != here:
+                read[s.name] = read_cell(s, out / "runs" / s.name, here, *where[s.name])
         return [read[s.name][0] for s in specs]
 
     # The edge search (issue 40): plan_edges decides which learning rate each seed's curve needs next, from that
@@ -1584,7 +1704,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         new, waiting, beyond = [], 0, 0
         for p in planned:
             sp = run_spec(cfg, ctx, *p[:3], p[4], p[3])
-            if not train and run_status(out / "runs" / sp.name) not in FINISHED:
+            if not train and status(sp.name) not in FINISHED:
                 waiting += 1  # a curve stopped at an unfinished run, whether the grid's or the search's
                 beyond += sp.name not in known
                 continue
@@ -1608,7 +1728,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     pending, beyond = 0, 0
     while True:
         if train:
-            for name, o in run_grid(specs, out, jobs=jobs, threads=threads, launcher=launch, cuda=cuda,
+            mine = [s for s in specs if s.name not in imported.runs or run_status(out / "runs" / s.name) in FINISHED]
+            for name, o in run_grid(mine, out, jobs=jobs, threads=threads, launcher=launch, cuda=cuda,
                                     say=say, progress=progress, pace=pace, more=more,
                                     on_end=(lambda n, _o: sync_out(next(sp for sp in specs if sp.name == n), out,
                                                                    store, say)) if store else None
@@ -1622,7 +1743,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
         if not new:
             break
     if not train:  # after the edge search's replay: its finished runs are this sweep's, not another grid's
-        todo = [s for s in specs if run_status(out / "runs" / s.name) not in FINISHED]
+        todo = [s for s in specs if status(s.name) not in FINISHED]
         note = others_note(specs, out / "runs")  # finished runs in OUT that are not this sweep's, in words
         if todo and note:  # its missing cells may be those runs, elsewhere
             say(f"--report-only: {len(todo)} of this sweep's {len(specs)} runs have not finished (marked '*')." + note)
@@ -1690,6 +1811,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
             # runs the edge search still has to run (--report-only on a partial folder): the edges are provisional
             "edge_pending": pending,
             "unfinished": sum(r["status"] not in FINISHED + ("cached",) for r in records) + beyond,
+            # --import: the earlier sweeps whose finished runs this one read instead of training them
+            "imported": [{k: v for k, v in src.items() if k != "baseline"} for src in imported.sources],
         },
     }  # fmt: skip
     report = out / "report"
@@ -1871,6 +1994,10 @@ def add_arguments(p: Any) -> None:
                    "calibrated on, beside the baseline 'Post-LN needs warm-up'; writes HELD_OUT.md and held_out.json "
                    "into --out (default: held-out)")
     add_sync_argument(p)
+    p.add_argument("--import", dest="imports", metavar="SWEEP", nargs="+", default=[], help="read the finished runs "
+                   "recorded in earlier sweeps' sweep.json files (or their folders) as runs of this sweep, never "
+                   "trained again: the same curves and training settings (use --set to match them) and precision; "
+                   "e.g. to extend a sweep that kept only its sweep.json with the edge search's runs")
     p.add_argument("--corpus", default="", help="a directory of your own files (default: the vendored de-en / en-mono)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"])
@@ -1909,5 +2036,5 @@ def run(args: Any) -> int:
     run_sweep(cfg, args.out or f"sweep/{cfg.scale}", jobs=args.jobs, threads=args.threads, corpus=args.corpus,
               device=args.device, precision=args.precision, probe=not args.no_estimate,
               diagnose=not args.no_diagnose, train=not args.report_only, launcher=launcher_from_args(args),
-              progress=progress_from_args(args), sync=args.sync or None)  # fmt: skip
+              progress=progress_from_args(args), sync=args.sync or None, imports=args.imports)  # fmt: skip
     return 0
