@@ -849,16 +849,41 @@ def test_import_extends_a_sweep_that_kept_only_its_sweep_json(tmp_path):
     want = "bf16" if _native_bf16() else "fp32"
     [meta] = data["meta"]["imported"]
     assert meta["runs"] == grid and meta["precision"] == want and data["meta"]["edge_runs"] == curves
-    assert f"{grid} run(s) imported from {old / 'report'}" in (new / "report" / "SWEEP.md").read_text()
-    # again, with the search's runs finished here: nothing is trained, and --report-only reads the same
+    md = (new / "report" / "SWEEP.md").read_text()
+    assert f"{grid} run(s) read from {old / 'report'} (--import: not trained by this sweep" in md
+    outcomes = data["meta"]["outcomes"]
+    assert outcomes["imported"] == grid and outcomes["completed"] + outcomes["diverged"] == curves
+    assert data["meta"]["train_time_s"] == pytest.approx(sum(c["elapsed_s"] for c in data["cells"]
+                                                             if not c.get("imported_from")))  # fmt: skip
+    # the extended sweep imported again, in training mode: its edge-search runs, beyond the grid, are runs of this
+    # sweep too, and nothing is trained; a run finished in OUT wins over the imported one of its name
+    third = tmp_path / "third"
+    (third / "runs").mkdir(parents=True)
+    shutil.copytree(new / "runs" / trained[0], third / "runs" / trained[0])
+    again = normlab("sweep", "--scale", "smoke", "--out", str(third), "--no-estimate", "--no-diagnose", "--import",
+                    str(new / "report"))  # fmt: skip
+    assert again.returncode == 0 and " start " not in again.stderr, again.stderr[-2000:]
+    assert f"+ {curves} imported beyond the grid" in again.stderr
+    redone = json.loads((third / "report" / "sweep.json").read_text())
+    assert redone["frontier"] == data["frontier"] and redone["meta"]["edge_runs"] == curves
+    assert [c["name"] for c in redone["cells"] if not c.get("imported_from")] == [trained[0]]
+    # where each run was first read from is kept
+    assert {c["imported_from"] for c in redone["cells"] if c["lr"] < 1} == {str(old / "report")}
+    assert {c["imported_from"] for c in redone["cells"] if c["lr"] == 1 and c["name"] != trained[0]} == {
+        str(new / "report")}
+    # --report-only reads the same
     again = normlab("sweep", "--scale", "smoke", "--out", str(new), "--report-only", "--no-diagnose", "--import",
                     str(src))  # fmt: skip
-    assert again.returncode == 0 and " start " not in again.stderr, again.stderr[-2000:]
+    assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads((new / "report" / "sweep.json").read_text())["frontier"] == data["frontier"]
-    # refused, each with what differs: the training settings, the precision, the validation targets, an unknown one
+    # refused, each with what differs and before anything is written: the training settings, the precision, the
+    # validation targets, an unknown precision, no run of this sweep
     other = normlab("sweep", "--scale", "smoke", "--out", str(tmp_path / "x"), "--set", "updates=5", "--import",
                     str(src))  # fmt: skip
     assert other.returncode == 2 and f"updates={cfg.updates} (here 5)" in other.stderr, other.stderr[-2000:]
+    none = normlab("sweep", "--scale", "smoke", "--out", str(tmp_path / "x"), "--set", "schemes=[peri]", "--import",
+                   str(src))  # fmt: skip
+    assert none.returncode == 2 and f"none of its {grid} runs is a finished run of this sweep" in none.stderr
     flip = "fp32" if want == "bf16" else "bf16"
     prec = normlab("sweep", "--scale", "smoke", "--out", str(tmp_path / "x"), "--precision", flip, "--import", str(src))
     assert prec.returncode == 2 and f"--precision {want} to extend it" in prec.stderr, prec.stderr[-2000:]
@@ -869,4 +894,4 @@ def test_import_extends_a_sweep_that_kept_only_its_sweep_json(tmp_path):
         bad.write_text(json.dumps({**before, key: value}))
         proc = normlab("sweep", "--scale", "smoke", "--out", str(tmp_path / "x"), "--no-estimate", "--import", str(bad))
         assert proc.returncode == 2 and words in proc.stderr, proc.stderr[-2000:]
-        assert not (tmp_path / "x" / "runs").exists()  # refused before any run
+        assert not (tmp_path / "x").exists()  # refused before anything is written

@@ -1345,16 +1345,20 @@ def _sweep_json(path: str | Path) -> Path:
     return p
 
 
-def import_cells(paths: Sequence[str | Path], cfg: SweepConfig, ctx: Context, *, precision: str) -> Imported:
+def import_cells(paths: Sequence[str | Path], cfg: SweepConfig, ctx: Context, *, precision: str, device: str = "cpu",
+                 say: Any = None) -> Imported:
     """The finished runs (completed or diverged) recorded in earlier sweeps' sweep.json files that are runs of
-    ``cfg``: the same name, a curve of this sweep (its schemes, warm-ups, widths, seeds 1..cfg.seeds), trained
-    with the same :data:`TRAINING_FIELDS`, in the same ``precision`` ("bf16" or "fp32", as this machine resolves
-    --precision); :func:`check_import_data` then asks for the same validation targets. Such a run is never trained
-    again: the edge search plans from it as from a run in OUT/runs (why: a sweep written before the edge search,
-    issue 40, kept only its sweep.json, and its censored curves need the runs above the grid, not the grid again).
-    A run finished in OUT/runs wins over an imported one, and the first import that has a name wins over later ones.
-    A mismatch is a ConfigError that names the fields, so that --set can make the sweeps agree; a sweep.json that
-    does not record its precision is refused (its runs' arithmetic would be a guess)."""
+    ``cfg``: a curve of this sweep (its schemes, warm-ups, widths, seeds 1..cfg.seeds), from a sweep whose
+    :data:`TRAINING_FIELDS` are this one's and whose runs trained in this sweep's ``precision`` ("bf16" or "fp32");
+    :func:`check_import_data` then asks for the same validation targets. Such a run is never trained again: the
+    edge search plans from it as from a run in OUT/runs (why: a sweep written before the edge search, issue 40, kept
+    only its sweep.json, and its censored curves need the runs above the grid, not the grid again). A run finished
+    in OUT/runs wins over an imported one, and the first import that has a name wins over later ones. A mismatch, a
+    sweep.json that does not record its precision (its runs' arithmetic would be a guess) or one that gives no run of
+    this sweep is a ConfigError that says what differs. Not checked, so said in the report: the normlab version that
+    trained the imported runs (a change of the training code since is not seen; sweep.json records the version,
+    which stayed 0.1.0 through every change so far) and the device (a warning when its type, CPU or GPU, is not
+    this sweep's: the same precision on other hardware rounds differently)."""
     runs: dict[str, tuple[Cell, dict[str, Any]]] = {}
     sources = []
     mine = cfg.to_dict()
@@ -1371,7 +1375,7 @@ def import_cells(paths: Sequence[str | Path], cfg: SweepConfig, ctx: Context, *,
         if meta["precision"] != precision:
             raise ConfigError(f"--import {src}: its runs trained in {meta['precision']}, this sweep's would in "
                               f"{precision}: pass --precision {meta['precision']} to extend it")
-        taken, other, dup = 0, 0, 0
+        taken, other, dup, took_s = 0, 0, 0, 0.0
         for rec in data.get("cells") or []:
             if rec.get("status") not in FINISHED:
                 continue
@@ -1390,9 +1394,23 @@ def import_cells(paths: Sequence[str | Path], cfg: SweepConfig, ctx: Context, *,
                 continue
             cell = Cell(rec["scheme"], rec["warmup"], rec["width"], rec["lr"], rec["seed"], rec.get("final"),
                         rec.get("l0"), rec["status"])  # fmt: skip
-            runs[name] = (cell, {**rec, "imported_from": str(path)})
+            # where it was first read from: a sweep extended with --import and imported again keeps its origin
+            runs[name] = (cell, {**rec, "imported_from": rec.get("imported_from") or str(path)})
             taken += 1
+            took_s += rec.get("elapsed_s") or 0.0
+        if not taken and not dup:
+            have = sorted({(r.get("scheme"), r.get("warmup"), r.get("width"), r.get("seed")) for r in
+                           data.get("cells") or []}, key=str)  # fmt: skip
+            raise ConfigError(f"--import {src}: none of its {len(data.get('cells') or [])} runs is a finished run of "
+                              f"this sweep (schemes {list(cfg.schemes)}, warm-ups {list(cfg.warmups)}, widths "
+                              f"{list(cfg.widths)}, seeds 1-{cfg.seeds}); its curves (scheme, warm-up, width, seed): "
+                              f"{have[:6]}{' ...' if len(have) > 6 else ''}: --scale or --set to match them")
+        theirs_gpu = not str(meta.get("device", "")).startswith("CPU")  # "CPU (...)" or a GPU's name
+        if say is not None and theirs_gpu != (device == "cuda"):
+            say(f"warning: --import {src}: its runs trained on {meta.get('device')}, this sweep's on "
+                f"{'a GPU' if device == 'cuda' else 'the CPU'}: the same precision, rounded by other kernels")
         sources.append({"path": str(path), "runs": taken, "not_this_sweep": other, "duplicates": dup,
+                        "train_time_s": took_s,
                         "precision": meta["precision"], "normlab_version": meta.get("normlab_version"),
                         "device": meta.get("device"), "baseline": data.get("baseline")})  # fmt: skip
     return Imported(runs, sources)
@@ -1594,7 +1612,6 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     if not train and not (imports or any_finished(out / "runs") or (store and any_finished(store))):
         raise ConfigError(f"--report-only: no run of this sweep has finished in {out} yet; run it without "
                           "--report-only first")
-    out.mkdir(parents=True, exist_ok=True)
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     cores = os.cpu_count() or 1
     if launch.remote:  # the cluster's nodes, not this machine's cores, bound what runs at once
@@ -1616,12 +1633,23 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     grid_names = {s.name for s in specs}
     lookup = functools.partial(spec_of_name, cfg, ctx)  # this sweep's run of a name (the edge search's too), or None
     grid_specs = {s.name: s for s in specs}
-    resolved = "bf16" if autocast_dtype(precision, pick_device(device)) is not None else "fp32"
-    imported = import_cells(imports, cfg, ctx, precision=resolved) if imports else Imported({}, [])
-    for name, (cell, _rec) in imported.runs.items():  # an imported edge-search run: a run of this sweep beyond its grid
-        if name not in grid_specs:
-            specs.append(run_spec(cfg, ctx, cell.scheme, cell.warmup, cell.width, cell.lr, cell.seed))
-            where[name] = (cell.scheme, cell.warmup)
+    imported = Imported({}, [])
+    data, baseline = None, None
+    if imports:  # before anything is written or synced: a refused import leaves OUT and the store as they were
+        if launch.remote and precision == "auto":
+            raise ConfigError(f"--import with --launcher {launch.kind}: pass --precision (bf16 or fp32), the "
+                              "arithmetic the cluster's runs train in, to be matched against the imported runs'")
+        resolved = precision if precision != "auto" else (
+            "bf16" if autocast_dtype(precision, pick_device(device)) is not None else "fp32")
+        imported = import_cells(imports, cfg, ctx, precision=resolved, device="cuda" if cuda else "cpu", say=say)
+        data = prepare(specs[0].config.data, specs[0].config.model.max_positions)
+        baseline = unigram_baseline(data, cfg.task)
+        check_import_data(imported, baseline)
+        for name, (cell, _rec) in imported.runs.items():  # an imported edge-search run: beyond the grid
+            if name not in grid_specs:
+                specs.append(run_spec(cfg, ctx, cell.scheme, cell.warmup, cell.width, cell.lr, cell.seed))
+                where[name] = (cell.scheme, cell.warmup)
+    out.mkdir(parents=True, exist_ok=True)
 
     def status(name: str) -> str | None:
         """A run's status: its run directory's, else an imported run's (a run finished here wins)."""
@@ -1634,9 +1662,10 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
             for d in sorted((out / "runs").glob("*")) if (out / "runs").is_dir() else []:
                 if (spec := grid_specs.get(d.name) or lookup(d.name, d)) is not None:  # a grid point's own spec
                     sync_out(spec, out, store, say)
-    say(f"normlab sweep --scale {cfg.scale} -> {out}: {len(specs)} runs ({len(cfg.schemes)} schemes x "
+    say(f"normlab sweep --scale {cfg.scale} -> {out}: {len(grid_names)} runs ({len(cfg.schemes)} schemes x "
         f"{len(cfg.warmups)} warm-ups x {len(cfg.widths)} widths x {len(cfg.lrs)} learning rates x {cfg.seeds} "
-        f"seed(s)); {shape}")  # fmt: skip
+        f"seed(s))" + (f" + {len(specs) - len(grid_names)} imported beyond the grid" if len(specs) > len(grid_names)
+                       else "") + f"; {shape}")  # fmt: skip
     todo = [s for s in specs if status(s.name) not in FINISHED]
     for src in imported.sources:
         say(f"--import {src['path']}: {src['runs']} finished run(s) of this sweep (trained in {src['precision']}, "
@@ -1652,9 +1681,9 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     # the tokenizer and binarized splits, once, before the workers (they would race to build them); the unigram
     # loss of the validation targets from them (a curve must get below it to have a frontier: module doc)
     first = specs[0].config
-    data = prepare(first.data, first.model.max_positions)
-    baseline = unigram_baseline(data, cfg.task)
-    check_import_data(imported, baseline)
+    if data is None:
+        data = prepare(first.data, first.model.max_positions)
+        baseline = unigram_baseline(data, cfg.task)
     say(f"unigram loss of the validation targets U = {baseline['unigram_loss']:.3f} nats ({baseline['tokens']:,} "
         f"tokens): a curve has a frontier only when its best run ends more than {cfg.margin:g} nats below it")  # fmt: skip
     pace = None  # the estimate's seconds per grid update: where the grid's ETA starts
@@ -1751,6 +1780,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
             say(f"--report-only: this report reads the {len(specs)} runs of this sweep only." + note)
     cells = read_all()
     records = [read[s.name][1] for s in specs]
+    trained_here = [r for r in records if not r.get("imported_from")]  # the runs of this sweep's own OUT/runs
     rows = analyze(cells, margin=cfg.margin, unigram=baseline["unigram_loss"], grid=cfg.lrs,
                    plateau_fails=cfg.plateau_fails)
     truth = warmup_truth(rows, resolution=cfg.resolution)
@@ -1793,15 +1823,17 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
             f"{cores} cores)", "threads": shape, "launcher": launch.kind, "wall_time_s": wall,
             # None when a run has no time (failed, or from before the runs recorded it): a partial sum would
             # understate the grid's cost without saying so
-            "train_time_s": None if any(r["elapsed_s"] is None for r in records) else
-            math.fsum(r["elapsed_s"] for r in records),
+            "train_time_s": None if any(r["elapsed_s"] is None for r in trained_here) else
+            math.fsum(r["elapsed_s"] for r in trained_here),
             # what the runs trained in (bf16 autocast or fp32; both named when the runs were mixed)
             "precision": ", ".join(sorted({r["precision"] for r in records if r.get("precision")})) or None,
             "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "runs": len(specs),
             "outcomes": {k: sum(o.status == k for o in outcomes.values())
-                         for k in ("completed", "diverged", "failed", "skipped", "cached")} if train else
-                        {k: sum(r["status"] == k for r in records) for k in ("completed", "diverged", "running",
-                                                                            "absent", "failed")},
+                         for k in ("completed", "diverged", "failed", "skipped", "cached")}
+                        | {"imported": len(records) - len(trained_here)} if train else
+                        {k: sum(r["status"] == k for r in trained_here) for k in ("completed", "diverged", "running",
+                                                                                 "absent", "failed")}
+                        | {"imported": len(records) - len(trained_here)},
             "report_only": not train,
             # the most runs the search added to one curve (its depth: rounds of the search before issue 40's
             # asynchronous search, which runs them as each curve is ready)
@@ -1997,7 +2029,8 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--import", dest="imports", metavar="SWEEP", nargs="+", default=[], help="read the finished runs "
                    "recorded in earlier sweeps' sweep.json files (or their folders) as runs of this sweep, never "
                    "trained again: the same curves and training settings (use --set to match them) and precision; "
-                   "e.g. to extend a sweep that kept only its sweep.json with the edge search's runs")
+                   "e.g. to extend a sweep that kept only its sweep.json with the edge search's runs; they are not "
+                   "copied to --sync's folder: another machine needs the same --import")
     p.add_argument("--corpus", default="", help="a directory of your own files (default: the vendored de-en / en-mono)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"])

@@ -379,8 +379,8 @@ def _meta_line(result: dict[str, Any]) -> str:
                "are missing grid points." if m.get("report_only") else "")
             + (f" Edge search: {m['edge_runs']} run(s) beyond the grid, at most {m['edge_rounds']} on one curve."
                if m.get("edge_runs") else "")
-            + "".join(f" {src['runs']} run(s) imported from {src['path']} (--import; trained by normlab "
-                      f"{src.get('normlab_version')} on {src.get('device')}, not here)."
+            + "".join(f" {src['runs']} run(s) read from {src['path']} (--import: not trained by this sweep; that "
+                      f"sweep.json was written by normlab {src.get('normlab_version')} on {src.get('device')})."
                       for src in m.get("imported") or [])
             + (f" {m.get('rerendered', '')}: {m['edge_pending']} curve(s) would need more runs to find their edge; "
                "the edges below are provisional (censored where no run was unstable)." if m.get("edge_pending") else
