@@ -43,24 +43,23 @@ def _model_args(p: argparse.ArgumentParser) -> None:
                    help="the model's task (default: the --config run config's data.task, else translation)")
 
 
+def _file_task(full: dict[str, Any]) -> str | None:
+    """The task a run config names in ``data.task`` (a run's config.yaml, a bundled recipe), or None."""
+    data = full.get("data")
+    if isinstance(data, dict) and data.get("task") in ("translation", "mlm", "classification", "lm"):
+        return str(data["task"])
+    return None
+
+
 def _task(args: argparse.Namespace) -> str:
     """--task, else the task of the run config given with --config (a run's config.yaml names it in ``data.task``:
     a language-model run read as a translation model would be another model, silently), else translation."""
-    if args.task:
-        return args.task
-    if args.config:
-        data = load_config_file(args.config).get("data")
-        if isinstance(data, dict) and data.get("task") in ("translation", "mlm", "classification", "lm"):
-            return str(data["task"])
-    return "translation"
+    return args.task or (_file_task(load_config_file(args.config)) if args.config else None) or "translation"
 
 
-def _run_rate(args: argparse.Namespace) -> dict[str, Any] | None:
-    """The learning rate and warm-up of the run config given with --config (a file with an ``optim`` section:
-    a bundled recipe, a run's config.yaml), for diagnose to place against the measured edges; else None."""
-    if not args.config:
-        return None
-    full = load_config_file(args.config)
+def _run_rate(full: dict[str, Any]) -> dict[str, Any] | None:
+    """The learning rate and warm-up of a run config (the whole file given with --config, with an ``optim``
+    section: a bundled recipe, a run's config.yaml), for diagnose to place against the measured edges; else None."""
     if not isinstance(full.get("optim"), dict):
         return None
     optim = OptimConfig.from_dict(full["optim"])
@@ -159,8 +158,8 @@ def _diagnose(args: argparse.Namespace) -> int:
               "(positional, activation, scale_embedding): for an LM, measure the edge with normlab sweep --scale lm")
     # a run config's rate, placed against the edges of its own task (a --task that overrides the file's: another
     # model than the run's, so no placement)
-    run = _run_rate(args) if not args.task or args.task == _task(argparse.Namespace(task=None, config=args.config)) \
-        else None
+    full = load_config_file(args.config) if args.config else {}
+    run = _run_rate(full) if full and (not args.task or args.task == (_file_task(full) or "translation")) else None
 
     # beside the verdict, what the committed sweeps measured of the learning rate a model of this kind stands
     try:
@@ -168,10 +167,10 @@ def _diagnose(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as e:  # a zip install, a damaged file: the verdict stands without it
         table = None
         print(f"measured stability edges: not available ({e})")
-    else:
-        print("\n".join(edge_lines(cfg, task, table, advised=result.warmup_advised, run=run)))
+    edges = measured_for(cfg, task, table, run) if table is not None else None
+    if table is not None:
+        print("\n".join(edge_lines(cfg, task, table, advised=result.warmup_advised, run=run, measured=edges)))
     if args.json:
-        edges = measured_for(cfg, task, table, run) if table is not None else None
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({**result.to_dict(), "measured_edges": edges}, f, indent=1,
                       allow_nan=False)  # strict: undefined numbers are null

@@ -536,14 +536,15 @@ def compare_run(m: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
 
 
 def edge_lines(cfg: Any, task: str, table: dict[str, Any] | None = None, *, advised: bool | None = None,
-               run: dict[str, Any] | None = None) -> list[str]:  # fmt: skip
+               run: dict[str, Any] | None = None, measured: dict[str, Any] | None = None) -> list[str]:  # fmt: skip
     """diagnose's section on measured stability edges for model config ``cfg`` of ``task``; ``advised``:
     diagnose's own verdict, for the sentence that says what each of the two answers when they differ; ``run``:
-    the learning rate and warm-up of a run config (``lr``, ``warmup_updates``), placed against the answer's edge."""
+    the learning rate and warm-up of a run config (``lr``, ``warmup_updates``), placed against the answer's edge;
+    ``measured``: :func:`measured_for`'s answer for the same arguments, when the caller has it already."""
     table = table if table is not None else load()
     head = ("measured stability edges (the largest stable learning rate; normlab's committed sweeps, "
             "normlab.analysis.edges):")
-    m = measured_for(cfg, task, table, run)
+    m = measured if measured is not None else measured_for(cfg, task, table, run)
     tasks = sorted({src["task"] for src in table["sources"].values()})
     command = ""
     if m is not None:
