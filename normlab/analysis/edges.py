@@ -34,14 +34,15 @@ __all__ = ["SOURCES", "collect", "dumps", "load", "scheme_of", "measured", "diff
 # The sweeps the table holds, each a folder of docs/results with a sweep.json written under issue 40's definitions
 # (one stability criterion, each seed's edge bisected), and where its runs trained (the sweep.json of a report
 # re-read on another machine names that machine, not the runs'). Chosen for bisected edges: the one- and two-seed
-# folders of sweep-quick stop at the grid's 2.15x and hold the same cells as these; the depth-6 folders are the
-# only 6-6 translation runs (one seed; no run left the unigram plateau at any rate from 1e-4: their edge is below
-# the grid, or the runs too short, which the sweep cannot tell apart). `where` is written by hand: update it when a
+# folders of sweep-quick (extended by the edge search with `sweep --import` on 2026-11-28) hold the same cells as
+# these at two seeds or one; the depth-6 folders are the only 6-6 translation runs (one seed; no Post-LN run left
+# the unigram plateau at any rate from 1e-4: its edge is below the grid, or the runs too short, which the sweep
+# cannot tell apart; Pre-LN's is bisected). `where` is written by hand: update it when a
 # sweep's runs are finished on another machine (each run's summary.json names its CPU).
 SOURCES: dict[str, tuple[str, str]] = {
     "edge-quick": ("sweep-quick/edge-quick", "2-core AMD EPYC Zen 4 and a 16-core Xeon with AMX, CPU, bf16"),
     "width-gpu": ("sweep-quick/width-gpu/report", "one NVIDIA H100, bf16"),
-    "depth-6": ("sweep-quick/depth-6", "2-core x86-64 CPU, bf16"),
+    "depth-6": ("sweep-quick/depth-6", "2-core x86-64 CPU (grid) and 2-core AMD EPYC Zen 5 (edge search), bf16"),
     "depth-6-600": ("sweep-quick/depth-6-600", "2-core x86-64 CPU, bf16"),
     "sweep-lm": ("sweep-lm", "2-core AMD EPYC Zen 5, bf16"),
     "sweep-schemes": ("sweep-schemes", "2-core AMD EPYC Zen 5, bf16"),
