@@ -545,9 +545,22 @@ def test_beyond_the_paper_section_reads_the_sweep():
     assert "--scale quick" in absent["sentences"][0]
 
 
+def _grid_only(committed: Path, to: Path) -> dict:
+    """A committed sweep.json as it was before the edge search extended it (`sweep --import`, 2026-11-28): its grid
+    cells only (the imported records as they were, less ``imported_from``), no edge runs counted; written to
+    ``to``."""
+    extended = json.loads(committed.read_text())
+    grid = set(extended["lrs"])
+    before = {**extended, "cells": [{k: v for k, v in c.items() if k != "imported_from"} for c in extended["cells"]
+                                    if c["lr"] in grid],
+              "meta": {**extended["meta"], "edge_runs": 0, "edge_rounds": 0, "imported": []}}  # fmt: skip
+    to.write_text(json.dumps(before))
+    return before
+
+
 def test_frontier_plot_marks_the_lower_bounds(tmp_path, monkeypatch):
     """frontier.png of the committed 126-run sweep (docs/results/sweep-quick/sweep.json, the preset named quick
-    until stop 28) re-read under the issue-40 definitions: no run of it ended above l0, but Post-LN's curves end on
+    until stop 28; its grid cells, as before the edge search extended it) re-read under the issue-40 definitions: no run of it ended above l0, but Post-LN's curves end on
     the unigram plateau above their best learning rate (sweep.curve_failures), so its 6 edges (2 arms x 3 widths)
     are bracketed, one grid step lower per doubling of d; Pre-LN's and Peri-LN's 12 are censored at the top of the
     grid, upward triangles, none drawn as a point."""
@@ -557,7 +570,7 @@ def test_frontier_plot_marks_the_lower_bounds(tmp_path, monkeypatch):
     from normlab.report.sweep import plot_frontier
 
     copy = tmp_path / "sweep.json"
-    shutil.copy(Path(__file__).parents[1] / "docs/results/sweep-quick/sweep.json", copy)
+    assert len(_grid_only(Path(__file__).parents[1] / "docs/results/sweep-quick/sweep.json", copy)["cells"]) == 126
     result = rerender(copy, say=lambda line: None)
     # 12 censored curves would be extended above 1e-2; 6 bracketed ones bisected (ratio 2.15 > 1.2)
     assert result["meta"]["edge_pending"] == 18
@@ -759,14 +772,17 @@ def _native_bf16() -> bool:
 
 def test_from_json_rereads_a_committed_sweep(tmp_path):
     """`normlab sweep --from-json`: a committed sweep.json (its run folders were not committed) re-read under the
-    present definitions, training nothing. No run of quick-56 ended above l0; Post-LN's runs end on the unigram
-    plateau above their best learning rate (sweep.curve_failures), so its 4 edges are bracketed, Pre-LN's 4 are
-    censored at the top of the grid."""
+    present definitions, training nothing. quick-56 as it was committed before the edge search (its grid cells: the
+    folder was extended with `sweep --import` on 2026-11-28, whose runs beyond the grid are dropped here): no run
+    ended above l0; Post-LN's runs end on the unigram plateau above their best learning rate
+    (sweep.curve_failures), so its 4 edges are bracketed, Pre-LN's 4 are censored at the top of the grid. As
+    committed now, every edge is bracketed."""
     from tests.clirun import normlab
 
+    committed = Path(__file__).parents[1] / "docs/results/sweep-quick/quick-56/sweep.json"
     folder = tmp_path / "quick-56"
     folder.mkdir()
-    shutil.copy(Path(__file__).parents[1] / "docs/results/sweep-quick/quick-56/sweep.json", folder / "sweep.json")
+    assert len(_grid_only(committed, folder / "sweep.json")["cells"]) == 56
     proc = normlab("sweep", "--from-json", str(folder / "sweep.json"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads((folder / "sweep.json").read_text())
@@ -786,6 +802,12 @@ def test_from_json_rereads_a_committed_sweep(tmp_path):
     assert ">=0.01 (censored)" in md and "8 curve(s) would need more runs to find their edge" in md
     assert "the edge search's runs were not run" in md  # written before the edge search: said so
     assert " start " not in proc.stderr
+    now = tmp_path / "quick-56-extended"
+    now.mkdir()
+    shutil.copy(committed, now / "sweep.json")
+    assert normlab("sweep", "--from-json", str(now / "sweep.json")).returncode == 0
+    data = json.loads((now / "sweep.json").read_text())
+    assert data["meta"]["edge_pending"] == 0 and not any(r["edge"]["censored"] for r in data["frontier"])
     # a sweep written with the edge search (edge-quick: its runs are among the cells) keeps its counts and says
     # nothing of runs not run
     edge = tmp_path / "edge-quick"

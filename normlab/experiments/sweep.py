@@ -1668,8 +1668,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
                        else "") + f"; {shape}")  # fmt: skip
     todo = [s for s in specs if status(s.name) not in FINISHED]
     for src in imported.sources:
-        say(f"--import {src['path']}: {src['runs']} finished run(s) of this sweep (trained in {src['precision']}, "
-            f"normlab {src['normlab_version']}, {src['device']})"
+        say(f"--import {src['path']}: {src['runs']} finished run(s) of this sweep (trained in {src['precision']}; "
+            f"that sweep.json written by normlab {src['normlab_version']} on {src['device']})"
             + (f"; {src['not_this_sweep']} of other curves or settings not read" if src["not_this_sweep"] else "")
             + (f"; {src['duplicates']} already imported" if src["duplicates"] else ""))
     if not train:
