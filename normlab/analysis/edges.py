@@ -39,11 +39,12 @@ __all__ = ["SOURCES", "collect", "dumps", "load", "scheme_of", "measured", "diff
 # the unigram plateau at any rate from 1e-4: its edge is below the grid, or the runs too short, which the sweep
 # cannot tell apart; Pre-LN's is bisected). `where` is written by hand: update it when a
 # sweep's runs are finished on another machine (each run's summary.json names its CPU).
+_EXTENDED = "2-core x86-64 CPU (grid) and 2-core AMD EPYC Zen 5 (edge search), bf16"
 SOURCES: dict[str, tuple[str, str]] = {
     "edge-quick": ("sweep-quick/edge-quick", "2-core AMD EPYC Zen 4 and a 16-core Xeon with AMX, CPU, bf16"),
     "width-gpu": ("sweep-quick/width-gpu/report", "one NVIDIA H100, bf16"),
-    "depth-6": ("sweep-quick/depth-6", "2-core x86-64 CPU (grid) and 2-core AMD EPYC Zen 5 (edge search), bf16"),
-    "depth-6-600": ("sweep-quick/depth-6-600", "2-core x86-64 CPU, bf16"),
+    "depth-6": ("sweep-quick/depth-6", _EXTENDED),
+    "depth-6-600": ("sweep-quick/depth-6-600", _EXTENDED),
     "sweep-lm": ("sweep-lm", "2-core AMD EPYC Zen 5, bf16"),
     "sweep-schemes": ("sweep-schemes", "2-core AMD EPYC Zen 5, bf16"),
 }
