@@ -898,6 +898,16 @@ def test_import_extends_a_sweep_that_kept_only_its_sweep_json(tmp_path):
                     str(src))  # fmt: skip
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads((new / "report" / "sweep.json").read_text())["frontier"] == data["frontier"]
+    assert "Written with --report-only: every one of its runs had finished." in (new / "report" / "SWEEP.md").read_text()
+    # --report-only on the grid alone: the runs the search would add are pending curves, not missing points
+    grid_only = normlab("sweep", "--scale", "smoke", "--out", str(tmp_path / "grid-only"), "--report-only",
+                        "--no-diagnose", "--import", str(src))  # fmt: skip
+    assert grid_only.returncode == 0, grid_only.stderr[-2000:]
+    meta = json.loads((tmp_path / "grid-only" / "report" / "sweep.json").read_text())["meta"]
+    assert meta["edge_pending"] == curves and meta["edge_unrun"] == curves and meta["unfinished"] == curves
+    md = (tmp_path / "grid-only" / "report" / "SWEEP.md").read_text()
+    assert "every one of its runs had finished" in md
+    assert f"The edge search is not finished: {curves} curve(s) would need more runs" in md
     # refused, each with what differs and before anything is written: the training settings, the precision, the
     # validation targets, an unknown precision, no run of this sweep
     other = normlab("sweep", "--scale", "smoke", "--out", str(tmp_path / "x"), "--set", "updates=5", "--import",

@@ -1843,6 +1843,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
             # runs the edge search still has to run (--report-only on a partial folder): the edges are provisional
             "edge_pending": pending,
             "unfinished": sum(r["status"] not in FINISHED + ("cached",) for r in records) + beyond,
+            # of those, the runs the search would add beyond the sweep's (not among meta.runs, not grid points)
+            "edge_unrun": beyond,
             # --import: the earlier sweeps whose finished runs this one read instead of training them
             "imported": [{k: v for k, v in src.items() if k != "baseline"} for src in imported.sources],
         },

@@ -364,6 +364,15 @@ def _cell_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def _report_only_sentence(m: dict[str, Any]) -> str:
+    """What --report-only read: the runs of the sweep that had not finished (missing points of their curves), apart
+    from the runs the edge search would still add (not among the sweep's runs; ``edge_pending`` says which curves)."""
+    missing = m.get("unfinished", 0) - m.get("edge_unrun", 0)
+    if missing:
+        return f" Written with --report-only: {missing} of the {m['runs']} runs had not finished and are missing points."
+    return " Written with --report-only: every one of its runs had finished."
+
+
 def _meta_line(result: dict[str, Any]) -> str:
     m = result["meta"]
     changed = ", ".join(f"{k}={v}" for k, v in (m.get("overrides") or {}).items())
@@ -375,14 +384,14 @@ def _meta_line(result: dict[str, Any]) -> str:
             + (f" (this invocation; the runs' training steps took {m['train_time_s'] / 60:.1f} min summed over runs)"
                if m.get("train_time_s") else "")
             + f"; {m['finished']}."
-            + (f" Written with --report-only: {m.get('unfinished', 0)} of the {m['runs']} runs had not finished and "
-               "are missing grid points." if m.get("report_only") else "")
+            + (_report_only_sentence(m) if m.get("report_only") else "")
             + (f" Edge search: {m['edge_runs']} run(s) beyond the grid, at most {m['edge_rounds']} on one curve."
                if m.get("edge_runs") else "")
             + "".join(f" {src['runs']} run(s) read from {src['path']} (--import: not trained by this sweep; that "
                       f"sweep.json was written by normlab {src.get('normlab_version')} on {src.get('device')})."
                       for src in m.get("imported") or [])
-            + (f" {m.get('rerendered', '')}: {m['edge_pending']} curve(s) would need more runs to find their edge; "
+            + (f" {m.get('rerendered') or 'The edge search is not finished'}: {m['edge_pending']} curve(s) would "
+               "need more runs to find their edge; "
                "the edges below are provisional (censored where no run was unstable)." if m.get("edge_pending") else
                f" {m['rerendered']}." if m.get("rerendered") else ""))  # fmt: skip
 
