@@ -1407,8 +1407,9 @@ def import_cells(paths: Sequence[str | Path], cfg: SweepConfig, ctx: Context, *,
                               f"{have[:6]}{' ...' if len(have) > 6 else ''}: --scale or --set to match them")
         theirs_gpu = not str(meta.get("device", "")).startswith("CPU")  # "CPU (...)" or a GPU's name
         if say is not None and theirs_gpu != (device == "cuda"):
-            say(f"warning: --import {src}: its runs trained on {meta.get('device')}, this sweep's on "
-                f"{'a GPU' if device == 'cuda' else 'the CPU'}: the same precision, rounded by other kernels")
+            say(f"warning: --import {src}: written on {meta.get('device')} (where its runs trained, unless it was "
+                f"re-read elsewhere), this sweep's runs train on {'a GPU' if device == 'cuda' else 'the CPU'}: the "
+                "same precision, rounded by other kernels")
         sources.append({"path": str(path), "runs": taken, "not_this_sweep": other, "duplicates": dup,
                         "train_time_s": took_s,
                         "precision": meta["precision"], "normlab_version": meta.get("normlab_version"),
