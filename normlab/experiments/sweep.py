@@ -471,14 +471,16 @@ SWEEP_SCALES: dict[str, SweepConfig] = {
     # measured for these schemes): ~40 s a run at d=64 and ~70 s at d=128 on two lanes of a Zen 4/5 in bf16 (its
     # log), 3.0 edge-search runs a curve for Post-LN and 5.75 for Pre-LN; B2T and ResiDual train like Pre-LN in
     # pilot runs (an audit of 2026-11-28), so ~1,000 runs in all, ~7-8 h of two lanes, in pieces with --sync. (The
-    # first estimate, ~6 h, took 45 s a run and Post-LN's edge-search count for every scheme.)
+    # first estimate, ~6 h, took 45 s a run and Post-LN's edge-search count for every scheme.) Measured on a 2-core
+    # AMD EPYC Zen 5 (2026-11-28, docs/results/sweep-schemes): 875 runs (315 of the edge search), 20 s of training a
+    # run at d=64 and 29 s at d=128 (median), ~3.8 h of wall time in four pieces: half the estimate.
     "schemes": SweepConfig(
         scale="schemes", schemes=("deepnorm", "admin", "b2t", "resi_dual"), warmups=("none", "adam"),
         widths=(64, 128), layers=3, updates=300, max_tokens=1024, eval_every=100, seeds=5,
         description="the schemes proposed on translation (DeepNorm, Admin, B2T, ResiDual) at the quick preset's "
         "shape: 2 warm-ups (none; 100 updates, 2/(1 - beta2)) x 7 learning rates (1e-4..1e-2, then the edge "
         "search) x d=64 and 128, 3-3 layers, 300 updates of 1,024 tokens, 5 seeds: 560 grid runs plus the edge "
-        "search, ~7-8 h on a 2-core CPU with AVX-512 BF16 (estimated from the quick preset's runs), in pieces",
+        "search (315 runs): ~3.8 h measured on a 2-core AMD EPYC Zen 5 in bf16, in pieces",
     ),  # fmt: skip
 }
 
@@ -2010,7 +2012,7 @@ def add_arguments(p: Any) -> None:
                    "runs), standard (3 schemes x 3 warm-ups x d=64-256: 189 grid runs, ~2 h, + the edge search), full "
                    "(widths 64-512 at the paper's depth and batch; a GPU), lm (decoder-only LMs: 8 schemes x 2 warm-ups x d=64 and 128, 6 layers: 224 runs, ~3 h, "
                    "and the edge search), schemes (DeepNorm, Admin, B2T, ResiDual at quick's shape, 5 seeds: 560 grid "
-                   "runs and the edge search, ~7-8 h estimated)")  # fmt: skip
+                   "runs and the edge search, ~3.8 h measured on 2 Zen 5 cores)")  # fmt: skip
     p.add_argument("--out", help="output directory (default: sweep/SCALE)")
     add_set_argument(p, SweepConfig, note="the defaults shown are before --scale, which sets most of them")
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel (default: one per CPU core, 1 on CUDA; "
