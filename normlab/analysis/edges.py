@@ -33,16 +33,20 @@ __all__ = ["SOURCES", "collect", "dumps", "load", "scheme_of", "measured", "diff
 
 # The sweeps the table holds, each a folder of docs/results with a sweep.json written under issue 40's definitions
 # (one stability criterion, each seed's edge bisected), and where its runs trained (the sweep.json of a report
-# re-read on another machine names that machine, not the runs'). Chosen for bisected edges: the one- and two-seed
-# folders of sweep-quick (extended by the edge search with `sweep --import` on 2026-11-28) hold the same cells as
-# these at two seeds or one; the depth-6 folders are the only 6-6 translation runs (one seed; no Post-LN run left
-# the unigram plateau at any rate from 1e-4: its edge is below the grid, or the runs too short, which the sweep
-# cannot tell apart; Pre-LN's is bisected). `where` is written by hand: update it when a
-# sweep's runs are finished on another machine (each run's summary.json names its CPU).
+# re-read on another machine names that machine, not the runs'). Chosen for bisected edges: three-arms (extended by
+# the edge search with `sweep --import` on 2026-11-28: two seeds, Post-LN and Pre-LN at d = 64-256 with the paper's
+# 36-update warm-up beside the 100-update one; the only Pre-LN edge at d = 256) after edge-quick and width-gpu, so
+# that where two sources measured one model with as many bracketed seeds (the answer's rule, _source_at: summed
+# over a source's arms, which favours three-arms' three) the five-seed one is read; the other one- and
+# two-seed folders of sweep-quick hold subsets of three-arms' cells; the depth-6 folders are the only 6-6
+# translation runs (one seed; no Post-LN run left the unigram plateau at any rate from 1e-4: its edge is below the
+# grid, or the runs too short, which the sweep cannot tell apart; Pre-LN's is bisected). `where` is written by hand:
+# update it when a sweep's runs are finished on another machine (each run's summary.json names its CPU).
 _EXTENDED = "2-core x86-64 CPU (grid) and 2-core AMD EPYC Zen 5 (edge search), bf16"
 SOURCES: dict[str, tuple[str, str]] = {
     "edge-quick": ("sweep-quick/edge-quick", "2-core AMD EPYC Zen 4 and a 16-core Xeon with AMX, CPU, bf16"),
     "width-gpu": ("sweep-quick/width-gpu/report", "one NVIDIA H100, bf16"),
+    "three-arms": ("sweep-quick/three-arms", _EXTENDED),
     "depth-6": ("sweep-quick/depth-6", _EXTENDED),
     "depth-6-600": ("sweep-quick/depth-6-600", _EXTENDED),
     "sweep-lm": ("sweep-lm", "2-core AMD EPYC Zen 5, bf16"),
