@@ -130,15 +130,16 @@ def _diagnose_args(p: argparse.ArgumentParser) -> None:
 def _diagnose(args: argparse.Namespace) -> int:
     import json
 
-    data = load_config_file(args.config, "model") if args.config else {}
-    cfg = ModelConfig.from_dict(apply_overrides(data, args.set))
+    full = load_config_file(args.config) if args.config else {}  # read once: its model section, task and rate
+    model = full.get("model", full)  # load_config_file's section rule: a run config's model, or the whole file
+    cfg = ModelConfig.from_dict(apply_overrides(model, args.set))
     if args.steps <= 0:
         raise ConfigError(f"--steps must be positive, got {args.steps}")
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    task = _task(args)
+    task = args.task or _file_task(full) or "translation"  # as _task(args), from the file already read
     result = diagnose_config(cfg, task, steps=args.steps, seed=args.seed, mode=args.mode, max_tokens=args.max_tokens)
     layers = (f"{cfg.decoder_layers} decoder" if task == "lm" else f"{cfg.encoder_layers} encoder"
               + (f" / {cfg.decoder_layers} decoder" if task == "translation" else ""))
@@ -158,7 +159,6 @@ def _diagnose(args: argparse.Namespace) -> int:
               "(positional, activation, scale_embedding): for an LM, measure the edge with normlab sweep --scale lm")
     # a run config's rate, placed against the edges of its own task (a --task that overrides the file's: another
     # model than the run's, so no placement)
-    full = load_config_file(args.config) if args.config else {}
     run = _run_rate(full) if full and (not args.task or args.task == (_file_task(full) or "translation")) else None
 
     # beside the verdict, what the committed sweeps measured of the learning rate a model of this kind stands
@@ -169,7 +169,7 @@ def _diagnose(args: argparse.Namespace) -> int:
         print(f"measured stability edges: not available ({e})")
     edges = measured_for(cfg, task, table, run) if table is not None else None
     if table is not None:
-        print("\n".join(edge_lines(cfg, task, table, advised=result.warmup_advised, run=run, measured=edges)))
+        print("\n".join(edge_lines(cfg, task, table, advised=result.warmup_advised, run=run, found=edges)))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({**result.to_dict(), "measured_edges": edges}, f, indent=1,

@@ -551,16 +551,20 @@ def _grid_only(committed: Path, to: Path) -> dict:
     ``to``."""
     extended = json.loads(committed.read_text())
     grid = set(extended["lrs"])
-    before = {**extended, "cells": [{k: v for k, v in c.items() if k != "imported_from"} for c in extended["cells"]
-                                    if c["lr"] in grid],
-              "meta": {**extended["meta"], "edge_runs": 0, "edge_rounds": 0, "imported": []}}  # fmt: skip
+    cells = [{k: v for k, v in c.items() if k != "imported_from"} for c in extended["cells"] if c["lr"] in grid]
+    before = {**extended, "cells": cells,
+              "meta": {**extended["meta"], "edge_runs": 0, "edge_rounds": 0, "imported": [], "runs": len(cells),
+                       "outcomes": {"completed": sum(c["status"] == "completed" for c in cells),
+                                    "diverged": sum(c["status"] == "diverged" for c in cells)},
+                       "train_time_s": sum(c.get("elapsed_s") or 0.0 for c in cells)}}  # fmt: skip
     to.write_text(json.dumps(before))
     return before
 
 
 def test_frontier_plot_marks_the_lower_bounds(tmp_path, monkeypatch):
     """frontier.png of the committed 126-run sweep (docs/results/sweep-quick/sweep.json, the preset named quick
-    until stop 28; its grid cells, as before the edge search extended it) re-read under the issue-40 definitions: no run of it ended above l0, but Post-LN's curves end on
+    until stop 28; its grid cells, without the edge search's runs once they are added) re-read under the issue-40
+    definitions: no run of it ended above l0, but Post-LN's curves end on
     the unigram plateau above their best learning rate (sweep.curve_failures), so its 6 edges (2 arms x 3 widths)
     are bracketed, one grid step lower per doubling of d; Pre-LN's and Peri-LN's 12 are censored at the top of the
     grid, upward triangles, none drawn as a point."""

@@ -36,9 +36,10 @@ __all__ = ["SOURCES", "collect", "dumps", "load", "scheme_of", "measured", "diff
 # re-read on another machine names that machine, not the runs'). Chosen for bisected edges: three-arms (extended by
 # the edge search with `sweep --import` on 2026-11-28: two seeds, Post-LN and Pre-LN at d = 64-256 with the paper's
 # 36-update warm-up beside the 100-update one; the only Pre-LN edge at d = 256) after edge-quick and width-gpu, so
-# that where two sources measured one model with as many bracketed seeds (the answer's rule, _source_at: summed
-# over a source's arms, which favours three-arms' three) the five-seed one is read; the other one- and
-# two-seed folders of sweep-quick hold subsets of three-arms' cells; the depth-6 folders are the only 6-6
+# that where two sources measured one model the answer reads the one with more bracketed seeds without warm-up
+# (_source_at), ties in this order; the other one- and
+# two-seed folders of sweep-quick hold subsets of three-arms' Post-LN and Pre-LN cells (standard-189 and bf16 add
+# Peri-LN's, not yet extended); the depth-6 folders are the only 6-6
 # translation runs (one seed; no Post-LN run left the unigram plateau at any rate from 1e-4: its edge is below the
 # grid, or the runs too short, which the sweep cannot tell apart; Pre-LN's is bisected). `where` is written by hand:
 # update it when a sweep's runs are finished on another machine (each run's summary.json names its CPU).
@@ -63,6 +64,9 @@ _OPTIM = {"translation": ("adam", (0.9, 0.98), 0.0, 0.1), "mlm": ("adamw", (0.9,
 _MODEL = {"translation": {"positional": "sinusoidal", "activation": "relu", "scale_embedding": True},
           "mlm": {"positional": "learned", "activation": "gelu", "scale_embedding": False},
           "lm": {"positional": "rope", "activation": "gelu", "scale_embedding": False}}
+
+
+_UNSET: Any = object()  # edge_lines' ``found`` not given (None is an answer: a task no sweep trains)
 
 
 def _asset() -> Path:
@@ -358,12 +362,19 @@ def _verdict_text(v: dict[str, Any] | None) -> str:
 
 def _source_at(rows: list[dict[str, Any]], w: int, arm: str | None = None) -> str | None:
     """Of the sources with width ``w`` among ``rows``, the one to read: with the arm ``arm`` run (if given), then
-    the most bracketed seeds (over its arms, or in that arm)."""
+    the most bracketed seeds without warm-up (the answer's first number; with ``arm``, 0 unless it is none), then
+    over its arms (or in that arm); ties in the table's order."""
     at_w = [r for r in rows if r["width"] == w and r["run"] and (arm is None or r["warmup"] == arm)]
     if not at_w:
         return None
-    return max(dict.fromkeys(r["source"] for r in at_w),
-               key=lambda lb: sum(r["summary"]["bracketed"] for r in at_w if r["source"] == lb))
+    # the no-warm-up arm's bracketed seeds first (the answer's first number), then all arms': a source with more
+    # arms does not outrank one with more seeds; ties in the table's order
+    def rank(label: str) -> tuple[int, int]:
+        mine = [r for r in at_w if r["source"] == label]
+        return (sum(r["summary"]["bracketed"] for r in mine if r["warmup"] == "none"),
+                sum(r["summary"]["bracketed"] for r in mine))
+
+    return max(dict.fromkeys(r["source"] for r in at_w), key=rank)
 
 
 def _nearest_width(rows: list[dict[str, Any]], width: int) -> int | None:
@@ -542,15 +553,15 @@ def compare_run(m: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
 
 
 def edge_lines(cfg: Any, task: str, table: dict[str, Any] | None = None, *, advised: bool | None = None,
-               run: dict[str, Any] | None = None, measured: dict[str, Any] | None = None) -> list[str]:  # fmt: skip
+               run: dict[str, Any] | None = None, found: Any = _UNSET) -> list[str]:  # fmt: skip
     """diagnose's section on measured stability edges for model config ``cfg`` of ``task``; ``advised``:
     diagnose's own verdict, for the sentence that says what each of the two answers when they differ; ``run``:
     the learning rate and warm-up of a run config (``lr``, ``warmup_updates``), placed against the answer's edge;
-    ``measured``: :func:`measured_for`'s answer for the same arguments, when the caller has it already."""
+    ``found``: :func:`measured_for`'s answer for the same arguments (None included), when the caller has it."""
     table = table if table is not None else load()
     head = ("measured stability edges (the largest stable learning rate; normlab's committed sweeps, "
             "normlab.analysis.edges):")
-    m = measured if measured is not None else measured_for(cfg, task, table, run)
+    m = measured_for(cfg, task, table, run) if found is _UNSET else found
     tasks = sorted({src["task"] for src in table["sources"].values()})
     command = ""
     if m is not None:

@@ -1592,7 +1592,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     """Run the sweep's grid into ``out`` (resumable: finished runs are kept), then write ``out/report/``:
     sweep.json, loss_vs_lr.png, frontier.png, index.html and SWEEP.md. Returns sweep.json's content. ``train``
     False (``--report-only``): run nothing and write the report from the runs finished so far; a cell that has not
-    finished is a missing grid point (:func:`analyze`), and ``meta["unfinished"]`` counts them. ``launcher``: where
+    finished is a missing grid point (:func:`analyze`), and ``meta["unfinished"]`` counts them with the runs the
+    edge search would still add (``meta["edge_unrun"]``, not among ``meta["runs"]``). ``launcher``: where
     the runs go (a kind or a LauncherConfig, launchers.py); diagnose and the report run here. ``progress``: the
     grid's live display or progress lines (progress.py), whose ETA starts from the estimate's pace. ``sync``: a
     folder of finished runs' small files shared between machines (``--sync``; grid.sync_in / sync_out): this

@@ -364,10 +364,12 @@ def _cell_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
-def _report_only_sentence(m: dict[str, Any]) -> str:
-    """What --report-only read: the runs of the sweep that had not finished (missing points of their curves), apart
-    from the runs the edge search would still add (not among the sweep's runs; ``edge_pending`` says which curves)."""
-    missing = m.get("unfinished", 0) - m.get("edge_unrun", 0)
+def _report_only_sentence(result: dict[str, Any]) -> str:
+    """What --report-only read: the runs of the sweep that had not finished (missing points of their curves), counted
+    from its cells, so not the runs the edge search would still add (not among the sweep's runs; ``edge_pending``
+    says which curves; a sweep.json written before ``meta.edge_unrun`` counted them in ``meta.unfinished``)."""
+    m = result["meta"]
+    missing = sum(c["status"] not in ("completed", "diverged") for c in result["cells"])
     if missing:
         return f" Written with --report-only: {missing} of the {m['runs']} runs had not finished and are missing points."
     return " Written with --report-only: every one of its runs had finished."
@@ -384,7 +386,7 @@ def _meta_line(result: dict[str, Any]) -> str:
             + (f" (this invocation; the runs' training steps took {m['train_time_s'] / 60:.1f} min summed over runs)"
                if m.get("train_time_s") else "")
             + f"; {m['finished']}."
-            + (_report_only_sentence(m) if m.get("report_only") else "")
+            + (_report_only_sentence(result) if m.get("report_only") else "")
             + (f" Edge search: {m['edge_runs']} run(s) beyond the grid, at most {m['edge_rounds']} on one curve."
                if m.get("edge_runs") else "")
             + "".join(f" {src['runs']} run(s) read from {src['path']} (--import: not trained by this sweep; that "
