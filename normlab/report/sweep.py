@@ -369,7 +369,9 @@ def _report_only_sentence(result: dict[str, Any]) -> str:
     from its cells, so not the runs the edge search would still add (not among the sweep's runs; ``edge_pending``
     says which curves; a sweep.json written before ``meta.edge_unrun`` counted them in ``meta.unfinished``)."""
     m = result["meta"]
-    missing = sum(c["status"] not in ("completed", "diverged") for c in result["cells"])
+    cells = result.get("cells")  # reproduce's width figure keeps the sweep's result without its cells
+    missing = (sum(c["status"] not in ("completed", "diverged") for c in cells) if cells is not None
+               else m.get("unfinished", 0) - m.get("edge_unrun", 0))
     if missing:
         return f" Written with --report-only: {missing} of the {m['runs']} runs had not finished and are missing points."
     return " Written with --report-only: every one of its runs had finished."
