@@ -51,10 +51,11 @@ def _file_task(full: dict[str, Any]) -> str | None:
     return None
 
 
-def _task(args: argparse.Namespace) -> str:
-    """--task, else the task of the run config given with --config (a run's config.yaml names it in ``data.task``:
-    a language-model run read as a translation model would be another model, silently), else translation."""
-    return args.task or (_file_task(load_config_file(args.config)) if args.config else None) or "translation"
+def _task(task: str | None, full: dict[str, Any]) -> str:
+    """--task, else the task of the run config given with --config (``full``, the whole file: a run's config.yaml
+    names it in ``data.task``; a language-model run read as a translation model would be another model, silently),
+    else translation."""
+    return task or _file_task(full) or "translation"
 
 
 def _run_rate(full: dict[str, Any]) -> dict[str, Any] | None:
@@ -73,9 +74,9 @@ def _run_rate(full: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _model(args: argparse.Namespace) -> int:
-    data = load_config_file(args.config, "model") if args.config else {}
-    cfg = ModelConfig.from_dict(apply_overrides(data, args.set))
-    print(describe(build_model(cfg, _task(args))))
+    full = load_config_file(args.config) if args.config else {}
+    cfg = ModelConfig.from_dict(apply_overrides(full.get("model", full), args.set))  # load_config_file's section rule
+    print(describe(build_model(cfg, _task(args.task, full))))
     return 0
 
 
@@ -139,7 +140,7 @@ def _diagnose(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    task = args.task or _file_task(full) or "translation"  # as _task(args), from the file already read
+    task = _task(args.task, full)
     result = diagnose_config(cfg, task, steps=args.steps, seed=args.seed, mode=args.mode, max_tokens=args.max_tokens)
     layers = (f"{cfg.decoder_layers} decoder" if task == "lm" else f"{cfg.encoder_layers} encoder"
               + (f" / {cfg.decoder_layers} decoder" if task == "translation" else ""))
@@ -159,7 +160,7 @@ def _diagnose(args: argparse.Namespace) -> int:
               "(positional, activation, scale_embedding): for an LM, measure the edge with normlab sweep --scale lm")
     # a run config's rate, placed against the edges of its own task (a --task that overrides the file's: another
     # model than the run's, so no placement)
-    run = _run_rate(full) if full and (not args.task or args.task == (_file_task(full) or "translation")) else None
+    run = _run_rate(full) if full and (not args.task or args.task == _task(None, full)) else None
 
     # beside the verdict, what the committed sweeps measured of the learning rate a model of this kind stands
     try:

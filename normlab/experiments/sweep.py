@@ -1655,10 +1655,13 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
                 where[name] = (cell.scheme, cell.warmup)
     out.mkdir(parents=True, exist_ok=True)
 
+    def imported_only(name: str) -> bool:
+        """An imported run with no finished run of its name here (a run finished here wins)."""
+        return name in imported.runs and run_status(out / "runs" / name) not in FINISHED
+
     def status(name: str) -> str | None:
-        """A run's status: its run directory's, else an imported run's (a run finished here wins)."""
-        here = run_status(out / "runs" / name)
-        return imported.runs[name][0].status if here not in FINISHED and name in imported.runs else here
+        """A run's status: its run directory's, else an imported run's."""
+        return imported.runs[name][0].status if imported_only(name) else run_status(out / "runs" / name)
 
     if store is not None:  # before anything counts what has finished
         sync_in(specs, out, store, say, lookup=lookup, train=train)
@@ -1761,7 +1764,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, jobs: int = 0, threads: int 
     pending, beyond = 0, 0
     while True:
         if train:
-            mine = [s for s in specs if s.name not in imported.runs or run_status(out / "runs" / s.name) in FINISHED]
+            mine = [s for s in specs if not imported_only(s.name)]  # the runs this sweep trains (or has)
             for name, o in run_grid(mine, out, jobs=jobs, threads=threads, launcher=launch, cuda=cuda,
                                     say=say, progress=progress, pace=pace, more=more,
                                     on_end=(lambda n, _o: sync_out(next(sp for sp in specs if sp.name == n), out,
