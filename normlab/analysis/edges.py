@@ -46,7 +46,7 @@ __all__ = ["SOURCES", "collect", "dumps", "load", "scheme_of", "measured", "diff
 _EXTENDED = "2-core x86-64 CPU (grid) and 2-core AMD EPYC Zen 5 (edge search), bf16"
 SOURCES: dict[str, tuple[str, str]] = {
     "edge-quick": ("sweep-quick/edge-quick", "2-core AMD EPYC Zen 4 and a 16-core Xeon with AMX, CPU, bf16"),
-    "width-gpu": ("sweep-quick/width-gpu/report", "one NVIDIA H100, bf16"),
+    "width-gpu": ("sweep-quick/width-gpu/report", "one NVIDIA H100 (420 runs) and one H200 (296), bf16"),
     "three-arms": ("sweep-quick/three-arms", _EXTENDED),
     "depth-6": ("sweep-quick/depth-6", _EXTENDED),
     "depth-6-600": ("sweep-quick/depth-6-600", _EXTENDED),
