@@ -15,8 +15,8 @@ from typing import Any
 
 from normlab.metrics import mean_ci
 
-__all__ = ["WARMUPS", "Cell", "Curve", "Edge", "arms", "best_loss_gap", "edge_text", "group_runs", "lr_name", "mean_ci95",
-           "seed_curves", "split_seed", "trivial_baseline", "warm_arms"]  # fmt: skip
+__all__ = ["WARMUPS", "Cell", "Curve", "Edge", "arms", "best_loss_gap", "bracket_machines", "edge_text", "group_runs",
+           "lr_name", "machines", "mean_ci95", "seed_curves", "split_seed", "trivial_baseline", "warm_arms"]  # fmt: skip
 
 # -------------------------------------------------------------------------------------------------------------
 # the runs of a grid (results.json: runs, groups)
@@ -166,6 +166,36 @@ def edge_text(e: dict[str, Any] | None) -> str:
     if e["lo"] is None:
         return f"<{e['hi']:.3g}"
     return f"[{e['lo']:.3g}, {e['hi']:.3g}) x{e['ratio']:.2f}"
+
+
+def machines(cells: Sequence[dict[str, Any]]) -> tuple[dict[str, int], int]:
+    """The machines a sweep's finished runs trained on (sweep.json cells' ``machine``, most runs first) and how many
+    finished runs recorded none (written before cells carried it, or imported from such a sweep.json)."""
+    done = [c for c in cells if c.get("status") in ("completed", "diverged")]
+    counts: dict[str, int] = {}
+    for c in done:
+        if c.get("machine"):
+            counts[c["machine"]] = counts.get(c["machine"], 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1])), sum(not c.get("machine") for c in done)
+
+
+def bracket_machines(rows: Sequence[dict[str, Any]], cells: Sequence[dict[str, Any]]) -> tuple[int, int]:
+    """Of the seeds' edge brackets whose two runs (last stable, first unstable) both name their machine, how many
+    have them from two machines, and how many there are. Near the edge a run of one config can end on either side
+    of the plateau line on two machines (docs/results/sweep-quick/width-gpu: an H100 and an H200, the same chip and
+    torch, 0.23 nats apart), so such a bracket mixes the seed's numerics with the machines'."""
+    where = {(c["scheme"], c["warmup"], c["width"], lr_name(c["lr"]), c["seed"]): c.get("machine") for c in cells}
+    mixed = total = 0
+    for r in rows:
+        for p in (r.get("edge") or {}).get("per_seed", []):
+            if p.get("last_stable") is None or p.get("first_unstable") is None:
+                continue
+            a, b = (where.get((r["scheme"], r["warmup"], r["width"], lr_name(p[k]), p["seed"]))
+                    for k in ("last_stable", "first_unstable"))
+            if a and b:
+                total += 1
+                mixed += a != b
+    return mixed, total
 
 
 def warm_arms(rows: Sequence[dict[str, Any]]) -> list[str]:

@@ -14,6 +14,7 @@ import torch
 from torch.testing import assert_close
 
 from normlab.config import ConfigError
+from normlab.device import cpu_name
 from normlab.experiments.figures import Context
 from normlab.experiments.sweep import (
     MARGIN,
@@ -35,6 +36,7 @@ from normlab.experiments.sweep import (
     width_law,
     width_slope,
 )
+from normlab.results import bracket_machines, machines
 
 LRS = (1e-4, 2.15e-4, 4.64e-4, 1e-3, 2.15e-3, 4.64e-3, 1e-2)
 L0 = 9.0
@@ -690,6 +692,10 @@ def test_smoke_sweep_cli(tmp_path):
     want = "bf16" if _native_bf16() else "fp32"
     assert {c["precision"] for c in data["cells"]} == {want} and data["meta"]["precision"] == want
     assert f"precision {want};" in md
+    # where each run trained, from its own summary (the header's device is the invocation's): one machine here
+    [machine] = {c["machine"] for c in data["cells"]}
+    assert machine.startswith(cpu_name()) and f"The runs trained on {machine} ({n})." in md
+    assert "edge brackets" not in md  # one machine: no bracket mixes two
     assert all((report / link).is_file() for link in re.findall(r"\]\(([^)]+\.png)\)", md))
     again = normlab("sweep", "--scale", "smoke", "--out", str(out), "--no-estimate")
     assert again.returncode == 0 and f"{n} of {n} runs already finished" in again.stderr
@@ -747,6 +753,29 @@ def test_diagnose_verdicts_give_no_verdict_for_rezero():
     cfg = SweepConfig(schemes=("rezero", "post"), widths=(16,), n_heads=2, layers=2, vocab_size=300, max_tokens=256)
     verdicts = diagnose_verdicts(cfg, steps=1)
     assert verdicts[("rezero", 16)] is None and verdicts[("post", 16)] is not None
+
+
+def test_machines_and_brackets_that_mix_two():
+    def cell(lr, seed, machine, status="completed"):
+        return {"scheme": "post", "warmup": "none", "width": 64, "lr": lr, "seed": seed, "machine": machine,
+                "status": status}
+
+    cells = [cell(1e-3, 1, "A"), cell(2.15e-3, 1, "A"), cell(1e-3, 2, "A"), cell(1.1e-3, 2, "B"),
+             cell(1e-3, 3, None), cell(1.1e-3, 3, "B"), cell(5e-3, 3, "B", status="absent")]
+    assert machines(cells) == ({"A": 3, "B": 2}, 1)  # the absent run is not counted; the None one is unrecorded
+    per_seed = [{"seed": 1, "last_stable": 1e-3, "first_unstable": 2.15e-3},
+                {"seed": 2, "last_stable": 1e-3, "first_unstable": 1.1e-3},
+                {"seed": 3, "last_stable": 1e-3, "first_unstable": 1.1e-3},  # one end unrecorded: not counted
+                {"seed": 4, "last_stable": 1e-3, "first_unstable": None}]  # censored
+    rows = [{"scheme": "post", "warmup": "none", "width": 64, "edge": {"per_seed": per_seed}}]
+    assert bracket_machines(rows, cells) == (1, 2)
+    from normlab.report.sweep import _machines_sentence
+
+    said = _machines_sentence({"cells": cells, "frontier": rows})
+    assert said == (" The runs trained on A (3); B (2); 1 recorded no machine. 1 of the 2 seeds' edge brackets have "
+                    "their last stable and first unstable run from two machines (near the edge one config's run can "
+                    "end on either side of the plateau line on two machines).")
+    assert _machines_sentence({"cells": [cell(1e-3, 1, None)], "frontier": rows}) == ""  # nothing recorded
 
 
 def test_meta_line_names_what_set_changed_from_the_preset():

@@ -129,6 +129,7 @@ from normlab.experiments.grid import (
     sync_out,
 )
 from normlab.experiments.heldout import held_out, write_held_out
+from normlab.experiments.results import machine_of
 from normlab.experiments.launchers import add_launcher_arguments, as_config, launcher_from_args
 from normlab.experiments.progress import ProgressSettings, add_progress_arguments, eta, progress_from_args
 from normlab.experiments.scales import PAPER
@@ -1306,13 +1307,15 @@ def read_cell(spec: RunSpec, run_dir: Path, status: str, scheme: str, warmup: st
                 l0 if _finite(l0) else None, status)  # fmt: skip
     stride = max(1, len(train) // 100)
     curve = [[r["update"], r["nll"] if _finite(r.get("nll")) else None] for r in train[::stride]]
-    # the run's own training time and precision (trainer summary: "auto" resolved on the machine that trained it),
-    # so that a later invocation that only re-reads the runs, maybe elsewhere, still knows what they cost and in
-    # which arithmetic
+    # the run's own training time, precision (trainer summary: "auto" resolved on the machine that trained it) and
+    # machine (CPU, GPU, precision, torch), so that a later invocation that only re-reads the runs, maybe elsewhere,
+    # still knows what they cost, in which arithmetic and where: a report re-read on a laptop must not pass its
+    # runs off as the laptop's (meta.device is the invocation's machine)
     summary = RunDir(run_dir).summary()
     rec = {**dataclasses.asdict(cell), "name": spec.name, "diverged": diverged(cell.final, cell.l0, status),
            "valid": [[r["update"], r.get("nll")] for r in valid], "train": curve,
-           "elapsed_s": summary.get("elapsed_s"), "precision": summary.get("precision")}  # fmt: skip
+           "elapsed_s": summary.get("elapsed_s"), "precision": summary.get("precision"),
+           "machine": machine_of(summary) or None}  # fmt: skip
     return cell, rec
 
 

@@ -14,7 +14,8 @@ import matplotlib.ticker
 
 from normlab.files import write_atomic
 from normlab.report.format import CSS, escape, format_number, html_table, img, md_table
-from normlab.results import WARMUPS, arms, best_loss_gap, edge_text, trivial_baseline, warm_arms
+from normlab.results import (WARMUPS, arms, best_loss_gap, bracket_machines, edge_text, machines, trivial_baseline,
+                             warm_arms)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -377,6 +378,21 @@ def _report_only_sentence(result: dict[str, Any]) -> str:
     return " Written with --report-only: every one of its runs had finished."
 
 
+def _machines_sentence(result: dict[str, Any]) -> str:
+    """Where the runs trained (the header's device is the invocation's, which may only have re-read them), and how
+    many edge brackets have their two runs from two machines."""
+    known, unknown = machines(result.get("cells") or [])
+    if not known:
+        return ""
+    s = (" The runs trained on " + "; ".join(f"{m} ({n})" for m, n in known.items())
+         + (f"; {unknown} recorded no machine" if unknown else "") + ".")
+    mixed, total = bracket_machines(result.get("frontier") or [], result.get("cells") or [])
+    if len(known) > 1 and total:
+        s += (f" {mixed} of the {total} seeds' edge brackets have their last stable and first unstable run from two "
+              "machines (near the edge one config's run can end on either side of the plateau line on two machines).")
+    return s
+
+
 def _meta_line(result: dict[str, Any]) -> str:
     m = result["meta"]
     changed = ", ".join(f"{k}={v}" for k, v in (m.get("overrides") or {}).items())
@@ -388,6 +404,7 @@ def _meta_line(result: dict[str, Any]) -> str:
             + (f" (this invocation; the runs' training steps took {m['train_time_s'] / 60:.1f} min summed over runs)"
                if m.get("train_time_s") else "")
             + f"; {m['finished']}."
+            + _machines_sentence(result)
             + (_report_only_sentence(result) if m.get("report_only") else "")
             + (f" Edge search: {m['edge_runs']} run(s) beyond the grid, at most {m['edge_rounds']} on one curve."
                if m.get("edge_runs") else "")
