@@ -15,8 +15,9 @@ from typing import Any
 
 from normlab.metrics import mean_ci
 
-__all__ = ["WARMUPS", "Cell", "Curve", "Edge", "arms", "best_loss_gap", "bracket_machines", "edge_text", "group_runs",
-           "lr_name", "machines", "mean_ci95", "seed_curves", "split_seed", "trivial_baseline", "warm_arms"]  # fmt: skip
+__all__ = ["WARMUPS", "Cell", "Curve", "Edge", "arms", "best_loss_gap", "bracket_machines", "edge_text",
+           "group_runs", "lr_name", "machines", "mean_ci95", "provenance", "same_machine", "seed_curves", "split_seed",
+           "trivial_baseline", "warm_arms"]  # fmt: skip
 
 # -------------------------------------------------------------------------------------------------------------
 # the runs of a grid (results.json: runs, groups)
@@ -179,23 +180,46 @@ def machines(cells: Sequence[dict[str, Any]]) -> tuple[dict[str, int], int]:
     return dict(sorted(counts.items(), key=lambda kv: -kv[1])), sum(not c.get("machine") for c in done)
 
 
-def bracket_machines(rows: Sequence[dict[str, Any]], cells: Sequence[dict[str, Any]]) -> tuple[int, int]:
-    """Of the seeds' edge brackets whose two runs (last stable, first unstable) both name their machine, how many
-    have them from two machines, and how many there are. Near the edge a run of one config can end on either side
-    of the plateau line on two machines (docs/results/sweep-quick/width-gpu: an H100 and an H200, the same chip and
-    torch, 0.23 nats apart), so such a bracket mixes the seed's numerics with the machines'."""
+_CPU_DETAIL = re.compile(r" \(family [^)]*\)")  # device.cpu_name's family, model and instruction set
+
+
+def same_machine(a: str, b: str) -> bool:
+    """Whether two runs' machines (experiments.results.machine_of) can be one: equal, or equal once the CPU's
+    family, model and instruction set are left out of one that names them while the other, recorded by an older
+    normlab, does not (device.same_cpu's reading: consistent, not proof)."""
+    if a == b:
+        return True
+    bare_a, bare_b = _CPU_DETAIL.sub("", a), _CPU_DETAIL.sub("", b)
+    return bare_a == bare_b and (bare_a == a or bare_b == b)
+
+
+def bracket_machines(rows: Sequence[dict[str, Any]], cells: Sequence[dict[str, Any]]) -> tuple[int, int, int]:
+    """The seeds' edge brackets (last stable, first unstable run): how many have their two runs from two machines,
+    of how many whose two runs both name their machine, of how many in all. Near the edge a run of one config can
+    end on either side of the plateau line on two machines (docs/results/sweep-quick/width-gpu: an H100 and an H200,
+    the same chip and torch, 0.23 nats apart), so such a bracket mixes the seed's numerics with the machines'."""
     where = {(c["scheme"], c["warmup"], c["width"], lr_name(c["lr"]), c["seed"]): c.get("machine") for c in cells}
-    mixed = total = 0
+    mixed = compared = brackets = 0
     for r in rows:
         for p in (r.get("edge") or {}).get("per_seed", []):
             if p.get("last_stable") is None or p.get("first_unstable") is None:
                 continue
+            brackets += 1
             a, b = (where.get((r["scheme"], r["warmup"], r["width"], lr_name(p[k]), p["seed"]))
                     for k in ("last_stable", "first_unstable"))
             if a and b:
-                total += 1
-                mixed += a != b
-    return mixed, total
+                compared += 1
+                mixed += not same_machine(a, b)
+    return mixed, compared, brackets
+
+
+def provenance(rows: Sequence[dict[str, Any]], cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Where a sweep's runs trained, for a report that keeps its result without the cells (reproduce's width
+    figure): :func:`machines` and :func:`bracket_machines` in one record."""
+    known, unrecorded = machines(cells)
+    mixed, compared, brackets = bracket_machines(rows, cells)
+    return {"machines": known, "unrecorded": unrecorded, "brackets_mixed": mixed, "brackets_compared": compared,
+            "brackets": brackets}
 
 
 def warm_arms(rows: Sequence[dict[str, Any]]) -> list[str]:

@@ -112,6 +112,9 @@ def test_width_figure_runs_the_sweep_into_the_report(tmp_path, data_cache, monke
     md = (report / "REPORT.md").read_text()
     assert f"## {BEYOND_TITLE}" in md and "### Stability edge, LR tolerance and LR sensitivity" in md
     assert "| post | none |" in md and "1 seed(s) per cell" in md and "diagnose agrees with the sweep" in md
+    # where the sweep's runs trained, counted before its cells were left out of results.json
+    assert list(w["meta"]["provenance"]["machines"].values()) == [12]  # one machine, every run
+    assert "The runs trained on: " in md and "(12 runs)." in md
     for png in ("width_loss_vs_lr.png", "width_frontier.png"):
         assert (report / png).stat().st_size > 1000 and f"]({png})" in md
     page = (report / "index.html").read_text()

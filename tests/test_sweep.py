@@ -36,7 +36,7 @@ from normlab.experiments.sweep import (
     width_law,
     width_slope,
 )
-from normlab.results import bracket_machines, machines
+from normlab.results import bracket_machines, machines, provenance, same_machine
 
 LRS = (1e-4, 2.15e-4, 4.64e-4, 1e-3, 2.15e-3, 4.64e-3, 1e-2)
 L0 = 9.0
@@ -694,7 +694,7 @@ def test_smoke_sweep_cli(tmp_path):
     assert f"precision {want};" in md
     # where each run trained, from its own summary (the header's device is the invocation's): one machine here
     [machine] = {c["machine"] for c in data["cells"]}
-    assert machine.startswith(cpu_name()) and f"The runs trained on {machine} ({n})." in md
+    assert machine.startswith(cpu_name()) and f"The runs trained on: {machine} ({n} runs)." in md
     assert "edge brackets" not in md  # one machine: no bracket mixes two
     assert all((report / link).is_file() for link in re.findall(r"\]\(([^)]+\.png)\)", md))
     again = normlab("sweep", "--scale", "smoke", "--out", str(out), "--no-estimate")
@@ -763,19 +763,29 @@ def test_machines_and_brackets_that_mix_two():
     cells = [cell(1e-3, 1, "A"), cell(2.15e-3, 1, "A"), cell(1e-3, 2, "A"), cell(1.1e-3, 2, "B"),
              cell(1e-3, 3, None), cell(1.1e-3, 3, "B"), cell(5e-3, 3, "B", status="absent")]
     assert machines(cells) == ({"A": 3, "B": 2}, 1)  # the absent run is not counted; the None one is unrecorded
+    # a decoy of another curve at seed 1's lr and seed, on B: a bracket reads its own curve's runs only
+    decoy = {**cell(2.15e-3, 1, "B"), "width": 128}
     per_seed = [{"seed": 1, "last_stable": 1e-3, "first_unstable": 2.15e-3},
                 {"seed": 2, "last_stable": 1e-3, "first_unstable": 1.1e-3},
                 {"seed": 3, "last_stable": 1e-3, "first_unstable": 1.1e-3},  # one end unrecorded: not counted
                 {"seed": 4, "last_stable": 1e-3, "first_unstable": None}]  # censored
     rows = [{"scheme": "post", "warmup": "none", "width": 64, "edge": {"per_seed": per_seed}}]
-    assert bracket_machines(rows, cells) == (1, 2)
+    assert bracket_machines(rows, cells + [decoy]) == (1, 2, 3)
     from normlab.report.sweep import _machines_sentence
 
     said = _machines_sentence({"cells": cells, "frontier": rows})
-    assert said == (" The runs trained on A (3); B (2); 1 recorded no machine. 1 of the 2 seeds' edge brackets have "
-                    "their last stable and first unstable run from two machines (near the edge one config's run can "
-                    "end on either side of the plateau line on two machines).")
+    assert said.startswith(" The runs trained on: A (3 runs); B (2 runs); 1 runs recorded no machine. 1 of the 2 "
+                           "seeds' edge brackets (of 3) whose two runs both recorded their machine have their last "
+                           "stable and first unstable run from two machines: such a bracket mixes"), said
+    # a result kept without its cells (reproduce's width figure) says the same from meta.provenance
+    kept = {"frontier": rows, "meta": {"provenance": provenance(rows, cells)}}
+    assert _machines_sentence(kept) == said
     assert _machines_sentence({"cells": [cell(1e-3, 1, None)], "frontier": rows}) == ""  # nothing recorded
+    # one machine named bare by an older normlab and in full by a later one is one machine, not a mixed bracket
+    full = "AMD EPYC (family 26, model 2; AVX-512 BF16), bf16, torch 2.13.0+cpu"
+    assert same_machine("AMD EPYC, bf16, torch 2.13.0+cpu", full) and same_machine(full, full)
+    assert not same_machine("AMD EPYC (family 25, model 17; AVX-512 BF16), bf16, torch 2.13.0+cpu", full)
+    assert not same_machine("AMD EPYC, bf16, torch 2.11.0+cpu", full)
 
 
 def test_meta_line_names_what_set_changed_from_the_preset():
@@ -801,6 +811,23 @@ def _native_bf16() -> bool:
         flags = {f for line in cpuinfo.read_text().splitlines() if line.startswith("flags") for f in line.split()}
         return bool(flags & {"avx512_bf16", "amx_tile"})
     return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def test_from_json_keeps_where_the_runs_trained(tmp_path):
+    """width-gpu's runs trained on an H100 (2026-11-26) and an H200 (2026-11-28); its sweep.json, re-read here on
+    a CPU, still says so, and counts the seeds' edge brackets whose two runs trained on different GPUs."""
+    from tests.clirun import normlab
+
+    folder = tmp_path / "width-gpu"
+    folder.mkdir()
+    shutil.copy(Path(__file__).parents[1] / "docs/results/sweep-quick/width-gpu/report/sweep.json", folder)
+    proc = normlab("sweep", "--from-json", str(folder / "sweep.json"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    md = (folder / "SWEEP.md").read_text()
+    assert ("The runs trained on: Intel(R) Xeon(R) Processor, NVIDIA H100 80GB HBM3, bf16, torch 2.11.0+cu130 "
+            "(420 runs); Intel(R) Xeon(R) Processor (family 6, model 207; AMX), NVIDIA H200, bf16, torch "
+            "2.11.0+cu130 (296 runs). 15 of the 65 seeds' edge brackets have their last stable and first unstable "
+            "run from two machines") in md
 
 
 def test_from_json_rereads_a_committed_sweep(tmp_path):
@@ -899,6 +926,8 @@ def test_import_extends_a_sweep_that_kept_only_its_sweep_json(tmp_path):
     assert len(imported) == grid and len(data["cells"]) == grid + curves
     by_name = {c["name"]: c for c in before["cells"]}
     assert all(c["final"] == by_name[c["name"]]["final"] and c["l0"] == by_name[c["name"]]["l0"] for c in imported)
+    # where each imported run trained comes with it (its record's machine, not this invocation's)
+    assert all(c["machine"] and c["machine"] == by_name[c["name"]]["machine"] for c in imported)
     assert all(r["edge"]["per_seed"] == [{"seed": 1, "last_stable": 0.1, "first_unstable": 1.0, "ratio": 10.0,
                                           "censored": False}] for r in data["frontier"])  # fmt: skip
     want = "bf16" if _native_bf16() else "fp32"

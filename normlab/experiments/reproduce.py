@@ -70,7 +70,7 @@ from normlab.experiments.scales import QUICK_BUDGET, Scale, get_scale
 from normlab.experiments.sweep import run_sweep, sweep_scale
 from normlab.metrics import majority_share, unigram_plateau
 from normlab.report.render import evaluate_claims, plot_all, progress_sentence, write_report
-from normlab.results import split_seed
+from normlab.results import provenance, split_seed
 
 __all__ = ["reproduce", "add_arguments", "run", "make_context", "rerender", "local_shape"]
 
@@ -523,7 +523,10 @@ def _width_summary(scale: Scale, width: dict[str, Any] | None, *, asked: bool = 
     sweep.json), or, when it was not run, what running it would take (``asked``: it was among the figures, but
     --report-only found no finished run of it)."""
     if width is not None:
-        return {"ran": True, **{k: v for k, v in width.items() if k != "cells"}}
+        return {"ran": True, **{k: v for k, v in width.items() if k not in ("cells", "meta")},
+                # where the runs trained, counted before the cells are left out (report.sweep's header says it)
+                "meta": {**(width.get("meta") or {}),
+                         "provenance": provenance(width.get("frontier") or [], width.get("cells") or [])}}
     cfg = sweep_scale(scale.sweep)
     runs = len(cfg.schemes) * len(cfg.warmups) * len(cfg.widths) * len(cfg.lrs) * cfg.seeds
     return {"ran": False, "preset": scale.sweep, "runs": runs, "description": cfg.description,

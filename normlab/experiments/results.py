@@ -13,7 +13,7 @@ from normlab.experiments.grid import RunOutcome
 from normlab.results import group_runs, mean_ci95, seed_curves, split_seed
 from normlab.rundir import RunDir
 
-__all__ = ["machine_of", "run_record", "collect", "mean_ci95", "seed_curves", "group_runs"]
+__all__ = ["machine_of", "run_machine", "run_record", "collect", "mean_ci95", "seed_curves", "group_runs"]
 
 _TRAIN_POINTS = 200  # training-loss points kept per run (evenly spaced) for the plots
 
@@ -35,6 +35,16 @@ def machine_of(summary: dict[str, Any], lscpu: str = "") -> str:
         cpus[-1] = full
     parts = [" then ".join(cpus)] + [summary[k] for k in ("gpu", "precision") if summary.get(k)]
     return ", ".join(parts) + (f", torch {summary['torch']}" if summary.get("torch") else "")
+
+
+def run_machine(run_dir: Path, summary: dict[str, Any] | None = None) -> str:
+    """:func:`machine_of` a run directory: its summary (``summary`` when already read) completed by its
+    ``cpu.txt`` where it has one, so that one machine is named alike before and after normlab recorded the CPU's
+    family (the reports count runs per machine, the sweep its edge brackets whose two runs trained apart)."""
+    rd = RunDir(run_dir)
+    lscpu = rd.path / RunDir.MACHINE
+    return machine_of(rd.summary() if summary is None else summary,
+                      lscpu.read_text(encoding="utf-8", errors="replace") if lscpu.is_file() else "")
 
 
 def run_record(spec: RunSpec, run_dir: Path, outcome: RunOutcome | None) -> dict[str, Any]:
@@ -70,9 +80,7 @@ def run_record(spec: RunSpec, run_dir: Path, outcome: RunOutcome | None) -> dict
     if test := summary.get("test"):  # test_checkpoint (the long scale): the test split scored once it completed
         rec["test"] = {k: test.get(k) for k in ("checkpoint", "sentences", "bleu", "bleu_tokenized", "nll", "error")
                        if k in test}
-    lscpu = rd / RunDir.MACHINE
-    machine = machine_of(summary, lscpu.read_text(encoding="utf-8", errors="replace") if lscpu.is_file() else "")
-    if machine:  # absent for a run trained before normlab recorded its CPU
+    if machine := run_machine(run_dir, summary):  # absent for a run trained before normlab recorded its CPU
         rec["machine"] = machine
     if spec.kind == "finetune":
         rec.update(parent=spec.parent, parent_update=spec.parent_update, task=spec.finetune_task)

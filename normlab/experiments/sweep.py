@@ -129,9 +129,9 @@ from normlab.experiments.grid import (
     sync_out,
 )
 from normlab.experiments.heldout import held_out, write_held_out
-from normlab.experiments.results import machine_of
 from normlab.experiments.launchers import add_launcher_arguments, as_config, launcher_from_args
 from normlab.experiments.progress import ProgressSettings, add_progress_arguments, eta, progress_from_args
+from normlab.experiments.results import run_machine
 from normlab.experiments.scales import PAPER
 from normlab.metrics import mean_ci, unigram_plateau
 from normlab.report.render import write_sweep_report
@@ -1315,7 +1315,7 @@ def read_cell(spec: RunSpec, run_dir: Path, status: str, scheme: str, warmup: st
     rec = {**dataclasses.asdict(cell), "name": spec.name, "diverged": diverged(cell.final, cell.l0, status),
            "valid": [[r["update"], r.get("nll")] for r in valid], "train": curve,
            "elapsed_s": summary.get("elapsed_s"), "precision": summary.get("precision"),
-           "machine": machine_of(summary) or None}  # fmt: skip
+           "machine": run_machine(run_dir, summary) or None}  # fmt: skip
     return cell, rec
 
 

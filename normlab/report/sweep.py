@@ -14,8 +14,7 @@ import matplotlib.ticker
 
 from normlab.files import write_atomic
 from normlab.report.format import CSS, escape, format_number, html_table, img, md_table
-from normlab.results import (WARMUPS, arms, best_loss_gap, bracket_machines, edge_text, machines, trivial_baseline,
-                             warm_arms)
+from normlab.results import WARMUPS, arms, best_loss_gap, edge_text, provenance, trivial_baseline, warm_arms
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -380,16 +379,22 @@ def _report_only_sentence(result: dict[str, Any]) -> str:
 
 def _machines_sentence(result: dict[str, Any]) -> str:
     """Where the runs trained (the header's device is the invocation's, which may only have re-read them), and how
-    many edge brackets have their two runs from two machines."""
-    known, unknown = machines(result.get("cells") or [])
-    if not known:
+    many edge brackets have their two runs from two machines: from the cells, or for a result kept without them
+    (reproduce's width figure) from ``meta.provenance``."""
+    cells = result.get("cells")
+    p = (provenance(result.get("frontier") or [], cells) if cells is not None
+         else (result.get("meta") or {}).get("provenance"))
+    if not p or not p["machines"]:
         return ""
-    s = (" The runs trained on " + "; ".join(f"{m} ({n})" for m, n in known.items())
-         + (f"; {unknown} recorded no machine" if unknown else "") + ".")
-    mixed, total = bracket_machines(result.get("frontier") or [], result.get("cells") or [])
-    if len(known) > 1 and total:
-        s += (f" {mixed} of the {total} seeds' edge brackets have their last stable and first unstable run from two "
-              "machines (near the edge one config's run can end on either side of the plateau line on two machines).")
+    s = (" The runs trained on: " + "; ".join(f"{m} ({n} runs)" for m, n in p["machines"].items())
+         + (f"; {p['unrecorded']} runs recorded no machine" if p["unrecorded"] else "") + ".")
+    if len(p["machines"]) > 1 and p["brackets_compared"]:
+        whose = ("" if p["brackets_compared"] == p["brackets"] else
+                 f" (of {p['brackets']}) whose two runs both recorded their machine")
+        s += (f" {p['brackets_mixed']} of the {p['brackets_compared']} seeds' edge brackets{whose} have their last "
+              "stable and first unstable run from two machines: such a bracket mixes the seed's numerics with the "
+              "machines' (near the edge one config's run can end on either side of the plateau line on two "
+              "machines of one chip and torch).")
     return s
 
 
