@@ -84,7 +84,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="smoke (seconds, tests), quick (the decisive contrasts, ~1.9 h measured on 2 Zen 5 cores, "
                    "~2.7 h on a Zen 4, ~2 h with AMX), full (quick + the other claims' arms, reusing a quick "
                    "folder's runs; hours), long (C7 and C9 per epoch at the de-en-cpu recipe's shape: runs of "
-                   "~1.6 h on 2 cores with AVX-512 BF16 that translate), "
+                   "~40 min measured on 2 Zen 5 cores, ~1.6 h on a Zen 4, that translate), "
                    "paper (the paper's settings, GPUs)")
     p.add_argument("--out", help="output directory (default: reproduce/SCALE)")
     p.add_argument("--figures", default="", help=f"comma-separated subset of {ALL_FIGURES} (default: the scale's)")
