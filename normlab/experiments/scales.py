@@ -357,8 +357,9 @@ LONG_BUDGET = {
     # On a 2-core AMD EPYC Zen 5 (AVX-512 BF16), the recipe's budget_hours run (docs/results/de-en-cpu, same shape,
     # 2 threads, bf16, jemalloc): 0.735 s an update (median of 9,232; mean 0.743), a validation ~16 s: a run of
     # this scale ~40 minutes there, the 9 runs ~6 h. Measured there (2026-11-28, docs/results/reproduce-long, one
-    # run at a time, short tests beside the first): 38.3 and 40.8 minutes a run from start to test BLEU (updates
-    # 0.699 and 0.721 s, medians of 3,000; Post-LN without and with warm-up).
+    # run at a time, short tests beside the first two): 38.3, 40.8 and 38.0 minutes a run from start to test BLEU
+    # (the grid's count; updates 0.699, 0.721 and 0.713 s, medians of 3,000; Post-LN without and with warm-up,
+    # Pre-LN).
     "updates": 3000,
     "updates_per_epoch": 660,
     "seconds_per_update_avx512_bf16": 1.85,
