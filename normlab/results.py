@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -173,11 +174,8 @@ def machines(cells: Sequence[dict[str, Any]]) -> tuple[dict[str, int], int]:
     """The machines a sweep's finished runs trained on (sweep.json cells' ``machine``, most runs first) and how many
     finished runs recorded none (written before cells carried it, or imported from such a sweep.json)."""
     done = [c for c in cells if c.get("status") in ("completed", "diverged")]
-    counts: dict[str, int] = {}
-    for c in done:
-        if c.get("machine"):
-            counts[c["machine"]] = counts.get(c["machine"], 0) + 1
-    return dict(sorted(counts.items(), key=lambda kv: -kv[1])), sum(not c.get("machine") for c in done)
+    counts = Counter(c["machine"] for c in done if c.get("machine"))
+    return dict(counts.most_common()), sum(not c.get("machine") for c in done)
 
 
 _CPU_DETAIL = re.compile(r" \(family [^)]*\)")  # device.cpu_name's family, model and instruction set
