@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 import math
 import re
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -895,6 +898,39 @@ def test_from_json_rereads_a_committed_sweep(tmp_path):
 
 
 @pytest.mark.slow
+def test_sweep_elsewhere_brings_back_only_the_runs_it_trained(tmp_path):
+    """tools/sweep-elsewhere.sh (a sweep continued on a lent machine) and tools/merge-runs.sh: the tarball holds the
+    runs this call finished, never the committed ones it was given (a device call brings back 16 MiB a file: 890
+    committed runs once outgrew it and a whole call's runs were lost), also with the folders named relative to the
+    repository's root as its docs show; a second call on the merged folder trains and carries nothing."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(root)}  # fmt: skip
+    docs = Path(os.path.relpath(tmp_path / "docs", root))
+    args = ["--scale", "smoke", "--set", "schemes=[pre]", "--set", "warmups=[none]", "--set", "widths=[16]",
+            "--jobs", "1", "--threads", "1", "--device", "cpu", "--no-diagnose", "--no-estimate"]  # fmt: skip
+
+    def call(out: str) -> tuple[str, list[str]]:
+        proc = subprocess.run(["bash", "tools/sweep-elsewhere.sh", str(docs), "300", out, "--", *args], cwd=root,
+                              env=env, capture_output=True, text=True, check=True)  # fmt: skip
+        names = subprocess.run(["tar", "tzf", f"{out}/runs.tgz"], cwd=root, capture_output=True, text=True,
+                               check=True).stdout.split()  # fmt: skip
+        merged = subprocess.run(["bash", "tools/merge-runs.sh", f"{out}/runs.tgz", str(docs)], cwd=root, env=env,
+                                capture_output=True, text=True, check=True)  # fmt: skip
+        return proc.stdout + merged.stdout, names
+
+    log, names = call(os.path.relpath(tmp_path / "o1", root))
+    runs = sorted({n.split("/")[0] for n in names})
+    cfg = sweep_scale("smoke")
+    grid = len(cfg.lrs) * cfg.seeds
+    assert len(runs) == grid + 1, log  # the grid and the edge search's one run at the cap (test_smoke_sweep_cli)
+    assert f"merge-runs: {len(runs)} new run(s)" in log
+    assert sorted(p.name for p in (tmp_path / "docs" / "runs").iterdir()) == runs
+    assert all(n.rsplit("/", 1)[-1] in {"config.yaml", "data.json", "metrics.jsonl", "summary.json"} for n in names)
+    log, names = call(str(tmp_path / "o2"))
+    assert names == [] and "0 runs finished by this call" in log and "merge-runs: 0 new run(s)" in log, log
+
+
 def test_import_extends_a_sweep_that_kept_only_its_sweep_json(tmp_path):
     """`normlab sweep --import`: a sweep run without the edge search (as every sweep before issue 40, which kept its
     sweep.json only) is extended by the search's runs alone: its 16 grid runs are read from its sweep.json, never

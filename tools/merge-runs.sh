@@ -5,7 +5,7 @@
 set -euo pipefail
 tgz=$1; docs=$2
 tmp=$(mktemp -d); tar xzf "$tgz" -C "$tmp"
-n=0
+n=0; shopt -s nullglob  # an empty tarball merges nothing
 for d in "$tmp"/*/; do
   name=$(basename "$d")
   [ -f "$docs/runs/$name/summary.json" ] && continue

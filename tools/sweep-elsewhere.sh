@@ -8,8 +8,9 @@
 #
 # DOCS_DIR: the committed sweep folder (its runs/ holds config.yaml, data.json, metrics.jsonl, summary.json per
 # finished run); the sweep runs in a scratch copy of it for at most SECONDS (what is still running then is
-# stopped: the next call trains it again from its start), and OUT_DIR receives runs.tgz (the runs finished in
-# the copy, small files only) and sweep.log. SWEEP_ARGS are `normlab sweep`'s own (--scale, --set, --jobs,
+# stopped: the next call trains it again from its start), and OUT_DIR receives runs.tgz (the runs this call
+# finished, small files only: not the committed ones, whose copy would outgrow what a device call brings back,
+# 16 MiB a file) and sweep.log. SWEEP_ARGS are `normlab sweep`'s own (--scale, --set, --jobs,
 # --threads, --device ...), without --out. Back home: tools/merge-runs.sh OUT_DIR/runs.tgz DOCS_DIR.
 # `python3` on PATH runs normlab (a venv's, or a machine's own with torch, sentencepiece and sacrebleu); run it
 # from the repository's root (or with PYTHONPATH naming it). Checked with the smoke preset: a second call on the
@@ -21,6 +22,9 @@ docs=$1; seconds=$2; out=$3; shift 3; [ "${1:-}" = "--" ] && shift
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT  # the scratch copy holds checkpoints: only the tarball leaves
 mkdir -p "$scratch/runs" "$out"
+# absolute paths: the tarball is written from inside the scratch copy (a relative DOCS_DIR once let every
+# committed run travel back, over a device call's 16 MiB a file)
+docs=$(realpath -m "$docs"); out=$(realpath "$out")
 [ -d "$docs/runs" ] && cp -r "$docs/runs/." "$scratch/runs/"
 echo "sweep-elsewhere: $(ls "$scratch/runs" | wc -l) committed runs copied; $(nproc) CPUs; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} timeout "$seconds" python3 -m normlab sweep --out "$scratch" "$@" > "$out/sweep.log" 2>&1
@@ -29,10 +33,11 @@ cd "$scratch/runs" || exit 1
 done_runs=()
 for d in */; do
   d=${d%/}
+  [ -f "$docs/runs/$d/summary.json" ] && continue  # committed already: only what this call trained travels back
   grep -qs '"status": "\(completed\|diverged\)"' "$d/summary.json" && done_runs+=("$d")
 done
 files=()
 for d in "${done_runs[@]}"; do for f in config.yaml data.json metrics.jsonl summary.json; do
   [ -f "$d/$f" ] && files+=("$d/$f"); done; done
-tar czf "$out/runs.tgz" "${files[@]}"
-echo "sweep-elsewhere: ${#done_runs[@]} finished runs in $out/runs.tgz"
+tar czf "$out/runs.tgz" -T /dev/null "${files[@]}"  # an empty tarball when nothing finished
+echo "sweep-elsewhere: ${#done_runs[@]} runs finished by this call in $out/runs.tgz ($(du -h "$out/runs.tgz" | cut -f1))"
