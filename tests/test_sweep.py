@@ -911,7 +911,7 @@ def test_sweep_elsewhere_brings_back_only_the_runs_it_trained(tmp_path):
             "--jobs", "1", "--threads", "1", "--device", "cpu", "--no-diagnose", "--no-estimate"]  # fmt: skip
 
     def call(out: str) -> tuple[str, list[str]]:
-        proc = subprocess.run(["bash", "tools/sweep-elsewhere.sh", str(docs), "300", out, "--", *args], cwd=root,
+        proc = subprocess.run(["bash", "tools/sweep-elsewhere.sh", str(docs), "120", out, "--", *args], cwd=root,
                               env=env, capture_output=True, text=True, check=True)  # fmt: skip
         names = subprocess.run(["tar", "tzf", f"{out}/runs.tgz"], cwd=root, capture_output=True, text=True,
                                check=True).stdout.split()  # fmt: skip
@@ -931,6 +931,7 @@ def test_sweep_elsewhere_brings_back_only_the_runs_it_trained(tmp_path):
     assert names == [] and "0 runs finished by this call" in log and "merge-runs: 0 new run(s)" in log, log
 
 
+@pytest.mark.slow
 def test_import_extends_a_sweep_that_kept_only_its_sweep_json(tmp_path):
     """`normlab sweep --import`: a sweep run without the edge search (as every sweep before issue 40, which kept its
     sweep.json only) is extended by the search's runs alone: its 16 grid runs are read from its sweep.json, never

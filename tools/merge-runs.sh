@@ -3,8 +3,10 @@
 # there is kept as it is (never overwritten), so merging twice, or merging two machines' results, is safe.
 #   tools/merge-runs.sh RUNS_TGZ DOCS_DIR
 set -euo pipefail
+# A tarball split for a device call's 16 MiB a file (RUNS_TGZ.part00, .part01, ...) is joined when RUNS_TGZ is absent.
 tgz=$1; docs=$2
-tmp=$(mktemp -d); tar xzf "$tgz" -C "$tmp"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+if [ -f "$tgz" ]; then tar xzf "$tgz" -C "$tmp"; else cat "$tgz".part* | tar xz -C "$tmp"; fi
 n=0; shopt -s nullglob  # an empty tarball merges nothing
 for d in "$tmp"/*/; do
   name=$(basename "$d")

@@ -26,8 +26,10 @@ mkdir -p "$scratch/runs" "$out"
 # committed run travel back, over a device call's 16 MiB a file)
 docs=$(realpath -m "$docs"); out=$(realpath "$out")
 [ -d "$docs/runs" ] && cp -r "$docs/runs/." "$scratch/runs/"
-echo "sweep-elsewhere: $(ls "$scratch/runs" | wc -l) committed runs copied; $(nproc) CPUs; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
-OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} timeout "$seconds" python3 -m normlab sweep --out "$scratch" "$@" > "$out/sweep.log" 2>&1
+echo "sweep-elsewhere: $(ls "$scratch/runs" | wc -l) committed runs copied; $(nproc) CPUs;" \
+  "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} timeout "$seconds" python3 -m normlab sweep --out "$scratch" "$@" \
+  > "$out/sweep.log" 2>&1
 echo "sweep-elsewhere: sweep rc=$? (124: stopped at ${seconds} s)"; tail -3 "$out/sweep.log"
 cd "$scratch/runs" || exit 1
 done_runs=()
@@ -37,7 +39,8 @@ for d in */; do
   grep -qs '"status": "\(completed\|diverged\)"' "$d/summary.json" && done_runs+=("$d")
 done
 files=()
-for d in "${done_runs[@]}"; do for f in config.yaml data.json metrics.jsonl summary.json; do
+for d in ${done_runs[@]+"${done_runs[@]}"}; do for f in config.yaml data.json metrics.jsonl summary.json; do
   [ -f "$d/$f" ] && files+=("$d/$f"); done; done
-tar czf "$out/runs.tgz" -T /dev/null "${files[@]}"  # an empty tarball when nothing finished
-echo "sweep-elsewhere: ${#done_runs[@]} runs finished by this call in $out/runs.tgz ($(du -h "$out/runs.tgz" | cut -f1))"
+tar czf "$out/runs.tgz" -T /dev/null ${files[@]+"${files[@]}"}  # empty when nothing finished (bash < 4.4 too)
+echo "sweep-elsewhere: ${#done_runs[@]} runs finished by this call in $out/runs.tgz" \
+  "($(du -h "$out/runs.tgz" | cut -f1))"

@@ -11,7 +11,8 @@
 #   git rm -r -q --cached docs/results && mv docs/results /somewhere/outside/
 # the call: `DEADLINE=520 bash gpujob/device-next.sh 2>&1 | tee $OUT/call.log` (timeout_s 580, which leaves the
 # machine's start, ~1-2 min, inside a 15-minute lease); after it: move docs/results back, `git reset -q`,
-# `tools/merge-runs.sh OUT/f/runs.tgz docs/results/sweep-quick/width-gpu`, and the report (README.md, end).
+# `tools/merge-runs.sh OUT/f/runs.tgz docs/results/sweep-quick/width-gpu` (split parts are joined), and the
+# report (README.md, end).
 set -u
 T0=$(date +%s); DEADLINE=${DEADLINE:-520}; W=gpujob/width-gpu
 export PYTHONUNBUFFERED=1 NORMLAB_CACHE=/tmp/nlc
