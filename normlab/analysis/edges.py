@@ -38,8 +38,9 @@ __all__ = ["SOURCES", "collect", "dumps", "load", "scheme_of", "measured", "diff
 # 36-update warm-up beside the 100-update one; the only Pre-LN edge at d = 256) after edge-quick and width-gpu, so
 # that where two sources measured one model the answer reads the one with more bracketed seeds without warm-up
 # (_source_at), ties in this order; the other one- and
-# two-seed folders of sweep-quick hold subsets of three-arms' Post-LN and Pre-LN cells (standard-189 and bf16 add
-# Peri-LN's, not yet extended); the depth-6 folders are the only 6-6
+# two-seed folders of sweep-quick hold subsets of three-arms' Post-LN and Pre-LN cells; standard-189 adds Peri-LN's
+# translation curves (one seed, all three warm-up arms, bisected; its Post-LN and Pre-LN rows are three-arms' seed 1,
+# which comes first), bf16 a subset of those; the depth-6 folders are the only 6-6
 # translation runs (one seed; no Post-LN run left the unigram plateau at any rate from 1e-4: its edge is below the
 # grid, or the runs too short, which the sweep cannot tell apart; Pre-LN's is bisected). `where` is written by hand:
 # update it when a sweep's runs are finished on another machine (each run's summary.json names its CPU).
@@ -48,6 +49,7 @@ SOURCES: dict[str, tuple[str, str]] = {
     "edge-quick": ("sweep-quick/edge-quick", "2-core AMD EPYC Zen 4 and a 16-core Xeon with AMX, CPU, bf16"),
     "width-gpu": ("sweep-quick/width-gpu/report", "one NVIDIA H100 (420 runs) and one H200 (296), bf16"),
     "three-arms": ("sweep-quick/three-arms", _EXTENDED),
+    "standard-189": ("sweep-quick/standard-189", _EXTENDED),
     "depth-6": ("sweep-quick/depth-6", _EXTENDED),
     "depth-6-600": ("sweep-quick/depth-6-600", _EXTENDED),
     "sweep-lm": ("sweep-lm", "2-core AMD EPYC Zen 5, bf16"),
