@@ -26,6 +26,9 @@ def test_the_shipped_table_is_the_committed_sweeps():
 def test_the_shipped_table_holds_the_bisected_sweeps():
     table = edges.load()
     assert {"edge-quick", "width-gpu", "sweep-lm"} <= set(table["sources"])
+    # standard-189's Post-LN and Pre-LN runs are three-arms' seed 1: only its Peri-LN curves are rows of their own
+    assert {r["scheme"] for key in ("edges", "verdicts", "width_laws") for r in table[key]
+            if r["source"] == "standard-189"} == {"peri"}  # fmt: skip
     # edge-quick: Post-LN at d=64 without warm-up, its five seeds' brackets as the sweep's README gives them
     [row] = [r for r in table["edges"] if (r["source"], r["scheme"], r["warmup"], r["width"]) == ("edge-quick", "post",
                                                                                                    "none", 64)]

@@ -39,8 +39,8 @@ __all__ = ["SOURCES", "collect", "dumps", "load", "scheme_of", "measured", "diff
 # that where two sources measured one model the answer reads the one with more bracketed seeds without warm-up
 # (_source_at), ties in this order; the other one- and
 # two-seed folders of sweep-quick hold subsets of three-arms' Post-LN and Pre-LN cells; standard-189 adds Peri-LN's
-# translation curves (one seed, all three warm-up arms, bisected; its Post-LN and Pre-LN rows are three-arms' seed 1,
-# which comes first), bf16 a subset of those; the depth-6 folders are the only 6-6
+# translation curves (one seed, all three warm-up arms, bisected; its Post-LN and Pre-LN runs are three-arms' seed 1,
+# so _OWN_SCHEMES keeps only its Peri-LN rows), bf16 a subset of those; the depth-6 folders are the only 6-6
 # translation runs (one seed; no Post-LN run left the unigram plateau at any rate from 1e-4: its edge is below the
 # grid, or the runs too short, which the sweep cannot tell apart; Pre-LN's is bisected). `where` is written by hand:
 # update it when a sweep's runs are finished on another machine (each run's summary.json names its CPU).
@@ -55,6 +55,9 @@ SOURCES: dict[str, tuple[str, str]] = {
     "sweep-lm": ("sweep-lm", "2-core AMD EPYC Zen 5, bf16"),
     "sweep-schemes": ("sweep-schemes", "2-core AMD EPYC Zen 5, bf16"),
 }
+# A source whose other schemes' curves are an earlier source's runs read again (`sweep --import`) contributes only
+# its own: the same runs twice would be two rows of one measurement in diagnose's answer.
+_OWN_SCHEMES: dict[str, tuple[str, ...]] = {"standard-189": ("peri",)}
 
 # The optimizer and loss of each task's sweep runs (normlab.experiments.sweep._train_config: name, betas, weight
 # decay, label smoothing), copied so that reading the table does not import the experiments; a test checks they
@@ -96,20 +99,25 @@ def collect(results: str | Path, sources: dict[str, tuple[str, str]] = SOURCES) 
             "label_smoothing": _OPTIM[c["task"]][3], "model": _MODEL[c["task"]],
             "warmups": dict(d["warmup_lengths"]),
         }  # fmt: skip
-        for r in d["frontier"]:
+        own = _OWN_SCHEMES.get(label)
+
+        def mine(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return [r for r in rows if own is None or r["scheme"] in own]
+
+        for r in mine(d["frontier"]):
             seeds = [[p["last_stable"], p["first_unstable"]] for p in r["edge"]["per_seed"]]
             if not seeds:  # a curve the sweep has not run
                 continue
             # grid rates not run yet: the curve is not finished, and its brackets may be a grid step wide
             out["edges"].append({"source": label, "scheme": r["scheme"], "warmup": r["warmup"], "width": r["width"],
                                  "seeds": seeds, "missing_lrs": list(r.get("missing_lrs") or [])})  # fmt: skip
-        for t in d["warmup_truth"]:
+        for t in mine(d["warmup_truth"]):
             for arm, v in t["verdicts"].items():
                 out["verdicts"].append({"source": label, "scheme": t["scheme"], "width": t["width"], "warmup": arm,
                                         "verdict": v["verdict"], "why": v.get("why", ""), "plus": v.get("plus"),
                                         "minus": sum(1 for x in v.get("signs") or [] if x is not None and x < 0),
                                         "decided": v.get("decided"), "seeds": len(v.get("seeds") or [])})  # fmt: skip
-        for w in d["width_law"]:
+        for w in mine(d["width_law"]):
             mean = (w.get("seed_mean") or {}).get("mean")
             if w.get("lo") is None or mean is None:
                 continue
