@@ -44,3 +44,8 @@ for d in ${done_runs[@]+"${done_runs[@]}"}; do for f in config.yaml data.json me
 tar czf "$out/runs.tgz" -T /dev/null ${files[@]+"${files[@]}"}  # empty when nothing finished (bash < 4.4 too)
 echo "sweep-elsewhere: ${#done_runs[@]} runs finished by this call in $out/runs.tgz" \
   "($(du -h "$out/runs.tgz" | cut -f1))"
+# a file over 16 MiB does not come back from a device call: split it (tools/merge-runs.sh joins the parts)
+if [ "$(stat -c%s "$out/runs.tgz")" -gt 15000000 ]; then
+  split -b 15M -d "$out/runs.tgz" "$out/runs.tgz.part" && rm "$out/runs.tgz" && echo "sweep-elsewhere: split into" \
+    "$(ls "$out" | grep -c '^runs.tgz.part')"
+fi

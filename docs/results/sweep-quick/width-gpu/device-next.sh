@@ -3,7 +3,7 @@
 # Post-LN curve, both arms, and Pre-LN without warm-up are bracketed at d = 64-512; what is left is Pre-LN with the
 # 100-update warm-up: d = 64's last bisection rounds, d = 128 from 4.64e-3 up, d = 256 and 512 from their grids
 # (174 runs: call 5 of 2026-11-28 trained them all in 6.2 min of one H200 and lost them, README "Left"; the tarball
-# now holds only what the call trained, ~3 MB). One sweep, 15 jobs x 1 thread.
+# now holds only what the call trained, ~3 MB, split if over 15 MB). One sweep, 15 jobs x 1 thread.
 # Before the call, on this machine, from the repository's root (what travels must fit the device tool's 64 MiB;
 # docs/results alone is 400+ MiB, and this folder's runs/ 59 MB, so runs/ travels as a tarball):
 #   mkdir -p gpujob && tar czf gpujob/runs.tgz -C docs/results/sweep-quick/width-gpu runs && \
@@ -24,7 +24,4 @@ left=$(( DEADLINE - ($(date +%s) - T0) ))
 go() { n=$1; shift; tools/sweep-elsewhere.sh "$W" $left "$OUT/$n" -- $C "$@" 2>&1 | grep -v "^\[" | sed -u "s/^/$n: /"; }
 go f --jobs 15 --set 'widths=[64,128,256,512]' --set 'schemes=[pre]' --set 'warmups=[adam]' &
 while [ -n "$(jobs -r)" ]; do sleep 30; echo "t=$(( $(date +%s) - T0 ))s: $(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader)"; done
-wait
-# a file over 16 MiB does not come back from a device call: split it (back home: cat runs.tgz.part* > runs.tgz)
-t=$OUT/f/runs.tgz; [ -f $t ] && [ $(stat -c%s $t) -gt 15000000 ] && split -b 15M -d $t $t.part && rm $t && ls -l $OUT/f
-echo "end $(date -u +%T), $(( $(date +%s) - T0 )) s"
+wait; echo "end $(date -u +%T), $(( $(date +%s) - T0 )) s"
